@@ -1,0 +1,41 @@
+"""Type stubs of the Rust core (`rust/bindings.rs`)."""
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+DEFAULT_MAX_BYTES: int
+HARD_MAX_BYTES: int
+DEFAULT_LEVEL: int
+
+class FeedError(ValueError): ...
+
+class RecordError(FeedError):
+    index: int
+    field: str | None
+    reason: str
+
+class FeedWriter:
+    def __init__(
+        self,
+        out_dir: str | os.PathLike[str],
+        datasource: str,
+        feedtype: str,
+        *,
+        max_bytes: int = ...,
+        max_records: int = 0,
+        compress: str = "auto",
+        level: int = ...,
+        workers: int = 0,
+    ) -> None: ...
+    def add_batch(
+        self, records: Iterable[Mapping[str, Any]]
+    ) -> tuple[list[tuple[int, str]], list[dict[str, Any]]]: ...
+    def finish(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]: ...
+    def abort(self) -> None: ...
+    @property
+    def records(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def files(self) -> int: ...

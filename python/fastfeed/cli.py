@@ -1,0 +1,54 @@
+"""The `fastfeed` command: a thin argparse front over the Python API."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from fastfeed import config
+from fastfeed.errors import ExitCode, FastfeedError, FeedError
+
+DESCRIPTION = """\
+Build search appliance feeds from a corpus and push them, fast and without losing a record.
+
+A typical job:
+  fastfeed build docs.jsonl --datasource docs --feedtype full --out feeds/
+  fastfeed validate feeds/*.xml
+  fastfeed push feeds/ --host gsa.example.com
+
+Run `fastfeed COMMAND --help` for the options of each command.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fastfeed",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    from fastfeed import cli_build
+
+    cli_build.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    config.apply(parser, args, argv)
+    try:
+        status: int = args.func(args)
+    except (FastfeedError, FeedError, OSError) as exc:
+        print(f"fastfeed {args.command}: error: {exc}", file=sys.stderr)
+        return ExitCode.FAILED
+    except KeyboardInterrupt:
+        print(f"fastfeed {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+"""The Python layer's errors and the CLI's exit statuses.
+
+Errors raised by the Rust core (`FeedError`, `RecordError`) are created in its bindings module;
+they are re-exported here so that users import every fastfeed error from one place.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from fastfeed._core import FeedError, RecordError
+
+__all__ = ["ExitCode", "FastfeedError", "FeedError", "RecordError"]
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    #: Some of the work failed (bad records, files the appliance did not accept, invalid feeds).
+    FAILED = 1
+    #: The command line was wrong (argparse's own status).
+    USAGE = 2
+    #: Nothing was done because the setup is wrong: not a trusted IP, bad TLS, missing manifest.
+    REFUSED = 3
+
+
+class FastfeedError(Exception):
+    """A problem in the Python layer (input files, configuration, pushing) the user can act on."""

@@ -1,0 +1,160 @@
+"""The Python API for building feeds: `FeedWriter`."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Literal, TypedDict, Union
+
+from fastfeed import _core
+from fastfeed.manifest import ManifestEntry
+
+FeedType = Literal["full", "incremental", "metadata-and-url"]
+Compress = Literal["auto", "always", "never"]
+
+DEFAULT_MAX_BYTES: int = _core.DEFAULT_MAX_BYTES
+HARD_MAX_BYTES: int = _core.HARD_MAX_BYTES
+DEFAULT_LEVEL: int = _core.DEFAULT_LEVEL
+
+
+class _RecordRequired(TypedDict):
+    url: str
+
+
+class Record(_RecordRequired, total=False):
+    """One document, as in the JSON Lines schema (see the README). At most one content field."""
+
+    action: Literal["add", "delete"]
+    mimetype: str
+    displayurl: str
+    last_modified: Union[str, int, float]
+    lock: bool
+    authmethod: Literal["none", "httpbasic", "ntlm", "httpsso"]
+    pagerank: int
+    crawl_immediately: bool
+    crawl_once: bool
+    metadata: Mapping[str, Union[str, Sequence[str]]]
+    content: Union[str, bytes]
+    content_base64: str
+    content_path: Union[str, os.PathLike[str]]
+
+
+class FeedWarning(UserWarning):
+    """Something was written but deserves a look, such as a record over the size cap."""
+
+    def __init__(self, message: str, index: int) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+class FeedWriter:
+    """Writes records into numbered, size-capped feed files in `out_dir`, and `manifest.jsonl`.
+
+    Use it as a context manager; leaving the block closes the last file and writes the manifest,
+    unless an exception escapes it, in which case no manifest is written and the unfinished file
+    is removed, so that an incomplete set is never pushed::
+
+        with FeedWriter("feeds", "docs", "full") as writer:
+            writer.add_batch(records)
+        print(writer.manifest)
+
+    `add_batch` is the fast path: the whole batch crosses into Rust in one call and is encoded on
+    `workers` threads without the GIL. A bad record raises `RecordError` (with `.index` and
+    `.field`) and nothing of its batch is written, so the batch can be retried without it.
+    """
+
+    def __init__(
+        self,
+        out_dir: str | os.PathLike[str],
+        datasource: str,
+        feedtype: FeedType = "incremental",
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_records: int = 0,
+        compress: Compress = "auto",
+        level: int = DEFAULT_LEVEL,
+        workers: int = 0,
+        on_file: Callable[[ManifestEntry], None] | None = None,
+        on_warning: Callable[[FeedWarning], None] | None = None,
+    ) -> None:
+        self._core = _core.FeedWriter(
+            os.fspath(out_dir),
+            datasource,
+            feedtype,
+            max_bytes=max_bytes,
+            max_records=max_records,
+            compress=compress,
+            level=level,
+            workers=workers,
+        )
+        self.out_dir = os.fspath(out_dir)
+        self._on_file = on_file
+        self._on_warning = on_warning
+        self._manifest: list[ManifestEntry] | None = None
+
+    def add(self, record: Record) -> None:
+        """Adds one record. Prefer `add_batch` for many: each call crosses into Rust once."""
+        self.add_batch((record,))
+
+    def add_batch(self, records: Iterable[Record]) -> None:
+        """Adds records in order; nothing of the batch is written if one of them is refused."""
+        batch = records if isinstance(records, (list, tuple)) else list(records)
+        problems, finished = self._core.add_batch(batch)
+        self._report(problems, finished)
+
+    def close(self) -> list[ManifestEntry]:
+        """Finishes the last file, writes the manifest and returns it. Closing twice is harmless."""
+        if self._manifest is None:
+            entries, finished = self._core.finish()
+            self._report([], finished)
+            self._manifest = [ManifestEntry(**e) for e in entries]
+        return self._manifest
+
+    def abort(self) -> None:
+        """Stops without a manifest; finished files stay, the unfinished one is removed."""
+        self._core.abort()
+
+    @property
+    def manifest(self) -> list[ManifestEntry]:
+        if self._manifest is None:
+            raise RuntimeError("the manifest exists once the writer is closed")
+        return self._manifest
+
+    @property
+    def records(self) -> int:
+        return self._core.records
+
+    @property
+    def bytes(self) -> int:
+        return self._core.bytes
+
+    @property
+    def files(self) -> int:
+        return self._core.files
+
+    def _report(self, problems: list[tuple[int, str]], finished: list[dict[str, object]]) -> None:
+        for index, message in problems:
+            warning = FeedWarning(message, index)
+            if self._on_warning is None:
+                warnings.warn(warning, stacklevel=3)
+            else:
+                self._on_warning(warning)
+        if self._on_file is not None:
+            for entry in finished:
+                self._on_file(ManifestEntry(**entry))  # type: ignore[arg-type]
+
+    def __enter__(self) -> FeedWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()

@@ -1,0 +1,359 @@
+//! The Python face of the core (`fastfeed._core`), and the one place where core errors become
+//! Python exceptions.
+//!
+//! Records cross as a list of dicts in one call: fields are read while holding the GIL, then the
+//! GIL is released for checking, encoding and writing.
+
+use std::path::PathBuf;
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+
+use crate::encode::Compress;
+use crate::error::Error;
+use crate::record::{Action, AuthMethod, Content, FeedType, Record, Timestamp};
+use crate::writer::{FeedWriter, ManifestEntry, Options, DEFAULT_LEVEL, DEFAULT_MAX_BYTES, HARD_MAX_BYTES};
+
+create_exception!(
+    _core,
+    FeedError,
+    PyValueError,
+    "A feed cannot be built as asked: bad settings, or a record that breaks the protocol."
+);
+create_exception!(
+    _core,
+    RecordError,
+    FeedError,
+    "A record breaks a rule; `index` is its position in the batch, `field` the field at fault."
+);
+
+impl From<Error> for PyErr {
+    fn from(err: Error) -> PyErr {
+        match err {
+            Error::Record { index, field, ref message } => Python::with_gil(|py| {
+                let exc = RecordError::new_err(err.to_string());
+                let value = exc.value(py);
+                let set = || -> PyResult<()> {
+                    value.setattr("index", index)?;
+                    value.setattr("field", field)?;
+                    value.setattr("reason", message)?;
+                    Ok(())
+                };
+                match set() {
+                    Ok(()) => exc,
+                    Err(e) => e,
+                }
+            }),
+            Error::Config(message) => FeedError::new_err(message),
+            Error::Io { ref path, ref source } => PyOSError::new_err((
+                source.raw_os_error().unwrap_or(0),
+                source.to_string(),
+                path.to_string_lossy().into_owned(),
+            )),
+        }
+    }
+}
+
+fn type_name(value: &Bound<'_, PyAny>) -> String {
+    value
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// Reads the fields of the record at `index` of a batch.
+struct Fields {
+    index: usize,
+}
+
+impl Fields {
+    fn wrong(&self, field: &'static str, expected: &str, value: &Bound<'_, PyAny>) -> Error {
+        Error::record(
+            self.index,
+            Some(field),
+            format!("expected {expected}, got {}", type_name(value)),
+        )
+    }
+
+    fn string(&self, field: &'static str, value: &Bound<'_, PyAny>) -> Result<String, Error> {
+        let s = value
+            .downcast::<PyString>()
+            .map_err(|_| self.wrong(field, "a string", value))?;
+        s.to_str().map(str::to_owned).map_err(|_| {
+            Error::record(
+                self.index,
+                Some(field),
+                "is not valid Unicode (it holds a lone surrogate)",
+            )
+        })
+    }
+
+    fn boolean(&self, field: &'static str, value: &Bound<'_, PyAny>) -> Result<bool, Error> {
+        value
+            .downcast::<PyBool>()
+            .map(|b| b.is_true())
+            .map_err(|_| self.wrong(field, "true or false", value))
+    }
+
+    fn metadata(&self, value: &Bound<'_, PyAny>, out: &mut Vec<(String, String)>) -> Result<(), Error> {
+        const FIELD: &str = "metadata";
+        let dict = value
+            .downcast::<PyDict>()
+            .map_err(|_| self.wrong(FIELD, "an object of names to strings or lists of strings", value))?;
+        for (name, values) in dict.iter() {
+            let name = self.string(FIELD, &name)?;
+            if let Ok(list) = values.downcast::<PyList>() {
+                for v in list.iter() {
+                    out.push((name.clone(), self.string(FIELD, &v)?));
+                }
+            } else if let Ok(tuple) = values.downcast::<PyTuple>() {
+                for v in tuple.iter() {
+                    out.push((name.clone(), self.string(FIELD, &v)?));
+                }
+            } else {
+                out.push((name.clone(), self.string(FIELD, &values)?));
+            }
+        }
+        Ok(())
+    }
+
+    fn record(&self, item: &Bound<'_, PyAny>) -> Result<Record, Error> {
+        let dict = item.downcast::<PyDict>().map_err(|_| {
+            Error::record(self.index, None, format!("expected an object, got {}", type_name(item)))
+        })?;
+        let mut r = Record::default();
+        let mut contents = Vec::new();
+        for (key, value) in dict.iter() {
+            let key = key
+                .downcast::<PyString>()
+                .ok()
+                .and_then(|k| k.to_str().ok().map(str::to_owned))
+                .ok_or_else(|| Error::record(self.index, None, "field names must be strings"))?;
+            if value.is_none() {
+                continue;
+            }
+            match key.as_str() {
+                "url" => r.url = self.string("url", &value)?,
+                "action" => {
+                    r.action = Some(match self.string("action", &value)?.as_str() {
+                        "add" => Action::Add,
+                        "delete" => Action::Delete,
+                        other => {
+                            return Err(Error::record(
+                                self.index,
+                                Some("action"),
+                                format!("'{other}' is not an action: use add or delete"),
+                            ))
+                        }
+                    })
+                }
+                "mimetype" => r.mimetype = Some(self.string("mimetype", &value)?),
+                "displayurl" => r.displayurl = Some(self.string("displayurl", &value)?),
+                "last_modified" => {
+                    r.last_modified = Some(if value.is_instance_of::<PyString>() {
+                        Timestamp::Text(self.string("last_modified", &value)?)
+                    } else if (value.is_instance_of::<PyInt>() || value.is_instance_of::<PyFloat>())
+                        && !value.is_instance_of::<PyBool>()
+                    {
+                        Timestamp::Epoch(value.extract::<f64>().map_err(|_| {
+                            self.wrong("last_modified", "a date or seconds since the epoch", &value)
+                        })?)
+                    } else {
+                        return Err(self.wrong("last_modified", "a date string or a number", &value));
+                    })
+                }
+                "lock" => r.lock = Some(self.boolean("lock", &value)?),
+                "crawl_immediately" => r.crawl_immediately = Some(self.boolean("crawl_immediately", &value)?),
+                "crawl_once" => r.crawl_once = Some(self.boolean("crawl_once", &value)?),
+                "authmethod" => {
+                    let m = self.string("authmethod", &value)?;
+                    r.authmethod = Some(AuthMethod::parse(&m).ok_or_else(|| {
+                        Error::record(
+                            self.index,
+                            Some("authmethod"),
+                            format!("'{m}' is not one of none, httpbasic, ntlm, httpsso"),
+                        )
+                    })?)
+                }
+                "pagerank" => {
+                    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
+                        return Err(self.wrong("pagerank", "an integer from 68 to 100", &value));
+                    }
+                    r.pagerank = Some(value.extract::<i64>().map_err(|_| {
+                        Error::record(self.index, Some("pagerank"), "is outside 68 to 100")
+                    })?)
+                }
+                "metadata" => self.metadata(&value, &mut r.metadata)?,
+                "content" => contents.push(if let Ok(b) = value.downcast::<PyBytes>() {
+                    Content::Bytes(b.as_bytes().to_vec())
+                } else if let Ok(b) = value.downcast::<PyByteArray>() {
+                    Content::Bytes(b.to_vec())
+                } else if value.is_instance_of::<PyString>() {
+                    Content::Text(self.string("content", &value)?)
+                } else {
+                    return Err(self.wrong("content", "a string or bytes", &value));
+                }),
+                "content_base64" => contents.push(Content::Base64(self.string("content_base64", &value)?)),
+                "content_path" => contents.push(Content::Path(
+                    value
+                        .extract::<PathBuf>()
+                        .map_err(|_| self.wrong("content_path", "a file path", &value))?,
+                )),
+                other => {
+                    return Err(Error::record(
+                        self.index,
+                        None,
+                        format!(
+                            "unknown field '{other}' (fields: url, action, mimetype, displayurl, \
+                             last_modified, lock, authmethod, pagerank, crawl_immediately, \
+                             crawl_once, metadata, content, content_base64, content_path)"
+                        ),
+                    ))
+                }
+            }
+        }
+        if contents.len() > 1 {
+            return Err(Error::record(
+                self.index,
+                Some("content"),
+                "give at most one of content, content_base64 and content_path",
+            ));
+        }
+        r.content = contents.pop();
+        Ok(r)
+    }
+}
+
+fn entry_dict<'py>(py: Python<'py>, e: &ManifestEntry) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("file", &e.file)?;
+    d.set_item("datasource", &e.datasource)?;
+    d.set_item("feedtype", e.feedtype.as_str())?;
+    d.set_item("records", e.records)?;
+    d.set_item("bytes", e.bytes)?;
+    d.set_item("sha256", &e.sha256)?;
+    Ok(d)
+}
+
+fn entries_list<'py>(py: Python<'py>, entries: &[ManifestEntry]) -> PyResult<Bound<'py, PyList>> {
+    let items = entries
+        .iter()
+        .map(|e| entry_dict(py, e))
+        .collect::<PyResult<Vec<_>>>()?;
+    PyList::new(py, items)
+}
+
+/// Writes records into size-capped feed files. See `fastfeed.FeedWriter` for the documented API.
+#[pyclass(module = "fastfeed._core", name = "FeedWriter")]
+struct PyFeedWriter {
+    inner: Option<FeedWriter>,
+}
+
+impl PyFeedWriter {
+    fn writer(&mut self) -> PyResult<&mut FeedWriter> {
+        self.inner
+            .as_mut()
+            .ok_or_else(|| FeedError::new_err("this writer is closed"))
+    }
+}
+
+#[pymethods]
+impl PyFeedWriter {
+    #[new]
+    #[pyo3(signature = (out_dir, datasource, feedtype, *, max_bytes=DEFAULT_MAX_BYTES, max_records=0, compress="auto", level=DEFAULT_LEVEL, workers=0))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        out_dir: PathBuf,
+        datasource: &str,
+        feedtype: &str,
+        max_bytes: u64,
+        max_records: u64,
+        compress: &str,
+        level: u8,
+        workers: usize,
+    ) -> PyResult<Self> {
+        let feedtype = FeedType::parse(feedtype).ok_or_else(|| {
+            FeedError::new_err(format!(
+                "feed type '{feedtype}' is not one of full, incremental, metadata-and-url"
+            ))
+        })?;
+        let compress = Compress::parse(compress).ok_or_else(|| {
+            FeedError::new_err(format!("compress '{compress}' is not one of auto, always, never"))
+        })?;
+        let opts = Options {
+            max_bytes,
+            max_records,
+            compress,
+            level,
+            workers,
+        };
+        let datasource = datasource.to_owned();
+        let writer = py.allow_threads(|| FeedWriter::new(&out_dir, &datasource, feedtype, opts))?;
+        Ok(PyFeedWriter { inner: Some(writer) })
+    }
+
+    /// Checks, encodes and writes a batch of records (dicts). Returns the warnings, as
+    /// (index, message) pairs, and the files finished meanwhile, as manifest entries.
+    #[allow(clippy::type_complexity)]
+    fn add_batch<'py>(
+        &mut self,
+        py: Python<'py>,
+        records: &Bound<'py, PyAny>,
+    ) -> PyResult<(Vec<(usize, String)>, Bound<'py, PyList>)> {
+        let mut batch = Vec::new();
+        for (index, item) in records.try_iter()?.enumerate() {
+            batch.push(Fields { index }.record(&item?)?);
+        }
+        let writer = self.writer()?;
+        let report = py.allow_threads(|| writer.add_batch(&batch))?;
+        Ok((report.warnings, entries_list(py, &report.finished)?))
+    }
+
+    /// Closes the last file, writes `manifest.jsonl`, and returns (all entries, entries finished
+    /// by this call).
+    fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+        let writer = self
+            .inner
+            .take()
+            .ok_or_else(|| FeedError::new_err("this writer is closed"))?;
+        let (all, finished) = py.allow_threads(|| writer.finish())?;
+        Ok((entries_list(py, &all)?, entries_list(py, &finished)?))
+    }
+
+    /// Stops without a manifest, removing the half-written file.
+    fn abort(&mut self) {
+        self.inner = None;
+    }
+
+    #[getter]
+    fn records(&self) -> u64 {
+        self.inner.as_ref().map_or(0, FeedWriter::records)
+    }
+
+    #[getter]
+    fn bytes(&self) -> u64 {
+        self.inner.as_ref().map_or(0, FeedWriter::bytes)
+    }
+
+    #[getter]
+    fn files(&self) -> usize {
+        self.inner.as_ref().map_or(0, |w| w.entries().len())
+    }
+}
+
+#[pymodule]
+#[pyo3(name = "_core")]
+fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<PyFeedWriter>()?;
+    m.add("FeedError", py.get_type::<FeedError>())?;
+    m.add("RecordError", py.get_type::<RecordError>())?;
+    m.add("DEFAULT_MAX_BYTES", DEFAULT_MAX_BYTES)?;
+    m.add("HARD_MAX_BYTES", HARD_MAX_BYTES)?;
+    m.add("DEFAULT_LEVEL", DEFAULT_LEVEL)?;
+    Ok(())
+}

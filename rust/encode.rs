@@ -1,0 +1,224 @@
+//! Binary encodings of the protocol: `base64binary` and `base64compressed` (zlib, then base64).
+
+use base64_simd::STANDARD;
+use libdeflater::{CompressionLvl, Compressor};
+
+/// How content may be compressed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compress {
+    /// Compress binary content that will shrink; send text as text.
+    Auto,
+    /// Compress every content, text included.
+    Always,
+    /// Never compress: binary goes as plain base64.
+    Never,
+}
+
+impl Compress {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "auto" => Some(Compress::Auto),
+            "always" => Some(Compress::Always),
+            "never" => Some(Compress::Never),
+            _ => None,
+        }
+    }
+}
+
+/// The `encoding` attribute chosen for a content.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    Base64Binary,
+    Base64Compressed,
+}
+
+impl Encoding {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Encoding::Base64Binary => "base64binary",
+            Encoding::Base64Compressed => "base64compressed",
+        }
+    }
+}
+
+/// Appends standard base64 (with padding) of `data` to `out`.
+pub fn base64_into(out: &mut Vec<u8>, data: &[u8]) {
+    let start = out.len();
+    let n = STANDARD.encoded_length(data.len());
+    out.resize(start + n, 0);
+    let _ = STANDARD.encode(data, base64_simd::Out::from_slice(&mut out[start..]));
+}
+
+/// Decodes base64 given by a user: standard alphabet, padding optional, and line breaks or other
+/// ASCII whitespace ignored (encoders often wrap at 76 columns).
+pub fn decode_base64(text: &str) -> Result<Vec<u8>, String> {
+    let compact: std::borrow::Cow<'_, [u8]> = if text.bytes().any(|b| b.is_ascii_whitespace()) {
+        text.bytes().filter(|b| !b.is_ascii_whitespace()).collect::<Vec<_>>().into()
+    } else {
+        text.as_bytes().into()
+    };
+    let padded = compact.ends_with(b"=");
+    let engine = if padded {
+        base64_simd::STANDARD
+    } else {
+        base64_simd::STANDARD_NO_PAD
+    };
+    engine.decode_to_vec(&compact).map_err(|_| {
+        let bad = compact
+            .iter()
+            .position(|&b| !(b.is_ascii_alphanumeric() || b == b'+' || b == b'/' || b == b'='));
+        match bad {
+            Some(pos) => format!("not valid base64: unexpected character at offset {pos}"),
+            None => format!(
+                "not valid base64: {} characters cannot end a base64 text",
+                compact.len()
+            ),
+        }
+    })
+}
+
+/// Formats that are already compressed: deflating them again costs time and saves nothing.
+fn is_precompressed(data: &[u8]) -> bool {
+    const MAGIC: &[&[u8]] = &[
+        b"\x1f\x8b",         // gzip
+        b"PK\x03\x04",       // zip, and the OOXML/ODF/JAR/EPUB formats built on it
+        b"\x89PNG",          // png
+        b"\xff\xd8\xff",     // jpeg
+        b"GIF8",             // gif
+        b"BZh",              // bzip2
+        b"\xfd7zXZ\x00",     // xz
+        b"7z\xbc\xaf\x27\x1c", // 7z
+        b"\x28\xb5\x2f\xfd", // zstd
+        b"Rar!",             // rar
+        b"OggS",             // ogg
+        b"ID3",              // mp3
+        b"\x1a\x45\xdf\xa3", // matroska, webm
+        b"wOFF",             // woff
+        b"wOF2",             // woff2
+    ];
+    MAGIC.iter().any(|m| data.starts_with(m))
+        || (data.len() > 12 && &data[4..8] == b"ftyp") // mp4, mov, heic
+        || (data.len() > 12 && data.starts_with(b"RIFF") && &data[8..12] == b"WEBP")
+}
+
+/// Bytes deflated from the start of a content to decide whether the whole is worth deflating.
+const PROBE: usize = 64 * 1024;
+/// Below this, compression headers and base64 rounding eat what compression saves.
+const MIN_COMPRESS: usize = 128;
+
+/// Deflates data with a reusable compressor (one per worker thread).
+pub struct Deflater {
+    compressor: Compressor,
+    scratch: Vec<u8>,
+}
+
+impl Deflater {
+    pub fn new(level: u8) -> Self {
+        let lvl = CompressionLvl::new(i32::from(level)).unwrap_or_default();
+        Deflater {
+            compressor: Compressor::new(lvl),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// zlib-deflates `data` into the scratch buffer; returns the compressed length.
+    fn deflate(&mut self, data: &[u8]) -> usize {
+        let bound = self.compressor.zlib_compress_bound(data.len());
+        if self.scratch.len() < bound {
+            self.scratch.resize(bound, 0);
+        }
+        self.compressor
+            .zlib_compress(data, &mut self.scratch)
+            .expect("buffer sized by zlib_compress_bound")
+    }
+
+    /// Picks the encoding for `data` and returns it with the bytes to base64: the deflated form
+    /// when `compress` asks for it and it pays, else `data` itself. Text has already been sent as
+    /// text where it could be, so everything that reaches here is binary.
+    pub fn choose<'a>(&'a mut self, data: &'a [u8], compress: Compress) -> (Encoding, &'a [u8]) {
+        let try_deflate = match compress {
+            Compress::Never => false,
+            Compress::Always => true,
+            Compress::Auto => data.len() >= MIN_COMPRESS && !is_precompressed(data) && {
+                // Incompressible data costs as much to deflate as anything else; a probe of its
+                // start tells cheaply whether to bother.
+                let probe = &data[..data.len().min(PROBE)];
+                probe.len() < PROBE || self.deflate(probe) * 10 < probe.len() * 9
+            },
+        };
+        if try_deflate {
+            let n = self.deflate(data);
+            if n < data.len() || compress == Compress::Always {
+                return (Encoding::Base64Compressed, &self.scratch[..n]);
+            }
+        }
+        (Encoding::Base64Binary, data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    fn inflate(b64: &[u8]) -> Vec<u8> {
+        let raw = STANDARD.decode_to_vec(b64).unwrap();
+        let mut out = Vec::new();
+        flate2::read::ZlibDecoder::new(&raw[..]).read_to_end(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn compressible_binary_is_deflated_and_round_trips() {
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i % 7) as u8).collect();
+        let mut out = Vec::new();
+        let mut d = Deflater::new(6);
+        let (enc, payload) = d.choose(&data, Compress::Auto);
+        base64_into(&mut out, payload);
+        assert_eq!(enc, Encoding::Base64Compressed);
+        assert!(out.len() < data.len() / 10);
+        assert_eq!(inflate(&out), data);
+    }
+
+    #[test]
+    fn incompressible_and_precompressed_data_is_only_base64() {
+        let mut state = 0x2545F4914F6CDD1Du64;
+        let noise: Vec<u8> = (0..200_000)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
+        let mut d = Deflater::new(6);
+        let (enc, payload) = d.choose(&noise, Compress::Auto);
+        assert_eq!(enc, Encoding::Base64Binary);
+        assert_eq!(payload, &noise[..]);
+
+        let zipped = [b"PK\x03\x04".as_slice(), &[0u8; 4096]].concat();
+        assert_eq!(d.choose(&zipped, Compress::Auto).0, Encoding::Base64Binary);
+        let (enc, payload) = d.choose(&zipped, Compress::Always);
+        assert_eq!(enc, Encoding::Base64Compressed);
+        let mut out = Vec::new();
+        base64_into(&mut out, payload);
+        assert_eq!(inflate(&out), zipped);
+        // Small data is not worth the zlib header.
+        assert_eq!(d.choose(&[0u8; 64], Compress::Auto).0, Encoding::Base64Binary);
+    }
+
+    #[test]
+    fn never_means_plain_base64() {
+        let data = vec![7u8; 10_000];
+        assert_eq!(Deflater::new(6).choose(&data, Compress::Never).0, Encoding::Base64Binary);
+    }
+
+    #[test]
+    fn user_base64_tolerates_wrapping_and_missing_padding_but_not_garbage() {
+        assert_eq!(decode_base64("Zm9v\nYmFy\n").unwrap(), b"foobar");
+        assert_eq!(decode_base64("Zm9vYg").unwrap(), b"foob");
+        assert_eq!(decode_base64("Zm9vYg==").unwrap(), b"foob");
+        assert!(decode_base64("Zm9v!").unwrap_err().contains("offset 4"));
+        assert!(decode_base64("Z").is_err());
+    }
+}

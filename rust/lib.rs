@@ -1,0 +1,17 @@
+//! fastfeed's core: turns records into valid, lossless, size-capped search appliance feeds.
+//!
+//! Everything here is plain Rust; `bindings` (behind the `python` feature) is the only module
+//! that knows about Python.
+
+pub mod encode;
+pub mod error;
+pub mod escape;
+pub mod record;
+pub mod writer;
+
+#[cfg(feature = "python")]
+mod bindings;
+
+pub use error::{Error, Result};
+pub use record::{Action, AuthMethod, Content, FeedType, Record, Timestamp};
+pub use writer::{FeedWriter, ManifestEntry, Options};

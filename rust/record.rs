@@ -1,0 +1,489 @@
+//! A feed record: the JSON Lines schema, its protocol rules, and its XML form.
+
+use std::path::PathBuf;
+
+use crate::encode::{base64_into, decode_base64, Compress, Deflater};
+use crate::error::{Error, Result};
+use crate::escape::{escape_into, first_unrepresentable, Context};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Add,
+    Delete,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthMethod {
+    None,
+    HttpBasic,
+    Ntlm,
+    HttpSso,
+}
+
+impl AuthMethod {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "none" => Some(AuthMethod::None),
+            "httpbasic" => Some(AuthMethod::HttpBasic),
+            "ntlm" => Some(AuthMethod::Ntlm),
+            "httpsso" => Some(AuthMethod::HttpSso),
+            _ => None,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            AuthMethod::None => "none",
+            AuthMethod::HttpBasic => "httpbasic",
+            AuthMethod::Ntlm => "ntlm",
+            AuthMethod::HttpSso => "httpsso",
+        }
+    }
+}
+
+/// A record's content, as the user gave it.
+#[derive(Clone, Debug)]
+pub enum Content {
+    /// Text: sent as XML text when XML can carry it.
+    Text(String),
+    /// Binary: always base64, maybe compressed.
+    Bytes(Vec<u8>),
+    /// Binary the user gave in base64 (`content_base64`); decoded on a worker thread.
+    Base64(String),
+    /// A file read at build time (`content_path`).
+    Path(PathBuf),
+}
+
+impl Content {
+    fn field(&self) -> &'static str {
+        match self {
+            Content::Text(_) | Content::Bytes(_) => "content",
+            Content::Base64(_) => "content_base64",
+            Content::Path(_) => "content_path",
+        }
+    }
+}
+
+/// `last_modified` before it is checked: a string, or seconds since the epoch.
+#[derive(Clone, Debug)]
+pub enum Timestamp {
+    Text(String),
+    Epoch(f64),
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Record {
+    pub url: String,
+    pub action: Option<Action>,
+    pub mimetype: Option<String>,
+    pub displayurl: Option<String>,
+    pub last_modified: Option<Timestamp>,
+    pub lock: Option<bool>,
+    pub authmethod: Option<AuthMethod>,
+    pub pagerank: Option<i64>,
+    pub crawl_immediately: Option<bool>,
+    pub crawl_once: Option<bool>,
+    /// Name and value pairs; a name given several values appears several times, in input order.
+    pub metadata: Vec<(String, String)>,
+    pub content: Option<Content>,
+}
+
+/// What kind of feed a record goes into, which decides the rules it must follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FeedType {
+    Full,
+    Incremental,
+    MetadataAndUrl,
+}
+
+impl FeedType {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "full" => Some(FeedType::Full),
+            "incremental" => Some(FeedType::Incremental),
+            "metadata-and-url" => Some(FeedType::MetadataAndUrl),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FeedType::Full => "full",
+            FeedType::Incremental => "incremental",
+            FeedType::MetadataAndUrl => "metadata-and-url",
+        }
+    }
+}
+
+/// The feed a record is checked against.
+#[derive(Clone, Copy, Debug)]
+pub struct FeedKind {
+    pub feedtype: FeedType,
+    /// The `web` datasource: a web feed, URLs only, whatever the feed type.
+    pub web: bool,
+}
+
+impl FeedKind {
+    fn carries_content(self) -> bool {
+        !self.web && self.feedtype != FeedType::MetadataAndUrl
+    }
+}
+
+/// How contents are encoded.
+#[derive(Clone, Copy, Debug)]
+pub struct EncodeOptions {
+    pub compress: Compress,
+}
+
+/// Whether a MIME type names text that may travel as XML text.
+fn is_textual(mimetype: &str) -> bool {
+    let essence = mimetype.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    essence.starts_with("text/")
+        || essence.ends_with("+xml")
+        || essence.ends_with("+json")
+        || matches!(
+            essence.as_str(),
+            "application/xml" | "application/json" | "application/javascript" | "application/x-sh"
+        )
+}
+
+/// The URL must be absolute with a fully qualified host, as the appliance requires.
+fn check_url(url: &str) -> std::result::Result<(), String> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(format!("'{url}' is not an absolute URL (scheme://host/path)"));
+    };
+    let scheme_ok = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    if !scheme_ok {
+        return Err(format!("'{url}' has no valid scheme"));
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = if hostport.starts_with('[') {
+        // An IPv6 literal is fully qualified by nature.
+        return Ok(());
+    } else {
+        hostport.split(':').next().unwrap_or("")
+    };
+    if host.is_empty() {
+        return Err(format!("'{url}' has no host"));
+    }
+    if !host.contains('.') || host.starts_with('.') || host.contains("..") {
+        return Err(format!(
+            "host '{host}' is not fully qualified (the appliance needs a name like host.example.com)"
+        ));
+    }
+    if host.chars().any(char::is_whitespace) {
+        return Err(format!("host '{host}' contains white space"));
+    }
+    Ok(())
+}
+
+/// RFC 822 dates pass through as given; ISO 8601 and epoch seconds become RFC 822 in GMT.
+fn normalize_date(ts: &Timestamp) -> std::result::Result<String, String> {
+    use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+    const RFC822: &str = "%a, %d %b %Y %H:%M:%S GMT";
+    let from_epoch = |secs: f64| {
+        if !secs.is_finite() {
+            return Err(format!("{secs} is not a time"));
+        }
+        let whole = secs.floor();
+        DateTime::<Utc>::from_timestamp(whole as i64, 0)
+            .map(|t| t.format(RFC822).to_string())
+            .ok_or_else(|| format!("{secs} seconds since the epoch is out of range"))
+    };
+    let text = match ts {
+        Timestamp::Epoch(secs) => return from_epoch(*secs),
+        Timestamp::Text(t) => t.trim(),
+    };
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        if let Ok(secs) = text.parse::<f64>() {
+            return from_epoch(secs);
+        }
+    }
+    if DateTime::parse_from_rfc2822(text).is_ok() {
+        return Ok(text.to_owned());
+    }
+    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        return Ok(t.with_timezone(&Utc).format(RFC822).to_string());
+    }
+    // ISO 8601 without an offset is taken as UTC.
+    for fmt in ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M"] {
+        if let Ok(t) = NaiveDateTime::parse_from_str(text, fmt) {
+            return Ok(t.and_utc().format(RFC822).to_string());
+        }
+    }
+    if let Ok(d) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        return Ok(d.and_hms_opt(0, 0, 0).expect("midnight").and_utc().format(RFC822).to_string());
+    }
+    Err(format!(
+        "'{text}' is not a date: use RFC 822 (Tue, 6 Nov 2007 12:45:26 GMT), \
+         ISO 8601 (2007-11-06T12:45:26Z) or seconds since the epoch"
+    ))
+}
+
+fn guess_mimetype(path: &str) -> Option<String> {
+    mime_guess::from_path(path).first().map(|m| m.essence_str().to_owned())
+}
+
+/// The path part of a URL, for guessing a MIME type from its extension.
+fn url_path(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let path = rest.find('/').map_or("", |i| &rest[i..]);
+    path.split(['?', '#']).next().unwrap_or("")
+}
+
+/// A record checked against its feed, ready to be written.
+struct Checked<'a> {
+    record: &'a Record,
+    mimetype: String,
+    last_modified: Option<String>,
+    metadata: Vec<&'a (String, String)>,
+}
+
+impl Record {
+    /// Applies the protocol's rules; `index` names the record in errors.
+    fn check(&self, index: usize, kind: FeedKind) -> Result<Checked<'_>> {
+        let err = |field: &'static str, msg: String| Error::record(index, Some(field), msg);
+        let representable = |field: &'static str, value: &str| match first_unrepresentable(value) {
+            None => Ok(()),
+            Some(at) => {
+                let c = value[at..].chars().next().unwrap_or_default();
+                Err(err(
+                    field,
+                    format!(
+                        "contains U+{:04X} at byte {at}, a character XML cannot carry in this field",
+                        u32::from(c)
+                    ),
+                ))
+            }
+        };
+
+        if self.url.is_empty() {
+            return Err(err("url", "is required".into()));
+        }
+        representable("url", &self.url)?;
+        check_url(&self.url).map_err(|m| err("url", m))?;
+        if let Some(d) = &self.displayurl {
+            representable("displayurl", d)?;
+            if d.is_empty() {
+                return Err(err("displayurl", "is empty".into()));
+            }
+        }
+        if let Some(rank) = self.pagerank {
+            if !kind.carries_content() {
+                return Err(err("pagerank", "applies to content feeds only".into()));
+            }
+            if !(68..=100).contains(&rank) {
+                return Err(err("pagerank", format!("{rank} is outside 68 to 100")));
+            }
+        }
+        let delete = self.action == Some(Action::Delete);
+        if let Some(content) = &self.content {
+            let field = content.field();
+            if !kind.carries_content() {
+                let why = if kind.web {
+                    "the 'web' datasource is a web feed: it carries URLs, not content"
+                } else {
+                    "a metadata-and-url feed carries URLs and metadata, not content"
+                };
+                return Err(err(field, why.into()));
+            }
+            if delete {
+                return Err(err(field, "a delete record carries no content".into()));
+            }
+        } else if kind.feedtype == FeedType::Full && !delete && !self.metadata.is_empty() && !kind.web {
+            return Err(err(
+                "metadata",
+                "a full feed cannot push metadata alone: give the record content too".into(),
+            ));
+        }
+        for (name, value) in &self.metadata {
+            if name.is_empty() {
+                return Err(err("metadata", "a metadata name is empty".into()));
+            }
+            if value.is_empty() {
+                return Err(err(
+                    "metadata",
+                    format!("'{name}' has an empty value, which makes the appliance reject the record"),
+                ));
+            }
+        }
+        let mimetype = match &self.mimetype {
+            Some(m) => {
+                representable("mimetype", m)?;
+                if m.trim().is_empty() {
+                    return Err(err("mimetype", "is empty".into()));
+                }
+                m.clone()
+            }
+            None => {
+                let guessed = match &self.content {
+                    Some(Content::Path(p)) => guess_mimetype(&p.to_string_lossy()),
+                    _ => None,
+                };
+                guessed
+                    .or_else(|| guess_mimetype(url_path(&self.url)))
+                    .unwrap_or_else(|| match &self.content {
+                        Some(Content::Bytes(_) | Content::Base64(_) | Content::Path(_)) => {
+                            "application/octet-stream".into()
+                        }
+                        _ => "text/plain".into(),
+                    })
+            }
+        };
+        let last_modified = match &self.last_modified {
+            Some(ts) => {
+                let date = normalize_date(ts).map_err(|m| err("last_modified", m))?;
+                representable("last_modified", &date)?;
+                Some(date)
+            }
+            None => None,
+        };
+        let mut metadata: Vec<_> = self.metadata.iter().collect();
+        // Stable: repeated names keep their input order, and unchanged documents give the same bytes.
+        metadata.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(Checked {
+            record: self,
+            mimetype,
+            last_modified,
+            metadata,
+        })
+    }
+
+    /// Checks the record and appends its XML form to `out`.
+    pub fn encode_into(
+        &self,
+        index: usize,
+        kind: FeedKind,
+        opts: EncodeOptions,
+        deflater: &mut Deflater,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        let checked = self.check(index, kind)?;
+        checked.write(index, opts, deflater, out)
+    }
+}
+
+fn attr(out: &mut Vec<u8>, name: &str, value: &str) {
+    out.push(b' ');
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"=\"");
+    escape_into(out, value, Context::Attribute).expect("checked as representable");
+    out.push(b'"');
+}
+
+fn flag(out: &mut Vec<u8>, name: &str, value: Option<bool>) {
+    if let Some(v) = value {
+        attr(out, name, if v { "true" } else { "false" });
+    }
+}
+
+impl Checked<'_> {
+    fn write(&self, index: usize, opts: EncodeOptions, deflater: &mut Deflater, out: &mut Vec<u8>) -> Result<()> {
+        let r = self.record;
+        out.extend_from_slice(b"<record");
+        attr(out, "url", &r.url);
+        if let Some(d) = &r.displayurl {
+            attr(out, "displayurl", d);
+        }
+        if let Some(action) = r.action {
+            attr(out, "action", if action == Action::Add { "add" } else { "delete" });
+        }
+        attr(out, "mimetype", &self.mimetype);
+        if let Some(date) = &self.last_modified {
+            attr(out, "last-modified", date);
+        }
+        flag(out, "lock", r.lock);
+        if let Some(m) = r.authmethod {
+            attr(out, "authmethod", m.as_str());
+        }
+        if let Some(rank) = r.pagerank {
+            attr(out, "pagerank", &rank.to_string());
+        }
+        flag(out, "crawl-immediately", r.crawl_immediately);
+        flag(out, "crawl-once", r.crawl_once);
+        if self.metadata.is_empty() && r.content.is_none() {
+            out.extend_from_slice(b"/>\n");
+            return Ok(());
+        }
+        out.extend_from_slice(b">\n");
+        if !self.metadata.is_empty() {
+            out.extend_from_slice(b"<metadata>\n");
+            for (name, value) in &self.metadata {
+                write_meta(out, name, value);
+            }
+            out.extend_from_slice(b"</metadata>\n");
+        }
+        if let Some(content) = &r.content {
+            self.write_content(index, content, opts, deflater, out)?;
+        }
+        out.extend_from_slice(b"</record>\n");
+        Ok(())
+    }
+
+    fn write_content(
+        &self,
+        index: usize,
+        content: &Content,
+        opts: EncodeOptions,
+        deflater: &mut Deflater,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        let field = content.field();
+        let read;
+        let decoded;
+        let (bytes, text): (&[u8], bool) = match content {
+            Content::Text(s) => (s.as_bytes(), true),
+            Content::Bytes(b) => (b, false),
+            Content::Base64(s) => {
+                decoded = decode_base64(s).map_err(|m| Error::record(index, Some(field), m))?;
+                (&decoded, false)
+            }
+            Content::Path(p) => {
+                read = std::fs::read(p).map_err(|e| {
+                    Error::record(index, Some(field), format!("cannot read {}: {e}", p.display()))
+                })?;
+                // A file is text when its type says so and its bytes are UTF-8.
+                let text = is_textual(&self.mimetype) && std::str::from_utf8(&read).is_ok();
+                (&read, text)
+            }
+        };
+        if text && opts.compress != Compress::Always {
+            let s = std::str::from_utf8(bytes).expect("text is UTF-8");
+            let mark = out.len();
+            out.extend_from_slice(b"<content>");
+            if escape_into(out, s, Context::Text).is_ok() {
+                out.extend_from_slice(b"</content>\n");
+                return Ok(());
+            }
+            // XML cannot carry this text as text: base64 keeps every byte.
+            out.truncate(mark);
+        }
+        let (encoding, payload) = deflater.choose(bytes, opts.compress);
+        out.extend_from_slice(b"<content encoding=\"");
+        out.extend_from_slice(encoding.as_str().as_bytes());
+        out.extend_from_slice(b"\">");
+        base64_into(out, payload);
+        out.extend_from_slice(b"</content>\n");
+        Ok(())
+    }
+}
+
+fn write_meta(out: &mut Vec<u8>, name: &str, value: &str) {
+    out.extend_from_slice(b"<meta");
+    if first_unrepresentable(name).is_none() && first_unrepresentable(value).is_none() {
+        attr(out, "name", name);
+        attr(out, "content", value);
+    } else {
+        // The protocol requires both name and content encoded when either is.
+        out.extend_from_slice(b" encoding=\"base64binary\" name=\"");
+        base64_into(out, name.as_bytes());
+        out.extend_from_slice(b"\" content=\"");
+        base64_into(out, value.as_bytes());
+        out.push(b'"');
+    }
+    out.extend_from_slice(b"/>\n");
+}

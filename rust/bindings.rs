@@ -13,8 +13,10 @@ use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, 
 
 use crate::encode::Compress;
 use crate::error::Error;
-use crate::record::{Action, AuthMethod, Content, FeedType, Record, Timestamp};
-use crate::writer::{FeedWriter, ManifestEntry, Options, DEFAULT_LEVEL, DEFAULT_MAX_BYTES, HARD_MAX_BYTES};
+use crate::record::{check_url, Action, AuthMethod, Content, FeedType, Record, Timestamp};
+use crate::writer::{
+    check_datasource, FeedWriter, ManifestEntry, Options, DEFAULT_LEVEL, DEFAULT_MAX_BYTES, HARD_MAX_BYTES,
+};
 
 create_exception!(
     _core,
@@ -345,11 +347,25 @@ impl PyFeedWriter {
     }
 }
 
+/// Why the appliance would refuse this record URL, or None when it is fine.
+#[pyfunction]
+fn url_problem(url: &str) -> Option<String> {
+    check_url(url).err()
+}
+
+/// Why this datasource name is not allowed, or None when it is fine.
+#[pyfunction]
+fn datasource_problem(name: &str) -> Option<String> {
+    check_datasource(name).err().map(|e| e.to_string())
+}
+
 #[pymodule]
 #[pyo3(name = "_core")]
 fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<PyFeedWriter>()?;
+    m.add_function(wrap_pyfunction!(url_problem, m)?)?;
+    m.add_function(wrap_pyfunction!(datasource_problem, m)?)?;
     m.add("FeedError", py.get_type::<FeedError>())?;
     m.add("RecordError", py.get_type::<RecordError>())?;
     m.add("DEFAULT_MAX_BYTES", DEFAULT_MAX_BYTES)?;

@@ -148,7 +148,7 @@ fn is_textual(mimetype: &str) -> bool {
 }
 
 /// The URL must be absolute with a fully qualified host, as the appliance requires.
-fn check_url(url: &str) -> std::result::Result<(), String> {
+pub fn check_url(url: &str) -> std::result::Result<(), String> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return Err(format!("'{url}' is not an absolute URL (scheme://host/path)"));
     };

@@ -8,6 +8,9 @@ DEFAULT_MAX_BYTES: int
 HARD_MAX_BYTES: int
 DEFAULT_LEVEL: int
 
+def url_problem(url: str) -> str | None: ...
+def datasource_problem(name: str) -> str | None: ...
+
 class FeedError(ValueError): ...
 
 class RecordError(FeedError):

@@ -1,0 +1,176 @@
+"""`fastfeed build` and `fastfeed validate`."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from typing import Any
+
+import orjson
+
+from fastfeed.build import InputError, build
+from fastfeed.errors import ExitCode
+from fastfeed.progress import Progress, human_bytes
+from fastfeed.validate import validate_file
+from fastfeed.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES, HARD_MAX_BYTES
+
+BUILD_HELP = f"""\
+Build GSA feed files from JSON Lines records or directories of documents.
+
+Each INPUT is a JSON Lines file (one record per line, see the README for the fields), `-` for
+standard input, or a directory whose files become records (with --base-url). The output
+directory receives numbered feed files, each a complete, valid feed under --max-bytes, and
+manifest.jsonl, which lists them in the order they must be pushed.
+
+A full feed replaces every document of its datasource. When it must be split, only the first
+file is `full`; the others are `incremental`, so that they add to it instead of replacing it.
+
+examples:
+  fastfeed build docs.jsonl --datasource docs --feedtype full --out feeds/
+  cat changes.jsonl | fastfeed build - --datasource docs --out feeds-$(date +%s)/
+  fastfeed build /srv/share --base-url http://files.example.com/share/ \\
+      --datasource share --feedtype full --out feeds/
+
+The default cap, {DEFAULT_MAX_BYTES // 1_000_000} MB, keeps each push quick to retry; the hard
+ceiling is {HARD_MAX_BYTES // 1_000_000} MB, under the protocol's 1 GB limit.
+"""
+
+VALIDATE_HELP = """\
+Check feed files against the gsafeed DTD and the protocol's rules (datasource name, URLs with a
+fully qualified host, pagerank range, no content in metadata-and-url or web feeds, no empty
+meta content, decodable base64 and zlib content). Prints file:line: problem for each problem
+and exits with status 1 if there is any.
+
+example:
+  fastfeed validate feeds/*.xml
+"""
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "ki": 2**10, "mi": 2**20, "gi": 2**30}
+
+
+def parse_size(text: str) -> int:
+    """Sizes like 50MB, 64MiB or 1000000 (MB = 10**6 bytes, MiB = 2**20)."""
+    m = _SIZE.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a size like 50MB, 64MiB or 1000000")
+    unit = (m.group(2) or "").lower().removesuffix("b")
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = commands.add_parser(
+        "build", help="build feed files from records", description=BUILD_HELP, formatter_class=fmt
+    )
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="JSON Lines file, - (stdin) or directory")
+    p.add_argument("--datasource", required=True, help="datasource name: [a-zA-Z_][a-zA-Z0-9_-]*")
+    p.add_argument(
+        "--feedtype",
+        choices=("full", "incremental", "metadata-and-url"),
+        default="incremental",
+        help="full replaces the datasource; incremental adds and deletes (default); "
+        "metadata-and-url feeds URLs and metadata for the crawler",
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="new or empty output directory")
+    p.add_argument(
+        "--max-bytes",
+        type=parse_size,
+        default=DEFAULT_MAX_BYTES,
+        metavar="SIZE",
+        help=f"cap on each feed file (default {DEFAULT_MAX_BYTES // 1_000_000}MB, at most "
+        f"{HARD_MAX_BYTES // 1_000_000}MB)",
+    )
+    p.add_argument("--max-records", type=int, default=0, metavar="N", help="cap on records per file")
+    p.add_argument(
+        "--compress",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="auto: zlib binary content that shrinks, text stays text (default); always: zlib "
+        "every content; never: plain base64 for binary",
+    )
+    p.add_argument(
+        "--level", type=int, default=DEFAULT_LEVEL, help=f"zlib level, 1 to 12 (default {DEFAULT_LEVEL})"
+    )
+    p.add_argument("--workers", type=int, default=0, help="encoding threads (default: one per core)")
+    p.add_argument("--base-url", metavar="URL", help="URL of a directory INPUT's root")
+    p.add_argument(
+        "--on-error",
+        choices=("stop", "skip"),
+        default="stop",
+        help="stop at the first refused record (default, no manifest written), or skip it into "
+        "DIR/rejected.jsonl and go on",
+    )
+    p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    p.set_defaults(func=run_build)
+
+    v = commands.add_parser(
+        "validate", help="check feed files", description=VALIDATE_HELP, formatter_class=fmt
+    )
+    v.add_argument("files", nargs="+", metavar="FILE")
+    v.set_defaults(func=run_validate)
+
+
+def run_build(args: argparse.Namespace) -> int:
+    try:
+        summary = build(
+            args.inputs,
+            args.out,
+            args.datasource,
+            args.feedtype,
+            base_url=args.base_url,
+            max_bytes=args.max_bytes,
+            max_records=args.max_records,
+            compress=args.compress,
+            level=args.level,
+            workers=args.workers,
+            on_error=args.on_error,
+            progress=Progress(),
+        )
+    except InputError as exc:
+        print(f"fastfeed build: error: {exc}", file=sys.stderr)
+        print(
+            f"fastfeed build: stopped; {args.out} has no manifest and cannot be pushed. Fix the "
+            "record (or use --on-error skip) and build again into an empty directory.",
+            file=sys.stderr,
+        )
+        return ExitCode.FAILED
+    result: dict[str, Any] = {
+        "out": summary.out_dir,
+        "files": len(summary.manifest),
+        "records": summary.records,
+        "bytes": summary.bytes,
+        "rejected": summary.rejected,
+        "warnings": summary.warnings,
+        "seconds": round(summary.seconds, 3),
+    }
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(result) + b"\n")
+    print(
+        f"wrote {summary.records:,} records into {len(summary.manifest)} files "
+        f"({human_bytes(summary.bytes)}) in {summary.out_dir} in {summary.seconds:.1f} s",
+        file=sys.stderr,
+    )
+    if summary.rejected:
+        print(
+            f"{summary.rejected} records were refused and saved to {summary.rejected_file} "
+            "(reasons in rejected.log)",
+            file=sys.stderr,
+        )
+        return ExitCode.FAILED
+    return ExitCode.OK
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    bad = 0
+    for file in args.files:
+        problems = validate_file(file)
+        for problem in problems:
+            print(problem)
+        bad += bool(problems)
+    if bad:
+        print(f"{bad} of {len(args.files)} files have problems", file=sys.stderr)
+        return ExitCode.FAILED
+    print(f"{len(args.files)} files valid", file=sys.stderr)
+    return ExitCode.OK

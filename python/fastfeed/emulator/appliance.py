@@ -1,0 +1,226 @@
+"""`Emulator`: a local search appliance (feedergate + feeder) running in a background thread.
+
+The server has its own asyncio loop in its own thread so that synchronous tests and the CLI can
+drive it; the methods here are the thread-safe bridge into that loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import ssl
+import threading
+from collections.abc import Coroutine, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from fastfeed.emulator.faults import Fault
+from fastfeed.emulator.feeder import Feeder
+from fastfeed.emulator.index import Document, Index, Push
+from fastfeed.emulator.server import State, make_app
+from fastfeed.emulator.status import snapshot
+
+T = TypeVar("T")
+STARTUP_TIMEOUT = 30.0
+
+
+class Emulator:
+    """A GSA feedergate on loopback: POST /xmlfeed, GET /getbacklogcount, /status(.json).
+
+    `tls` is a (certificate file, key file) pair: given, the server speaks HTTPS on `port`, and
+    `http_port` (if given) adds a plain HTTP listener, as the appliance's 19902 and 19900.
+    `port=0` picks a free port. `drain_per_second=None` applies feeds as soon as they arrive.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        tls: tuple[str | os.PathLike[str], str | os.PathLike[str]] | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        trusted_ips: Sequence[str] | None = None,
+        drain_per_second: float | None = None,
+        http_port: int | None = None,
+    ) -> None:
+        if drain_per_second is not None and drain_per_second <= 0:
+            raise ValueError(f"drain_per_second must be positive or None, not {drain_per_second}")
+        self.data_dir = Path(data_dir)
+        self.host = host
+        self.trusted_ips = None if trusted_ips is None else frozenset(trusted_ips)
+        self.drain_per_second = drain_per_second
+        self._tls = tls
+        self._requested = (port, http_port)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._state: State | None = None
+        self.port = 0
+        self.http_port: int | None = None
+
+    # Life cycle
+
+    def start(self) -> Emulator:
+        feeds_dir = self.data_dir / "feeds"
+        feeds_dir.mkdir(parents=True, exist_ok=True)
+        index = Index(self.data_dir / "index.sqlite3")
+        ready = threading.Event()
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            loop.call_soon(ready.set)
+            loop.run_forever()
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name="fastfeed-emulator", daemon=True)
+        self._thread.start()
+        ready.wait()
+        try:
+            self._call(self._start(index, feeds_dir), STARTUP_TIMEOUT)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    async def _start(self, index: Index, feeds_dir: Path) -> None:
+        feeder = Feeder(index, self.drain_per_second)
+        self._state = State(index, feeder, feeds_dir, self.trusted_ips)
+        feeder.start()
+        # Feeds received by an earlier run on this data dir and not yet applied stay in the backlog.
+        for push in await asyncio.get_running_loop().run_in_executor(None, index.pushes):
+            if push.outcome == "accepted" and push.path and Path(push.path).exists():
+                feeder.enqueue(push)
+        self._runner = web.AppRunner(make_app(self._state), access_log=None)
+        await self._runner.setup()
+        port, http_port = self._requested
+        self.port = await self._listen(port, self._ssl_context())
+        if http_port is not None:
+            self.http_port = await self._listen(http_port, None)
+
+    async def _listen(self, port: int, context: ssl.SSLContext | None) -> int:
+        assert self._runner is not None
+        # Our own socket, so that port 0 resolves to a port we can report.
+        sock = socket.create_server((self.host, port), reuse_port=False)
+        site = web.SockSite(self._runner, sock, ssl_context=context)
+        await site.start()
+        bound: int = sock.getsockname()[1]
+        return bound
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        if self._tls is None:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        cert, key = self._tls
+        context.load_cert_chain(cert, key)
+        return context
+
+    def stop(self) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        if loop.is_running():
+            self._call(self._stop(), STARTUP_TIMEOUT)
+            loop.call_soon_threadsafe(loop.stop)
+        thread.join(STARTUP_TIMEOUT)
+        self._loop = self._thread = None
+
+    async def _stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._state is not None:
+            await self._state.feeder.stop()
+
+    def __enter__(self) -> Emulator:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        if self._loop is None:
+            coro.close()
+            raise RuntimeError("the emulator is not running; use `with Emulator(...)` or start()")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    @property
+    def state(self) -> State:
+        if self._state is None:
+            raise RuntimeError("the emulator is not running; use `with Emulator(...)` or start()")
+        return self._state
+
+    # What tests use
+
+    @property
+    def url(self) -> str:
+        """The base URL of the main listener, e.g. https://127.0.0.1:54321."""
+        scheme = "https" if self._tls is not None else "http"
+        return f"{scheme}://{self.host}:{self.port}"
+
+    @property
+    def http_url(self) -> str | None:
+        """The plain-HTTP listener's base URL, when `http_port` was given."""
+        return None if self.http_port is None else f"http://{self.host}:{self.http_port}"
+
+    def add_fault(self, fault: Fault) -> None:
+        self.state.faults.add(fault)
+
+    def clear_faults(self) -> None:
+        self.state.faults.clear()
+
+    @property
+    def backlog_unsupported(self) -> bool:
+        return self.state.backlog_unsupported
+
+    @backlog_unsupported.setter
+    def backlog_unsupported(self, value: bool) -> None:
+        self.state.backlog_unsupported = value
+
+    def pause_feeder(self) -> None:
+        """Holds the backlog: received feeds stay waiting until `resume_feeder()`."""
+        feeder = self.state.feeder
+
+        async def pause() -> None:
+            feeder.pause()
+
+        self._call(pause())
+
+    def resume_feeder(self) -> None:
+        feeder = self.state.feeder
+
+        async def resume() -> None:
+            feeder.resume()
+
+        self._call(resume())
+
+    @property
+    def backlog(self) -> int:
+        """Feed files received and not yet processed, as /getbacklogcount reports."""
+        return self.state.feeder.backlog
+
+    def wait_idle(self, timeout: float = 10.0) -> None:
+        """Waits until every received feed has been applied; raises TimeoutError otherwise."""
+        if not self.state.feeder.wait_idle(timeout):
+            paused = " (the feeder is paused)" if self.state.feeder.paused else ""
+            raise TimeoutError(
+                f"{self.backlog} feed file(s) still waiting after {timeout} s{paused}"
+            )
+
+    def documents(self, datasource: str) -> dict[str, Document]:
+        """The datasource's documents by URL, as the index holds them now."""
+        return self.state.index.documents(datasource)
+
+    def pushes(self) -> list[Push]:
+        """Every POST /xmlfeed received, in arrival order, with its outcome so far."""
+        return self.state.index.pushes()
+
+    def status(self) -> dict[str, Any]:
+        """The data of /status.json."""
+        feeder = self.state.feeder
+        return snapshot(self.state.index, feeder.backlog, feeder.paused)

@@ -1,0 +1,249 @@
+"""The emulated feeder: drains accepted feed files into the index, after the feedergate answered.
+
+As on the appliance, `Success` only means the file was received; validation and indexing happen
+later, one file at a time, and their outcome shows only on the status page (and in `pushes()`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import sqlite3
+import threading
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from lxml import etree
+
+from fastfeed.emulator.index import Changes, Index, Push
+from fastfeed.validate import validate_file
+
+#: How many validation problems the feed log keeps for a failed feed.
+MAX_REPORTED = 5
+
+
+def feed_kind(datasource: str, feedtype: str) -> str:
+    """"web" for URLs the appliance would crawl, "content" for documents carried in the feed."""
+    return "web" if datasource == "web" or feedtype == "metadata-and-url" else "content"
+
+
+def _b64decode(text: str) -> bytes:
+    # The guide's own example ("Zm9vIGJhcgo") omits the padding, so tolerate its absence.
+    compact = "".join(text.split())
+    return base64.b64decode(compact + "=" * (-len(compact) % 4), validate=True)
+
+
+def _decode_content(elem: etree._Element) -> bytes:
+    text = elem.text or ""
+    encoding = elem.get("encoding")
+    if encoding == "base64binary":
+        return _b64decode(text)
+    if encoding == "base64compressed":
+        return zlib.decompress(_b64decode(text))
+    return text.encode("utf-8")
+
+
+def _decode_meta(elem: etree._Element) -> tuple[str, str]:
+    name, content = elem.get("name", ""), elem.get("content", "")
+    if elem.get("encoding") == "base64binary":
+        # Both attributes are encoded when the encoding is given (guide: Metadata Base64 Encoding).
+        name = _b64decode(name).decode("utf-8", "replace")
+        content = _b64decode(content).decode("utf-8", "replace")
+    return name, content
+
+
+class _Applier:
+    """Applies the records of one feed inside one transaction."""
+
+    def __init__(self, db: sqlite3.Connection, push: Push) -> None:
+        self.db = db
+        self.push = push
+        self.kind = feed_kind(push.datasource, push.feedtype)
+        self.changes = Changes()
+
+    def record(self, elem: etree._Element, group_action: str) -> None:
+        self.changes.records += 1
+        url = elem.get("url", "")
+        # A record's own action overrides its group's.
+        action = elem.get("action") or group_action
+        if action == "delete":
+            self.db.execute(
+                "DELETE FROM documents WHERE datasource = ? AND url = ?", (self.push.datasource, url)
+            )
+            self.changes.deleted += 1
+            return
+        try:
+            contents = [_decode_content(c) for c in elem.iterchildren("content")]
+            metadata_elems = list(elem.iterchildren("metadata"))
+            metadata = [_decode_meta(m) for md in metadata_elems for m in md.iterchildren("meta")]
+        except (binascii.Error, ValueError, zlib.error) as exc:
+            self.changes.errors.append(
+                f"Skipping the record, Line number: {elem.sourceline}, Error: {exc}"
+            )
+            return
+        old = self.db.execute(
+            "SELECT content, metadata FROM documents WHERE datasource = ? AND url = ?",
+            (self.push.datasource, url),
+        ).fetchone()
+        content: bytes | None = None
+        if self.kind == "content":
+            # Incremental feeds may update only the metadata, or only the content, of a URL.
+            if contents:
+                content = b"".join(contents)
+            elif old is not None:
+                content = old[0]
+        metadata_json = json.dumps(metadata)
+        if not metadata_elems and old is not None:
+            metadata_json = old[1]
+        pagerank = elem.get("pagerank") or None
+        self.db.execute(
+            "INSERT OR REPLACE INTO documents (datasource, url, kind, mimetype, content, metadata,"
+            " displayurl, last_modified, lock, authmethod, pagerank, crawl_immediately,"
+            " crawl_once, push_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                self.push.datasource,
+                url,
+                self.kind,
+                elem.get("mimetype", ""),
+                content,
+                metadata_json,
+                elem.get("displayurl"),
+                elem.get("last-modified"),
+                elem.get("lock") == "true",
+                elem.get("authmethod", "none"),
+                int(pagerank) if pagerank and pagerank.isdigit() else None,
+                elem.get("crawl-immediately") == "true",
+                elem.get("crawl-once") == "true",
+                self.push.id,
+            ),
+        )
+        self.changes.added += 1
+
+    def outcome(self) -> str:
+        errors = self.changes.errors
+        if not errors:
+            return "applied"
+        return (
+            f"failed in error: documents included: {self.changes.added}, documents in error:"
+            f" {len(errors)}, error details: {errors[0]}"
+        )
+
+
+def apply_feed(index: Index, push: Push) -> str:
+    """Validates one received feed file and, if valid, applies it; returns the outcome."""
+    assert push.path is not None
+    problems = validate_file(push.path, max_problems=MAX_REPORTED)
+    with index.transaction() as db:
+        if problems:
+            details = "; ".join(
+                f"line {p.line}: {p.message}" if p.line is not None else p.message
+                for p in problems
+            )
+            outcome = f"failed in error: {details}"
+            index.finish_push(db, push.id, outcome, Changes())
+            return outcome
+        applier = _Applier(db, push)
+        if applier.kind == "content" and push.feedtype == "full":
+            # A full feed replaces everything its datasource held.
+            db.execute("DELETE FROM documents WHERE datasource = ?", (push.datasource,))
+        group_action = "add"
+        for event, elem in etree.iterparse(
+            push.path,
+            events=("start", "end"),
+            tag=("group", "record"),
+            resolve_entities=False,
+            no_network=True,
+            load_dtd=False,
+            huge_tree=True,
+        ):
+            if elem.tag == "group":
+                group_action = elem.get("action", "add")
+            elif event == "end":
+                applier.record(elem, group_action)
+                # Free applied records so a 1 GB feed is applied in little memory.
+                elem.clear(keep_tail=False)
+                parent = elem.getparent()
+                while parent is not None and elem.getprevious() is not None:
+                    del parent[0]
+        outcome = applier.outcome()
+        index.finish_push(db, push.id, outcome, applier.changes)
+        return outcome
+
+
+class Feeder:
+    """Drains the backlog at `drain_per_second` files per second (None: as fast as it can)."""
+
+    def __init__(self, index: Index, drain_per_second: float | None) -> None:
+        if drain_per_second is not None and drain_per_second <= 0:
+            raise ValueError(f"the drain rate must be positive, not {drain_per_second}")
+        self.index = index
+        self.drain_per_second = drain_per_second
+        self._queue: asyncio.Queue[Push] = asyncio.Queue()
+        self._running = asyncio.Event()
+        self._running.set()
+        self._backlog = 0
+        self._idle = threading.Condition()
+        # One worker thread, so feeds apply in arrival order and the event loop keeps answering.
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="emulator-feeder")
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def backlog(self) -> int:
+        """Accepted feed files not yet processed (the one being applied included)."""
+        return self._backlog
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._drain())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self._worker.shutdown(wait=True)
+
+    def enqueue(self, push: Push) -> None:
+        with self._idle:
+            self._backlog += 1
+        self._queue.put_nowait(push)
+
+    def pause(self) -> None:
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Blocks (in a thread other than the event loop's) until the backlog is empty."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._backlog == 0, timeout)
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            push = await self._queue.get()
+            if self.drain_per_second is not None:
+                await asyncio.sleep(1 / self.drain_per_second)
+            await self._running.wait()
+            try:
+                await loop.run_in_executor(self._worker, self._apply, push)
+            finally:
+                with self._idle:
+                    self._backlog -= 1
+                    self._idle.notify_all()
+
+    def _apply(self, push: Push) -> None:
+        try:
+            apply_feed(self.index, push)
+        except (etree.XMLSyntaxError, OSError, sqlite3.Error) as exc:
+            with self.index.transaction() as db:
+                self.index.finish_push(db, push.id, f"failed in error: {exc}", Changes())
+        finally:
+            if push.path is not None:
+                Path(push.path).unlink(missing_ok=True)

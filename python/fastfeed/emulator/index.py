@@ -1,0 +1,223 @@
+"""The emulated appliance's index and feed log, kept in SQLite so a test can inspect every byte.
+
+The server thread records pushes while a worker thread applies feeds and the test thread reads;
+each thread gets its own connection, and WAL mode lets readers run during a long feed.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS pushes (
+    id INTEGER PRIMARY KEY,
+    received_at REAL NOT NULL,
+    client_ip TEXT NOT NULL,
+    datasource TEXT NOT NULL,
+    feedtype TEXT NOT NULL,
+    bytes INTEGER NOT NULL,
+    sha256 TEXT NOT NULL,
+    path TEXT,
+    outcome TEXT NOT NULL,
+    records INTEGER NOT NULL DEFAULT 0,
+    added INTEGER NOT NULL DEFAULT 0,
+    deleted INTEGER NOT NULL DEFAULT 0,
+    in_error INTEGER NOT NULL DEFAULT 0,
+    applied_at REAL
+);
+CREATE TABLE IF NOT EXISTS documents (
+    datasource TEXT NOT NULL,
+    url TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    mimetype TEXT NOT NULL,
+    content BLOB,
+    metadata TEXT NOT NULL,
+    displayurl TEXT,
+    last_modified TEXT,
+    lock INTEGER NOT NULL,
+    authmethod TEXT NOT NULL,
+    pagerank INTEGER,
+    crawl_immediately INTEGER NOT NULL,
+    crawl_once INTEGER NOT NULL,
+    push_id INTEGER NOT NULL,
+    PRIMARY KEY (datasource, url)
+);
+"""
+
+
+@dataclass(frozen=True)
+class Document:
+    """A URL as the emulated index holds it; `content` is the decoded bytes, None for web feeds."""
+
+    url: str
+    mimetype: str
+    content: bytes | None
+    metadata: list[tuple[str, str]]
+    displayurl: str | None = None
+    last_modified: str | None = None
+    lock: bool = False
+    authmethod: str = "none"
+    pagerank: int | None = None
+    crawl_immediately: bool = False
+    crawl_once: bool = False
+    datasource: str = ""
+    #: "content" for content feeds, "web" for web and metadata-and-url feeds (URLs to crawl).
+    kind: str = "content"
+    #: The push (see `Push.id`) that last added or updated this URL.
+    push_id: int = 0
+
+
+@dataclass(frozen=True)
+class Push:
+    """One POST /xmlfeed as the emulator received it and what became of it."""
+
+    id: int
+    received_at: float
+    client_ip: str
+    datasource: str
+    feedtype: str
+    #: Size of the `data` field as received (for refused requests: what was read of it).
+    bytes: int
+    #: Hex SHA-256 of the `data` field as received.
+    sha256: str
+    #: "accepted" (waiting in the backlog), "applied", "failed in error: ..." or "refused: ...".
+    outcome: str
+    records: int = 0
+    added: int = 0
+    deleted: int = 0
+    in_error: int = 0
+    applied_at: float | None = None
+    path: str | None = field(default=None, repr=False)
+
+
+@dataclass
+class Changes:
+    """What applying one feed did, for the feed log."""
+
+    records: int = 0
+    added: int = 0
+    deleted: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class Index:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._local = threading.local()
+        self._connect().executescript(SCHEMA)
+
+    def _connect(self) -> sqlite3.Connection:
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            self._local.db = db
+        return db
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        db = self._connect()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def close(self) -> None:
+        """Closes this thread's connection (others close when their threads end)."""
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is not None:
+            db.close()
+            self._local.db = None
+
+    # The feed log
+
+    def record_push(
+        self,
+        *,
+        client_ip: str,
+        datasource: str,
+        feedtype: str,
+        size: int,
+        sha256: str,
+        outcome: str,
+        path: str | None = None,
+    ) -> int:
+        with self.transaction() as db:
+            cursor = db.execute(
+                "INSERT INTO pushes (received_at, client_ip, datasource, feedtype, bytes, sha256,"
+                " path, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (time.time(), client_ip, datasource, feedtype, size, sha256, path, outcome),
+            )
+            assert cursor.lastrowid is not None
+            return cursor.lastrowid
+
+    def finish_push(self, db: sqlite3.Connection, push_id: int, outcome: str, changes: Changes) -> None:
+        db.execute(
+            "UPDATE pushes SET outcome = ?, records = ?, added = ?, deleted = ?, in_error = ?,"
+            " applied_at = ? WHERE id = ?",
+            (
+                outcome,
+                changes.records,
+                changes.added,
+                changes.deleted,
+                len(changes.errors),
+                time.time(),
+                push_id,
+            ),
+        )
+
+    def pushes(self) -> list[Push]:
+        rows = self._connect().execute(
+            "SELECT id, received_at, client_ip, datasource, feedtype, bytes, sha256, outcome,"
+            " records, added, deleted, in_error, applied_at, path FROM pushes ORDER BY id"
+        )
+        return [Push(*row) for row in rows]
+
+    # The documents
+
+    def documents(self, datasource: str) -> dict[str, Document]:
+        rows = self._connect().execute(
+            "SELECT url, mimetype, content, metadata, displayurl, last_modified, lock, authmethod,"
+            " pagerank, crawl_immediately, crawl_once, datasource, kind, push_id"
+            " FROM documents WHERE datasource = ? ORDER BY url",
+            (datasource,),
+        )
+        return {row[0]: _document(row) for row in rows}
+
+    def datasource_counts(self) -> dict[str, int]:
+        rows = self._connect().execute(
+            "SELECT datasource, COUNT(*) FROM documents GROUP BY datasource ORDER BY datasource"
+        )
+        return dict(rows.fetchall())
+
+
+def _document(row: tuple[object, ...]) -> Document:
+    (url, mimetype, content, metadata, displayurl, modified, lock, auth, rank, now, once, ds, kind,
+     push_id) = row
+    return Document(
+        url=str(url),
+        mimetype=str(mimetype),
+        content=bytes(content) if isinstance(content, bytes) else None,
+        metadata=[(str(n), str(c)) for n, c in json.loads(str(metadata))],
+        displayurl=displayurl if isinstance(displayurl, str) else None,
+        last_modified=modified if isinstance(modified, str) else None,
+        lock=bool(lock),
+        authmethod=str(auth),
+        pagerank=rank if isinstance(rank, int) else None,
+        crawl_immediately=bool(now),
+        crawl_once=bool(once),
+        datasource=str(ds),
+        kind=str(kind),
+        push_id=int(push_id) if isinstance(push_id, int) else 0,
+    )

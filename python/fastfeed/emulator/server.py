@@ -1,0 +1,241 @@
+"""The aiohttp application: the feedergate's endpoints, the status pages and the test controls."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from fastfeed import _core
+from fastfeed.emulator import status
+from fastfeed.emulator.faults import Fault, FaultQueue
+from fastfeed.emulator.feeder import Feeder
+from fastfeed.emulator.index import Index, Push
+from fastfeed.emulator.upload import MAX_FEED_BYTES, DataFile, UploadError, receive, too_large
+
+SUCCESS = "Success"
+UNAUTHORIZED = "Error - Unauthorized Request"
+FEEDTYPES = ("full", "incremental", "metadata-and-url")
+
+
+@dataclass
+class State:
+    """Everything the handlers share; lives on the event loop's thread."""
+
+    index: Index
+    feeder: Feeder
+    feeds_dir: Path
+    trusted_ips: frozenset[str] | None
+    faults: FaultQueue = field(default_factory=FaultQueue)
+    backlog_unsupported: bool = False
+
+
+STATE = web.AppKey("state", State)
+
+
+def make_app(state: State) -> web.Application:
+    # client_max_size bounds only bodies read whole (the JSON controls); uploads are streamed.
+    app = web.Application(client_max_size=1 << 20)
+    app[STATE] = state
+    app.add_routes(
+        [
+            web.post("/xmlfeed", xmlfeed),
+            web.get("/getbacklogcount", getbacklogcount),
+            web.get("/status", status_page),
+            web.get("/status.json", status_json),
+            web.get("/_emulator/faults", list_faults),
+            web.post("/_emulator/faults", add_faults),
+            web.delete("/_emulator/faults", clear_faults),
+            web.post("/_emulator/settings", settings),
+        ]
+    )
+    return app
+
+
+def _text(body: str, status: int = 200) -> web.Response:
+    return web.Response(text=body, status=status, content_type="text/plain")
+
+
+async def _log(state: State, request: web.Request, outcome: str, **fields: Any) -> Push:
+    """Records one /xmlfeed request in the feed log (off the event loop: SQLite may wait)."""
+    values: dict[str, Any] = {
+        "client_ip": request.remote or "",
+        "datasource": "",
+        "feedtype": "",
+        "size": 0,
+        "sha256": "",
+        "outcome": outcome,
+        "path": None,
+    }
+    values.update(fields)
+    record = functools.partial(state.index.record_push, **values)
+    push_id = await asyncio.get_running_loop().run_in_executor(None, record)
+    return Push(
+        id=push_id,
+        received_at=0.0,
+        client_ip=values["client_ip"],
+        datasource=values["datasource"],
+        feedtype=values["feedtype"],
+        bytes=values["size"],
+        sha256=values["sha256"],
+        outcome=outcome,
+        path=values["path"],
+    )
+
+
+async def _drain(request: web.Request) -> int:
+    """Reads and drops the body, so that a refusal reaches a client still sending its upload."""
+    size = 0
+    async for chunk in request.content.iter_chunked(1 << 16):
+        size += len(chunk)
+    return size
+
+
+async def _drop(request: web.Request, after_bytes: int) -> int:
+    """Reads `after_bytes` of the body, then closes the connection without answering."""
+    size = 0
+    while size < after_bytes:
+        chunk = await request.content.read(min(1 << 16, after_bytes - size))
+        if not chunk:
+            break
+        size += len(chunk)
+    assert request.transport is not None
+    request.transport.abort()
+    return size
+
+
+async def xmlfeed(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE]
+    declared = request.content_length
+    if declared is not None and declared > MAX_FEED_BYTES:
+        error = too_large(declared)
+        await _log(state, request, f"refused: {error}", size=declared)
+        return _text(str(error), error.status)
+    if state.trusted_ips is not None and request.remote not in state.trusted_ips:
+        size = await _drain(request)
+        await _log(state, request, f"refused: {request.remote} is not a trusted IP", size=size)
+        return _text(UNAUTHORIZED)
+
+    fault = state.faults.take()
+    if fault is not None and fault.kind == "drop_connection":
+        size = await _drop(request, fault.after_bytes)
+        await _log(state, request, f"refused: connection dropped after {size} bytes", size=size)
+        return _text("")  # never sent: the transport is closed
+    if fault is not None and fault.kind == "slow":
+        await asyncio.sleep(fault.seconds)
+
+    path = state.feeds_dir / f"{time.time_ns()}-{uuid.uuid4().hex[:8]}.xml"
+    with DataFile(path) as data:
+        try:
+            fields = await receive(request, data)
+            datasource, feedtype = _check_fields(fields, data)
+        except UploadError as error:
+            data.discard()
+            await _log(state, request, f"refused: {error}", size=data.size, sha256=data.sha256)
+            return _text(str(error), error.status)
+    received = {
+        "datasource": datasource,
+        "feedtype": feedtype,
+        "size": data.size,
+        "sha256": data.sha256,
+    }
+    if fault is not None and fault.kind in ("http_status", "answer"):
+        path.unlink()
+        await _log(state, request, f"refused: HTTP {fault.status} {fault.body}", **received)
+        return _text(fault.body, fault.status)
+
+    push = await _log(state, request, "accepted", path=str(path), **received)
+    state.feeder.enqueue(push)
+    return _text(SUCCESS)
+
+
+def _check_fields(fields: dict[str, str], data: DataFile) -> tuple[str, str]:
+    missing = [name for name in ("datasource", "feedtype") if not fields.get(name)]
+    if not data.received:
+        missing.append("data")
+    if missing:
+        raise UploadError(
+            f"missing form field(s) {', '.join(missing)}: POST datasource, feedtype and data"
+        )
+    datasource, feedtype = fields["datasource"], fields["feedtype"]
+    problem = _core.datasource_problem(datasource)
+    if problem:
+        raise UploadError(f"datasource '{datasource}': {problem}")
+    if feedtype not in FEEDTYPES:
+        raise UploadError(f"feedtype '{feedtype}' is not one of {', '.join(FEEDTYPES)}")
+    return datasource, feedtype
+
+
+async def getbacklogcount(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if state.backlog_unsupported:
+        raise web.HTTPNotFound(text="Not Found")
+    return _text(str(state.feeder.backlog))
+
+
+async def _status(state: State) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(
+        None, status.snapshot, state.index, state.feeder.backlog, state.feeder.paused
+    )
+
+
+async def status_json(request: web.Request) -> web.Response:
+    return web.json_response(await _status(request.app[STATE]))
+
+
+async def status_page(request: web.Request) -> web.Response:
+    html = status.render_html(await _status(request.app[STATE]))
+    return web.Response(text=html, content_type="text/html")
+
+
+async def list_faults(request: web.Request) -> web.Response:
+    pending = request.app[STATE].faults.pending()
+    return web.json_response([fault.to_json() for fault in pending])
+
+
+async def add_faults(request: web.Request) -> web.Response:
+    """Queues faults given as one JSON object or a list of them (see `Fault.from_json`)."""
+    state = request.app[STATE]
+    try:
+        body = await request.json()
+        items = body if isinstance(body, list) else [body]
+        faults = [Fault.from_json(item) for item in items]
+    except ValueError as exc:
+        return _text(f"invalid fault: {exc}", 400)
+    for fault in faults:
+        state.faults.add(fault)
+    return web.json_response([fault.to_json() for fault in state.faults.pending()])
+
+
+async def clear_faults(request: web.Request) -> web.Response:
+    request.app[STATE].faults.clear()
+    return web.json_response([])
+
+
+async def settings(request: web.Request) -> web.Response:
+    """Sets `backlog_unsupported` and `feeder_paused` from a JSON object."""
+    state = request.app[STATE]
+    try:
+        body = await request.json()
+    except json.JSONDecodeError as exc:
+        return _text(f"invalid JSON: {exc}", 400)
+    known = {"backlog_unsupported", "feeder_paused"}
+    if not isinstance(body, dict) or not set(body) <= known or not all(
+        isinstance(value, bool) for value in body.values()
+    ):
+        return _text(f"expected a JSON object of booleans with keys among {sorted(known)}", 400)
+    if "backlog_unsupported" in body:
+        state.backlog_unsupported = body["backlog_unsupported"]
+    if "feeder_paused" in body:
+        (state.feeder.pause if body["feeder_paused"] else state.feeder.resume)()
+    return web.json_response(
+        {"backlog_unsupported": state.backlog_unsupported, "feeder_paused": state.feeder.paused}
+    )

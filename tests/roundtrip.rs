@@ -1,0 +1,238 @@
+//! Property tests: whatever a user gives, a receiver decodes the same bytes back.
+//!
+//! quick-xml neither normalises attribute values nor line ends, so besides decoding, these
+//! tests assert that nothing a conformant parser would rewrite (raw CR, or TAB/LF/CR inside an
+//! attribute) ever reaches the file.
+
+use std::io::Read;
+
+use base64_simd::STANDARD;
+use fastfeed_core::encode::Compress;
+use fastfeed_core::{Content, FeedType, FeedWriter, Options, Record};
+use proptest::prelude::*;
+use quick_xml::events::{BytesStart, Event};
+use quick_xml::Reader;
+
+#[derive(Debug, Default, PartialEq)]
+struct Decoded {
+    url: String,
+    displayurl: Option<String>,
+    metadata: Vec<(Vec<u8>, Vec<u8>)>,
+    content: Option<Vec<u8>>,
+}
+
+fn attr(e: &BytesStart<'_>, name: &str) -> Option<String> {
+    let a = e.try_get_attribute(name).unwrap()?;
+    let raw = &a.value;
+    assert!(
+        !raw.iter().any(|b| matches!(b, b'\t' | b'\n' | b'\r' | b'<')),
+        "raw attribute {name} would be normalised: {raw:?}"
+    );
+    Some(a.unescape_value().unwrap().into_owned())
+}
+
+fn decode_feed(xml: &[u8]) -> Vec<Decoded> {
+    let mut reader = Reader::from_reader(xml);
+    let mut buf = Vec::new();
+    let mut out = Vec::new();
+    let mut encoding: Option<String> = None;
+    let mut text: Option<Vec<u8>> = None;
+    loop {
+        let event = reader.read_event_into(&mut buf).unwrap();
+        match event {
+            Event::Start(ref e) | Event::Empty(ref e) => match e.name().as_ref() {
+                b"record" => out.push(Decoded {
+                    url: attr(e, "url").unwrap(),
+                    displayurl: attr(e, "displayurl"),
+                    ..Default::default()
+                }),
+                b"meta" => {
+                    let (name, content) = (attr(e, "name").unwrap(), attr(e, "content").unwrap());
+                    let pair = if attr(e, "encoding").as_deref() == Some("base64binary") {
+                        (
+                            STANDARD.decode_to_vec(name).unwrap(),
+                            STANDARD.decode_to_vec(content).unwrap(),
+                        )
+                    } else {
+                        (name.into_bytes(), content.into_bytes())
+                    };
+                    out.last_mut().unwrap().metadata.push(pair);
+                }
+                b"content" => {
+                    encoding = attr(e, "encoding");
+                    text = Some(Vec::new());
+                    if matches!(event, Event::Empty(_)) {
+                        out.last_mut().unwrap().content = text.take();
+                    }
+                }
+                _ => {}
+            },
+            Event::Text(t) => {
+                if let Some(acc) = text.as_mut() {
+                    assert!(!t.as_ref().contains(&b'\r'), "raw CR in text would become LF");
+                    acc.extend_from_slice(t.unescape().unwrap().as_bytes());
+                }
+            }
+            Event::End(e) if e.name().as_ref() == b"content" => {
+                let raw = text.take().unwrap();
+                let bytes = match encoding.as_deref() {
+                    None => raw,
+                    Some("base64binary") => STANDARD.decode_to_vec(&raw).unwrap(),
+                    Some("base64compressed") => {
+                        let z = STANDARD.decode_to_vec(&raw).unwrap();
+                        let mut inflated = Vec::new();
+                        flate2::read::ZlibDecoder::new(&z[..])
+                            .read_to_end(&mut inflated)
+                            .unwrap();
+                        inflated
+                    }
+                    Some(other) => panic!("unknown encoding {other}"),
+                };
+                out.last_mut().unwrap().content = Some(bytes);
+            }
+            Event::Eof => break,
+            _ => {}
+        }
+        buf.clear();
+    }
+    out
+}
+
+/// Builds a feed set in a temp dir and decodes every file, in manifest order.
+fn round_trip(records: &[Record], opts: Options) -> (Vec<Decoded>, Vec<fastfeed_core::ManifestEntry>) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = FeedWriter::new(dir.path(), "ds", FeedType::Incremental, opts.clone()).unwrap();
+    w.add_batch(records).unwrap();
+    let (entries, _) = w.finish().unwrap();
+    let mut decoded = Vec::new();
+    for e in &entries {
+        let xml = std::fs::read(dir.path().join(&e.file)).unwrap();
+        assert!(xml.len() as u64 <= opts.max_bytes || e.records == 1, "{} over the cap", e.file);
+        decoded.extend(decode_feed(&xml));
+    }
+    (decoded, entries)
+}
+
+fn expected(r: &Record) -> Decoded {
+    let mut metadata: Vec<_> = r
+        .metadata
+        .iter()
+        .map(|(n, v)| (n.clone().into_bytes(), v.clone().into_bytes()))
+        .collect();
+    metadata.sort_by(|a, b| a.0.cmp(&b.0));
+    Decoded {
+        url: r.url.clone(),
+        displayurl: r.displayurl.clone(),
+        metadata,
+        content: r.content.as_ref().map(|c| match c {
+            Content::Text(s) => s.clone().into_bytes(),
+            Content::Bytes(b) => b.clone(),
+            _ => unreachable!(),
+        }),
+    }
+}
+
+/// Any text, weighted towards what breaks naive XML writers.
+fn nasty_text() -> impl Strategy<Value = String> {
+    let pieces = prop_oneof![
+        Just("]]>".to_string()),
+        Just("&<>\"'".to_string()),
+        Just("\r\n".to_string()),
+        Just("\r".to_string()),
+        Just("\t".to_string()),
+        Just("\u{1}\u{8}\u{1F}".to_string()),
+        Just("\u{FFFE}\u{FFFF}\u{FFFD}".to_string()),
+        Just("😀𝄞".to_string()),
+        "[a-z ]{0,40}",
+        any::<String>(),
+    ];
+    prop::collection::vec(pieces, 0..6).prop_map(|v| v.concat())
+}
+
+fn record() -> impl Strategy<Value = Record> {
+    (
+        "[a-z]{1,8}",
+        nasty_text(),
+        proptest::option::of(nasty_text().prop_filter("no forbidden chars in urls", |s| {
+            fastfeed_core::escape::is_representable(s) && !s.is_empty()
+        })),
+        prop::collection::vec((nasty_text(), nasty_text()), 0..4),
+        prop_oneof![
+            nasty_text().prop_map(|s| Some(Content::Text(s))),
+            prop::collection::vec(any::<u8>(), 0..3000).prop_map(|b| Some(Content::Bytes(b))),
+            Just(None),
+        ],
+    )
+        .prop_map(|(host, path, displayurl, meta, content)| {
+            let path: String = path.chars().filter(|c| !c.is_control() && *c != '\u{FFFE}' && *c != '\u{FFFF}').collect();
+            Record {
+                url: format!("http://{host}.example.com/{path}"),
+                displayurl,
+                metadata: meta
+                    .into_iter()
+                    .filter(|(n, v)| !n.is_empty() && !v.is_empty())
+                    .collect(),
+                content,
+                ..Default::default()
+            }
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn every_byte_survives(records in prop::collection::vec(record(), 1..12), compress in prop_oneof![Just(Compress::Auto), Just(Compress::Always), Just(Compress::Never)]) {
+        let opts = Options { max_bytes: 4000, compress, ..Options::default() };
+        let (decoded, entries) = round_trip(&records, opts);
+        let want: Vec<_> = records.iter().map(expected).collect();
+        prop_assert_eq!(decoded, want);
+        prop_assert_eq!(entries.iter().map(|e| e.records).sum::<u64>(), records.len() as u64);
+    }
+}
+
+#[test]
+fn a_split_full_feed_is_full_first_then_incremental() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        max_records: 2,
+        ..Options::default()
+    };
+    let mut w = FeedWriter::new(dir.path(), "docs", FeedType::Full, opts).unwrap();
+    let records: Vec<Record> = (0..5)
+        .map(|i| Record {
+            url: format!("http://h.example.com/{i}"),
+            content: Some(Content::Text(format!("doc {i}"))),
+            ..Default::default()
+        })
+        .collect();
+    w.add_batch(&records).unwrap();
+    let (entries, _) = w.finish().unwrap();
+    let types: Vec<_> = entries.iter().map(|e| e.feedtype).collect();
+    assert_eq!(types, [FeedType::Full, FeedType::Incremental, FeedType::Incremental]);
+    let second = std::fs::read_to_string(dir.path().join(&entries[1].file)).unwrap();
+    assert!(second.contains("<feedtype>incremental</feedtype>"));
+    let manifest = std::fs::read_to_string(dir.path().join("manifest.jsonl")).unwrap();
+    assert_eq!(manifest.lines().count(), 3);
+}
+
+#[test]
+fn a_bad_record_leaves_nothing_of_its_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = FeedWriter::new(dir.path(), "docs", FeedType::Incremental, Options::default()).unwrap();
+    let good = Record {
+        url: "http://h.example.com/ok".into(),
+        ..Default::default()
+    };
+    let bad = Record {
+        url: "http://h.example.com/bad".into(),
+        pagerank: Some(5),
+        ..Default::default()
+    };
+    let err = w.add_batch(&[good.clone(), bad]).unwrap_err();
+    assert!(matches!(err, fastfeed_core::Error::Record { index: 1, field: Some("pagerank"), .. }), "{err}");
+    assert_eq!(w.records(), 0);
+    w.add_batch(&[good]).unwrap();
+    let (entries, _) = w.finish().unwrap();
+    assert_eq!(entries[0].records, 1);
+}

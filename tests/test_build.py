@@ -1,0 +1,347 @@
+"""`fastfeed build` and the FeedWriter API: rules, errors, splitting, ordering, inputs."""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import orjson
+import pytest
+from feeds import decode_file, decode_set
+
+from fastfeed import FeedError, FeedWarning, FeedWriter, RecordError, read_manifest
+from fastfeed.cli import main
+from fastfeed.validate import validate_file
+
+
+def write_jsonl(path: Path, records: list[object]) -> Path:
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    return path
+
+
+def doc(i: int, **extra: object) -> dict[str, object]:
+    return {"url": f"http://docs.example.com/{i}", "content": f"document {i}", **extra}
+
+
+def build(tmp_path: Path, records: list[object], *args: str, out: str = "out") -> int:
+    src = write_jsonl(tmp_path / "in.jsonl", records)
+    return main(["build", str(src), "--datasource", "docs", "--out", str(tmp_path / out), *args])
+
+
+@pytest.mark.parametrize(
+    ("record", "feedtype", "field", "words"),
+    [
+        ({"content": "x"}, "incremental", "url", "is required"),
+        ({"url": "http://localhost/a"}, "incremental", "url", "not fully qualified"),
+        ({"url": "docs.example.com/a"}, "incremental", "url", "not an absolute URL"),
+        (doc(1, action="remove"), "incremental", "action", "add or delete"),
+        (doc(1, authmethod="kerberos"), "incremental", "authmethod", "httpsso"),
+        (doc(1, pagerank=101), "incremental", "pagerank", "68 to 100"),
+        (doc(1, pagerank=True), "incremental", "pagerank", "integer"),
+        ({"url": "http://docs.example.com/1", "pagerank": 80}, "metadata-and-url", "pagerank", "content feeds only"),
+        (doc(1), "metadata-and-url", "content", "metadata-and-url feed"),
+        ({"url": "http://docs.example.com/1", "metadata": {"a": "b"}}, "full", "metadata", "metadata alone"),
+        (doc(1, metadata={"tags": ""}), "incremental", "metadata", "empty value"),
+        (doc(1, content_base64="aGk="), "incremental", "content", "at most one"),
+        ({"url": "http://docs.example.com/1", "content_base64": "a$b"}, "incremental", "content_base64", "not valid base64"),
+        ({"url": "http://docs.example.com/1", "content_path": "/no/such/file"}, "incremental", "content_path", "cannot read"),
+        (doc(1, last_modified="yesterday"), "incremental", "last_modified", "not a date"),
+        (doc(1, lock="yes"), "incremental", "lock", "true or false"),
+        (doc(1, action="delete"), "incremental", "content", "delete record carries no content"),
+        ({"url": "http://docs.example.com/1\x01"}, "incremental", "url", "U+0001"),
+        (doc(1, colour="red"), "incremental", None, "unknown field 'colour'"),
+    ],
+)
+def test_a_refused_record_names_its_line_and_field_and_no_manifest_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], record: dict[str, object], feedtype: str, field: str | None, words: str
+) -> None:
+    status = build(tmp_path, [doc(0), doc(1), record, doc(3)], "--feedtype", feedtype) if feedtype != "metadata-and-url" else build(
+        tmp_path, [{"url": "http://docs.example.com/0"}, record], "--feedtype", feedtype
+    )
+    err = capsys.readouterr().err
+    assert status == 1
+    line = 3 if feedtype != "metadata-and-url" else 2
+    location = f"in.jsonl:{line}: " + (f"{field}: " if field else "")
+    assert location in err and words in err, err
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
+    assert not list((tmp_path / "out").glob("*.tmp"))
+
+
+def test_bad_json_and_bad_utf8_name_their_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(orjson.dumps(doc(0)) + b"\n\n" + b'{"url": "http://a.example.com/\xff"}\n' + b"[1]\n")
+    status = main(["build", str(src), "--datasource", "d", "--out", str(tmp_path / "o"), "--on-error", "skip"])
+    err = capsys.readouterr().err
+    assert status == 1
+    log = (tmp_path / "o" / "rejected.log").read_text()
+    assert "in.jsonl:3: not a JSON object" in log and "UTF-8" in log
+    assert "in.jsonl:4: expected a JSON object, got list" in log
+    assert "2 records were refused" in err
+    # The refused lines are kept byte for byte, to be fixed and fed again.
+    assert (tmp_path / "o" / "rejected.jsonl").read_bytes() == b'{"url": "http://a.example.com/\xff"}\n[1]\n'
+    assert [f.url for f in decode_set(tmp_path / "o")] == ["http://docs.example.com/0"]
+
+
+def test_skip_mode_keeps_every_good_record_in_order(tmp_path: Path) -> None:
+    records = [doc(i) if i % 3 else doc(i, pagerank=1) for i in range(30)]
+    assert build(tmp_path, records, "--on-error", "skip") == 1
+    assert [f.url for f in decode_set(tmp_path / "out")] == [r["url"] for r in records if "pagerank" not in r]
+    assert len((tmp_path / "out" / "rejected.jsonl").read_bytes().splitlines()) == 10
+
+
+def test_files_stay_under_the_cap_and_every_record_appears_once_in_order(tmp_path: Path) -> None:
+    records = [doc(i, content="é<&>" * (i % 50), metadata={"n": str(i)}) for i in range(2000)]
+    assert build(tmp_path, records, "--max-bytes", "20KB", "--feedtype", "full") == 0
+    manifest = read_manifest(tmp_path / "out")
+    assert len(manifest) > 5
+    for entry in manifest:
+        path = tmp_path / "out" / entry.file
+        assert path.stat().st_size == entry.bytes <= 20_000
+        assert validate_file(path) == []
+    assert [f.url for f in decode_set(tmp_path / "out")] == [r["url"] for r in records]
+    assert sum(e.records for e in manifest) == 2000
+
+
+def test_a_split_full_feed_replaces_only_with_its_first_file(tmp_path: Path) -> None:
+    assert build(tmp_path, [doc(i) for i in range(10)], "--feedtype", "full", "--max-records", "3") == 0
+    manifest = read_manifest(tmp_path / "out")
+    assert [e.feedtype for e in manifest] == ["full", "incremental", "incremental", "incremental"]
+    assert [decode_file(tmp_path / "out" / e.file)[1] for e in manifest] == [e.feedtype for e in manifest]
+
+
+def test_manifest_describes_each_file(tmp_path: Path) -> None:
+    import hashlib
+
+    assert build(tmp_path, [doc(i) for i in range(5)], "--max-records", "2") == 0
+    for e in read_manifest(tmp_path / "out"):
+        data = (tmp_path / "out" / e.file).read_bytes()
+        assert (e.datasource, e.bytes, e.sha256) == ("docs", len(data), hashlib.sha256(data).hexdigest())
+        assert data.startswith(
+            b'<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE gsafeed PUBLIC "-//Google//DTD GSA Feeds//EN" "">\n'
+        )
+
+
+def test_a_record_over_the_cap_goes_alone_with_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    records = [doc(0), doc(1, content="x" * 50_000), doc(2)]
+    assert build(tmp_path, records, "--max-bytes", "10KB") == 0
+    assert "in.jsonl:2: " in capsys.readouterr().err
+    manifest = read_manifest(tmp_path / "out")
+    assert [e.records for e in manifest] == [1, 1, 1]
+    assert manifest[1].bytes > 10_000
+
+
+def test_metadata_is_sorted_and_unchanged_documents_give_identical_bytes(tmp_path: Path) -> None:
+    a = doc(1, metadata={"zeta": "1", "alpha": ["b", "a"], "mid": "m"})
+    b = doc(1, metadata={"mid": "m", "alpha": ["b", "a"], "zeta": "1"})
+    build(tmp_path, [a], out="a")
+    build(tmp_path, [b], out="b")
+    assert (tmp_path / "a" / "docs-000001.xml").read_bytes() == (tmp_path / "b" / "docs-000001.xml").read_bytes()
+    fed = decode_set(tmp_path / "a")[0]
+    assert fed.metadata == [(b"alpha", b"b"), (b"alpha", b"a"), (b"mid", b"m"), (b"zeta", b"1")]
+
+
+@pytest.mark.parametrize(
+    ("given", "sent"),
+    [
+        ("Tue, 6 Nov 2007 12:45:26 GMT", "Tue, 6 Nov 2007 12:45:26 GMT"),
+        ("2007-11-06T12:45:26Z", "Tue, 06 Nov 2007 12:45:26 GMT"),
+        ("2007-11-06T13:45:26+01:00", "Tue, 06 Nov 2007 12:45:26 GMT"),
+        ("2007-11-06", "Tue, 06 Nov 2007 00:00:00 GMT"),
+        (1194353126, "Tue, 06 Nov 2007 12:45:26 GMT"),
+        (1194353126.9, "Tue, 06 Nov 2007 12:45:26 GMT"),
+    ],
+)
+def test_last_modified_becomes_rfc822_in_gmt(tmp_path: Path, given: object, sent: str) -> None:
+    assert build(tmp_path, [doc(1, last_modified=given)]) == 0
+    assert decode_set(tmp_path / "out")[0].attrs["last-modified"] == sent
+
+
+def test_record_attributes_reach_the_feed(tmp_path: Path) -> None:
+    rec = doc(
+        1,
+        displayurl="http://show.example.com/1?a=1&b=2",
+        lock=True,
+        authmethod="ntlm",
+        pagerank=90,
+        crawl_once=True,
+        mimetype="text/html",
+    )
+    assert build(tmp_path, [rec, {"url": "http://docs.example.com/2", "action": "delete"}]) == 0
+    fed = decode_set(tmp_path / "out")
+    assert fed[0].attrs == {
+        "url": "http://docs.example.com/1",
+        "displayurl": "http://show.example.com/1?a=1&b=2",
+        "mimetype": "text/html",
+        "lock": "true",
+        "authmethod": "ntlm",
+        "pagerank": "90",
+        "crawl-once": "true",
+    }
+    # The DTD requires a mimetype on every record, deletes included.
+    assert fed[1].attrs == {"url": "http://docs.example.com/2", "action": "delete", "mimetype": "text/plain"}
+
+
+def test_binary_content_is_compressed_only_when_it_shrinks(tmp_path: Path) -> None:
+    noise = os.urandom(100_000)
+    text_like = b"repeated words " * 10_000
+    records = [
+        {"url": "http://d.example.com/noise.bin", "content_base64": base64.b64encode(noise).decode()},
+        {"url": "http://d.example.com/words.bin", "content_base64": base64.b64encode(text_like).decode()},
+        {"url": "http://d.example.com/zip.zip", "content_base64": base64.b64encode(b"PK\x03\x04" + text_like).decode()},
+    ]
+    assert build(tmp_path, records) == 0
+    fed = decode_set(tmp_path / "out")
+    assert [f.content_encoding for f in fed] == ["base64binary", "base64compressed", "base64binary"]
+    assert [f.content for f in fed] == [noise, text_like, b"PK\x03\x04" + text_like]
+    assert fed[2].attrs["mimetype"] == "application/zip"
+
+
+def test_compress_always_and_never(tmp_path: Path) -> None:
+    assert build(tmp_path, [doc(1, content="text " * 100)], "--compress", "always", out="a") == 0
+    assert decode_set(tmp_path / "a")[0].content_encoding == "base64compressed"
+    data = base64.b64encode(b"\0" * 5000).decode()
+    assert build(tmp_path, [{"url": "http://d.example.com/z", "content_base64": data}], "--compress", "never", out="b") == 0
+    assert decode_set(tmp_path / "b")[0].content_encoding == "base64binary"
+
+
+def test_text_xml_cannot_carry_goes_as_base64_not_dropped(tmp_path: Path) -> None:
+    assert build(tmp_path, [doc(1, content="bell\x07 and \uffff", metadata={"k\x01": "v"})]) == 0
+    fed = decode_set(tmp_path / "out")[0]
+    assert fed.content == "bell\x07 and \uffff".encode()
+    assert fed.metadata == [(b"k\x01", b"v")]
+
+
+def test_a_directory_becomes_records_with_urls_types_and_content(tmp_path: Path) -> None:
+    root = tmp_path / "share"
+    (root / "sub dir").mkdir(parents=True)
+    (root / "a.html").write_text("<p>caf\u00e9 &amp; more</p>\r\n", encoding="utf-8")
+    (root / "sub dir" / "b.pdf").write_bytes(b"%PDF-1.4 " + bytes(range(256)) * 40)
+    (root / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+    status = main(
+        ["build", str(root), "--base-url", "http://files.example.com/share", "--datasource", "share",
+         "--feedtype", "full", "--out", str(tmp_path / "out")]
+    )
+    assert status == 0
+    fed = {f.url: f for f in decode_set(tmp_path / "out")}
+    html = fed["http://files.example.com/share/a.html"]
+    assert (html.attrs["mimetype"], html.content_encoding) == ("text/html", None)
+    assert html.content == (root / "a.html").read_bytes()
+    pdf = fed["http://files.example.com/share/sub%20dir/b.pdf"]
+    assert pdf.attrs["mimetype"] == "application/pdf" and pdf.content_encoding is not None
+    assert pdf.content == (root / "sub dir" / "b.pdf").read_bytes()
+    # Not UTF-8, so not sent as XML text: its bytes go base64, unchanged.
+    latin = fed["http://files.example.com/share/latin1.txt"]
+    assert latin.content == "caf\xe9".encode("latin-1") and latin.content_encoding == "base64binary"
+    assert "last-modified" in pdf.attrs
+
+
+def test_a_directory_needs_a_base_url(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "d").mkdir()
+    assert main(["build", str(tmp_path / "d"), "--datasource", "x", "--out", str(tmp_path / "o")]) == 1
+    assert "--base-url" in capsys.readouterr().err
+
+
+def test_an_empty_full_feed_is_written_because_it_empties_the_datasource(tmp_path: Path) -> None:
+    assert build(tmp_path, [], "--feedtype", "full") == 0
+    [entry] = read_manifest(tmp_path / "out")
+    assert (entry.feedtype, entry.records) == ("full", 0)
+    assert validate_file(tmp_path / "out" / entry.file) == []
+
+
+def test_refuses_to_mix_two_builds_in_one_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert build(tmp_path, [doc(1)]) == 0
+    assert build(tmp_path, [doc(2)]) == 1
+    assert "already holds a feed set" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--datasource", "9lives"], "datasource '9lives' is not allowed"),
+        (["--datasource", "web", "--feedtype", "full"], "always incremental"),
+        (["--datasource", "d", "--max-bytes", "2GB"], "max bytes"),
+    ],
+)
+def test_bad_settings_are_refused_before_anything_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], words: str
+) -> None:
+    src = write_jsonl(tmp_path / "in.jsonl", [doc(1)])
+    assert main(["build", str(src), "--out", str(tmp_path / "o"), *args]) == 1
+    assert words in capsys.readouterr().err
+    assert not (tmp_path / "o" / "manifest.jsonl").exists()
+
+
+def test_web_feeds_carry_urls_not_content(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = write_jsonl(tmp_path / "in.jsonl", [doc(1)])
+    assert main(["build", str(src), "--datasource", "web", "--out", str(tmp_path / "o")]) == 1
+    assert "web feed" in capsys.readouterr().err
+
+
+def test_python_api_takes_str_bytes_and_paths_and_reports_files(tmp_path: Path) -> None:
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(bytes(range(256)))
+    finished = []
+    with FeedWriter(tmp_path / "out", "api", "full", max_records=2, on_file=finished.append) as w:
+        w.add({"url": "http://a.example.com/1", "content": "text"})
+        w.add_batch([
+            {"url": "http://a.example.com/2", "content": b"\x00\x01"},
+            {"url": "http://a.example.com/3", "content_path": blob},
+        ])
+    assert [e.file for e in finished] == [e.file for e in w.manifest] == ["api-000001.xml", "api-000002.xml"]
+    assert [f.content for f in decode_set(tmp_path / "out")] == [b"text", b"\x00\x01", bytes(range(256))]
+
+
+def test_python_api_error_points_at_the_record_and_the_batch_can_be_retried(tmp_path: Path) -> None:
+    with FeedWriter(tmp_path / "out", "api") as w:
+        batch = [{"url": "http://a.example.com/1"}, {"url": "http://a.example.com/\ud800"}]
+        with pytest.raises(RecordError) as info:
+            w.add_batch(batch)
+        assert (info.value.index, info.value.field) == (1, "url")
+        assert "not valid Unicode" in str(info.value)
+        w.add_batch(batch[:1])
+    assert [f.url for f in decode_set(tmp_path / "out")] == ["http://a.example.com/1"]
+
+
+def test_python_api_abandoned_on_exception_leaves_no_manifest(tmp_path: Path) -> None:
+    with pytest.raises(KeyError), FeedWriter(tmp_path / "out", "api", max_records=1) as w:
+        w.add_batch([doc(1), doc(2)])
+        raise KeyError("pipeline failed")
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
+    assert not list((tmp_path / "out").glob("*.tmp"))
+
+
+def test_python_api_warns_about_oversized_records(tmp_path: Path) -> None:
+    with pytest.warns(FeedWarning, match="over the 1000 byte cap"), FeedWriter(tmp_path / "o", "api", max_bytes=1000) as w:
+        w.add(doc(1, content="y" * 5000))
+
+
+def test_python_api_refuses_bad_settings(tmp_path: Path) -> None:
+    with pytest.raises(FeedError, match="feed type 'fulll'"):
+        FeedWriter(tmp_path / "o", "api", "fulll")  # type: ignore[arg-type]
+
+
+def test_stdin_and_the_installed_command(tmp_path: Path) -> None:
+    data = b"".join(orjson.dumps(doc(i)) + b"\n" for i in range(3))
+    done = subprocess.run(
+        ["fastfeed", "build", "-", "--datasource", "s", "--out", str(tmp_path / "o"), "--json"],
+        input=data, capture_output=True, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert orjson.loads(done.stdout)["records"] == 3
+    assert [f.content for f in decode_set(tmp_path / "o")] == [b"document 0", b"document 1", b"document 2"]
+
+
+def test_compressed_content_is_plain_zlib(tmp_path: Path) -> None:
+    assert build(tmp_path, [doc(1, content="abc" * 100)], "--compress", "always") == 0
+    text = (tmp_path / "out" / "docs-000001.xml").read_text()
+    payload = text.split('encoding="base64compressed">')[1].split("<")[0]
+    assert zlib.decompress(base64.b64decode(payload)) == b"abc" * 100
+
+
+def test_help_teaches_by_example() -> None:
+    done = subprocess.run([sys.executable, "-m", "fastfeed.cli", "build", "--help"], capture_output=True, text=True, check=True)
+    assert "examples:" in done.stdout and "--max-bytes" in done.stdout

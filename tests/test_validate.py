@@ -1,0 +1,96 @@
+"""`fastfeed validate`: the DTD and the protocol's rules, reported as file:line: problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fastfeed.cli import main
+from fastfeed.validate import validate_file
+
+HEAD = '<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE gsafeed PUBLIC "-//Google//DTD GSA Feeds//EN" "">\n'
+
+# The guide's own example, "Web Feed with Base64 Encoded Metadata".
+GUIDE_EXAMPLE = HEAD + """<gsafeed>
+  <header>
+    <datasource>example3</datasource>
+    <feedtype>metadata-and-url</feedtype>
+  </header>
+  <group>
+    <record url="http://example.com/myfeed.html" action="add" mimetype="text/html">
+      <metadata>
+        <meta encoding="base64binary" name="cHJvamVjdF9uYW1l" content="Y2lyY2xlZ19yb2Nrcw=="/>
+      </metadata>
+    </record>
+  </group>
+</gsafeed>
+"""
+
+
+def feed(tmp_path: Path, body: str, datasource: str = "docs", feedtype: str = "incremental") -> Path:
+    path = tmp_path / "feed.xml"
+    path.write_text(
+        HEAD + f"<gsafeed>\n<header>\n<datasource>{datasource}</datasource>\n<feedtype>{feedtype}</feedtype>\n"
+        f"</header>\n<group>\n{body}</group>\n</gsafeed>\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_the_guides_example_is_valid(tmp_path: Path) -> None:
+    path = tmp_path / "example.xml"
+    path.write_text(GUIDE_EXAMPLE)
+    assert validate_file(path) == []
+
+
+@pytest.mark.parametrize(
+    ("body", "feedtype", "words"),
+    [
+        ('<record url="http://a.example.com/"><content>x</content></record>\n', "incremental", "does not carry attribute mimetype"),
+        ('<record url="http://a.example.com/" mimetype="t" lock="maybe"/>\n', "incremental", "lock"),
+        ('<record url="http://a/" mimetype="t"/>\n', "incremental", "not fully qualified"),
+        ('<record url="http://a.example.com/" mimetype="t" pagerank="40"/>\n', "incremental", "pagerank '40'"),
+        ('<record url="http://a.example.com/" mimetype="t"><content>x</content></record>\n', "metadata-and-url", "carries no content"),
+        ('<record url="http://a.example.com/" mimetype="t"><metadata><meta name="a" content=""/></metadata></record>\n', "incremental", "empty content"),
+        ('<record url="http://a.example.com/" mimetype="t"><metadata><meta name="a" content="b"/></metadata></record>\n', "full", "metadata alone"),
+        ('<record url="http://a.example.com/" mimetype="t"><content encoding="base64binary">a$b</content></record>\n', "incremental", "not valid base64binary"),
+        ('<record url="http://a.example.com/" mimetype="t"><content encoding="base64compressed">QUJD</content></record>\n', "incremental", "does not inflate"),
+        ('<record url="http://a.example.com/" mimetype="t" last-modified="soon"/>\n', "incremental", "RFC 822"),
+        ('<record url="http://a.example.com/" mimetype="t"><content>x</content><metadata/></record>\n', "incremental", "does not follow the DTD"),
+    ],
+)
+def test_each_problem_is_reported_with_its_line(tmp_path: Path, body: str, feedtype: str, words: str) -> None:
+    path = feed(tmp_path, '<record url="http://ok.example.com/" mimetype="text/plain"/>\n' + body, feedtype=feedtype)
+    problems = validate_file(path)
+    assert problems, body
+    assert any(words in p.message for p in problems), problems
+    assert {p.line for p in problems} == {10}
+
+
+def test_header_rules(tmp_path: Path) -> None:
+    problems = validate_file(feed(tmp_path, "", datasource="1bad", feedtype="partial"))
+    messages = " ".join(p.message for p in problems)
+    assert "datasource '1bad'" in messages and "feedtype 'partial'" in messages
+
+
+def test_not_well_formed_and_wrong_doctype(tmp_path: Path) -> None:
+    path = tmp_path / "broken.xml"
+    path.write_text(HEAD + "<gsafeed>\n<header>\n</gsafeed>\n")
+    [problem] = validate_file(path)
+    assert problem.line == 5 and "not well-formed" in problem.message
+    path.write_text('<?xml version="1.0"?>\n<gsafeed><header><datasource>a</datasource><feedtype>full</feedtype></header><group/></gsafeed>')
+    assert [p.message for p in validate_file(path)] == [
+        'the DOCTYPE must be <!DOCTYPE gsafeed PUBLIC "-//Google//DTD GSA Feeds//EN" "">'
+    ]
+
+
+def test_command_prints_problems_and_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "good.xml"
+    good.write_text(GUIDE_EXAMPLE)
+    bad = feed(tmp_path, '<record url="http://a/" mimetype="t"/>\n')
+    assert main(["validate", str(good)]) == 0
+    assert main(["validate", str(good), str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert f"{bad}:9: url: host 'a' is not fully qualified" in out
+    assert str(good) not in out

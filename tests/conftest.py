@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 import trustme
-
 from fastfeed.emulator import Emulator
 
 

@@ -9,9 +9,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-
-from fastfeed.emulator import Emulator
 from conftest import TLSFiles
+from fastfeed.emulator import Emulator
 
 DOCTYPE = '<!DOCTYPE gsafeed PUBLIC "-//Google//DTD GSA Feeds//EN" "">'
 
@@ -42,7 +41,9 @@ def client(tls: TLSFiles) -> Iterator[httpx.Client]:
         yield http
 
 
-def push(client: httpx.Client, emu: Emulator, datasource: str, feedtype: str, data: bytes) -> httpx.Response:
+def push(
+    client: httpx.Client, emu: Emulator, datasource: str, feedtype: str, data: bytes
+) -> httpx.Response:
     return client.post(
         f"{emu.url}/xmlfeed",
         data={"datasource": datasource, "feedtype": feedtype},
@@ -50,7 +51,9 @@ def push(client: httpx.Client, emu: Emulator, datasource: str, feedtype: str, da
     )
 
 
-def test_multipart_push_is_answered_success_and_indexed(client: httpx.Client, emulator: Emulator) -> None:
+def test_multipart_push_is_answered_success_and_indexed(
+    client: httpx.Client, emulator: Emulator
+) -> None:
     data = feed("docs", "full", group(record("http://example.com/a", "hello")))
 
     response = push(client, emulator, "docs", "full", data)
@@ -67,7 +70,9 @@ def test_multipart_push_is_answered_success_and_indexed(client: httpx.Client, em
 
 def test_urlencoded_push_is_decoded_exactly(client: httpx.Client, emulator: Emulator) -> None:
     # '+', '%', '&' and '=' in the feed must survive form encoding.
-    data = feed("docs", "incremental", group(record("http://example.com/q?a=1&amp;b=2", "1+1=2 &amp; 50%")))
+    data = feed(
+        "docs", "incremental", group(record("http://example.com/q?a=1&amp;b=2", "1+1=2 &amp; 50%"))
+    )
 
     response = client.post(
         f"{emulator.url}/xmlfeed",
@@ -91,9 +96,19 @@ def test_post_fields_win_over_the_feed_header(client: httpx.Client, emulator: Em
 
 
 def test_full_feed_replaces_the_datasource_only(client: httpx.Client, emulator: Emulator) -> None:
-    push(client, emulator, "docs", "full", feed("docs", "full", group(record("http://e.com/a", "a"), record("http://e.com/b", "b"))))
-    push(client, emulator, "keep", "full", feed("keep", "full", group(record("http://e.com/k", "k"))))
-    push(client, emulator, "docs", "full", feed("docs", "full", group(record("http://e.com/c", "c"))))
+    push(
+        client,
+        emulator,
+        "docs",
+        "full",
+        feed("docs", "full", group(record("http://e.com/a", "a"), record("http://e.com/b", "b"))),
+    )
+    push(
+        client, emulator, "keep", "full", feed("keep", "full", group(record("http://e.com/k", "k")))
+    )
+    push(
+        client, emulator, "docs", "full", feed("docs", "full", group(record("http://e.com/c", "c")))
+    )
     emulator.wait_idle()
 
     assert set(emulator.documents("docs")) == {"http://e.com/c"}
@@ -101,7 +116,9 @@ def test_full_feed_replaces_the_datasource_only(client: httpx.Client, emulator: 
 
 
 def test_empty_full_feed_deletes_every_document(client: httpx.Client, emulator: Emulator) -> None:
-    push(client, emulator, "docs", "full", feed("docs", "full", group(record("http://e.com/a", "a"))))
+    push(
+        client, emulator, "docs", "full", feed("docs", "full", group(record("http://e.com/a", "a")))
+    )
     push(client, emulator, "docs", "full", feed("docs", "full", "<group/>"))
     emulator.wait_idle()
 
@@ -110,7 +127,11 @@ def test_empty_full_feed_deletes_every_document(client: httpx.Client, emulator: 
 
 
 def test_incremental_adds_updates_and_deletes(client: httpx.Client, emulator: Emulator) -> None:
-    first = group(record("http://e.com/a", "a1"), record("http://e.com/b", "b1"), record("http://e.com/c", "c1"))
+    first = group(
+        record("http://e.com/a", "a1"),
+        record("http://e.com/b", "b1"),
+        record("http://e.com/c", "c1"),
+    )
     push(client, emulator, "docs", "incremental", feed("docs", "incremental", first))
     second = group(
         record("http://e.com/a"),  # the group deletes it
@@ -156,10 +177,17 @@ def test_encoded_content_and_metadata_are_decoded(client: httpx.Client, emulator
     )
 
 
-def test_metadata_and_url_feed_records_urls_without_content(client: httpx.Client, emulator: Emulator) -> None:
+def test_metadata_and_url_feed_records_urls_without_content(
+    client: httpx.Client, emulator: Emulator
+) -> None:
     meta = '<metadata><meta name="author" content="ann"/></metadata>'
-    records = f'<record url="http://e.com/page" mimetype="text/html" crawl-immediately="true">{meta}</record>'
-    push(client, emulator, "web", "metadata-and-url", feed("web", "metadata-and-url", group(records)))
+    records = (
+        f'<record url="http://e.com/page" mimetype="text/html" crawl-immediately="true">{meta}'
+        "</record>"
+    )
+    push(
+        client, emulator, "web", "metadata-and-url", feed("web", "metadata-and-url", group(records))
+    )
     emulator.wait_idle()
 
     page = emulator.documents("web")["http://e.com/page"]
@@ -167,9 +195,20 @@ def test_metadata_and_url_feed_records_urls_without_content(client: httpx.Client
     assert page.metadata == [("author", "ann")]
 
 
-def test_incremental_metadata_only_keeps_the_content(client: httpx.Client, emulator: Emulator) -> None:
-    push(client, emulator, "docs", "incremental", feed("docs", "incremental", group(record("http://e.com/a", "body"))))
-    meta = '<record url="http://e.com/a" mimetype="text/plain"><metadata><meta name="k" content="v"/></metadata></record>'
+def test_incremental_metadata_only_keeps_the_content(
+    client: httpx.Client, emulator: Emulator
+) -> None:
+    push(
+        client,
+        emulator,
+        "docs",
+        "incremental",
+        feed("docs", "incremental", group(record("http://e.com/a", "body"))),
+    )
+    meta = (
+        '<record url="http://e.com/a" mimetype="text/plain">'
+        '<metadata><meta name="k" content="v"/></metadata></record>'
+    )
     push(client, emulator, "docs", "incremental", feed("docs", "incremental", group(meta)))
     emulator.wait_idle()
 
@@ -180,8 +219,14 @@ def test_incremental_metadata_only_keeps_the_content(client: httpx.Client, emula
 def test_invalid_feed_is_accepted_then_failed_in_error_and_not_applied(
     client: httpx.Client, emulator: Emulator
 ) -> None:
-    push(client, emulator, "docs", "full", feed("docs", "full", group(record("http://e.com/a", "a"))))
-    bad = feed("docs", "full", group('<record url="http://e.com/b"><content>no mimetype</content></record>'))
+    push(
+        client, emulator, "docs", "full", feed("docs", "full", group(record("http://e.com/a", "a")))
+    )
+    bad = feed(
+        "docs",
+        "full",
+        group('<record url="http://e.com/b"><content>no mimetype</content></record>'),
+    )
 
     response = push(client, emulator, "docs", "full", bad)
     emulator.wait_idle()
@@ -192,10 +237,12 @@ def test_invalid_feed_is_accepted_then_failed_in_error_and_not_applied(
     assert set(emulator.documents("docs")) == {"http://e.com/a"}
 
 
-def test_malformed_xml_and_entities_are_not_expanded(client: httpx.Client, emulator: Emulator) -> None:
+def test_malformed_xml_and_entities_are_not_expanded(
+    client: httpx.Client, emulator: Emulator
+) -> None:
     bomb = (
         b'<?xml version="1.0"?><!DOCTYPE gsafeed [<!ENTITY x SYSTEM "file:///etc/passwd">]>'
-        b'<gsafeed><header><datasource>docs</datasource><feedtype>full</feedtype></header>'
+        b"<gsafeed><header><datasource>docs</datasource><feedtype>full</feedtype></header>"
         b'<group><record url="http://e.com/a" mimetype="text/plain"><content>&x;</content>'
         b"</record></group></gsafeed>"
     )
@@ -212,7 +259,13 @@ def test_backlog_counts_files_until_the_feeder_processes_them(
 ) -> None:
     emulator.pause_feeder()
     for name in "abc":
-        push(client, emulator, "docs", "incremental", feed("docs", "incremental", group(record(f"http://e.com/{name}", name))))
+        push(
+            client,
+            emulator,
+            "docs",
+            "incremental",
+            feed("docs", "incremental", group(record(f"http://e.com/{name}", name))),
+        )
 
     held = client.get(f"{emulator.url}/getbacklogcount")
     assert (held.status_code, held.text, emulator.backlog) == (200, "3", 3)
@@ -225,7 +278,9 @@ def test_backlog_counts_files_until_the_feeder_processes_them(
     assert len(emulator.documents("docs")) == 3
 
 
-def test_wait_idle_times_out_while_the_feeder_is_paused(client: httpx.Client, emulator: Emulator) -> None:
+def test_wait_idle_times_out_while_the_feeder_is_paused(
+    client: httpx.Client, emulator: Emulator
+) -> None:
     emulator.pause_feeder()
     push(client, emulator, "docs", "full", feed("docs", "full"))
 

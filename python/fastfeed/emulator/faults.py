@@ -7,6 +7,7 @@ until it has been used `times` times.
 from __future__ import annotations
 
 import threading
+from http import HTTPStatus
 from collections import deque
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -42,7 +43,7 @@ class Fault:
     @classmethod
     def http_status(cls, status: int, times: int = 1) -> Fault:
         """Answers with this HTTP status (e.g. 503) after reading the upload."""
-        return cls("http_status", times, status=status, body=f"Emulated HTTP {status}")
+        return cls("http_status", times, status=status, body=_reason(status))
 
     @classmethod
     def answer(cls, body: str, times: int = 1) -> Fault:
@@ -68,7 +69,9 @@ class Fault:
     def from_json(cls, data: dict[str, Any]) -> Fault:
         """Builds a fault from the JSON of POST /_emulator/faults; raises ValueError if invalid."""
         if not isinstance(data, dict):
-            raise ValueError("a fault is a JSON object such as {\"kind\": \"http_status\", \"status\": 503}")
+            raise ValueError(
+                'a fault is a JSON object such as {"kind": "http_status", "status": 503}'
+            )
         kind = data.get("kind")
         known = {"kind", "times", "status", "body", "seconds", "after_bytes"}
         unknown = set(data) - known
@@ -77,7 +80,7 @@ class Fault:
         if kind == "disk_full":
             data = {**data, "kind": "answer", "body": DISK_FULL}
         elif kind == "http_status" and "body" not in data:
-            data = {**data, "body": f"Emulated HTTP {data.get('status', 200)}"}
+            data = {**data, "body": _reason(data.get("status", 0))}
         try:
             return cls(**data)
         except TypeError as exc:
@@ -85,6 +88,13 @@ class Fault:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _reason(status: int) -> str:
+    try:
+        return f"{status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"HTTP {status}"
 
 
 class FaultQueue:

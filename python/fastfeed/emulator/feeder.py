@@ -26,7 +26,7 @@ MAX_REPORTED = 5
 
 
 def feed_kind(datasource: str, feedtype: str) -> str:
-    """"web" for URLs the appliance would crawl, "content" for documents carried in the feed."""
+    """ "web" for URLs the appliance would crawl, "content" for documents carried in the feed."""
     return "web" if datasource == "web" or feedtype == "metadata-and-url" else "content"
 
 
@@ -71,7 +71,8 @@ class _Applier:
         action = elem.get("action") or group_action
         if action == "delete":
             self.db.execute(
-                "DELETE FROM documents WHERE datasource = ? AND url = ?", (self.push.datasource, url)
+                "DELETE FROM documents WHERE datasource = ? AND url = ?",
+                (self.push.datasource, url),
             )
             self.changes.deleted += 1
             return
@@ -139,8 +140,7 @@ def apply_feed(index: Index, push: Push) -> str:
     with index.transaction() as db:
         if problems:
             details = "; ".join(
-                f"line {p.line}: {p.message}" if p.line is not None else p.message
-                for p in problems
+                f"line {p.line}: {p.message}" if p.line is not None else p.message for p in problems
             )
             outcome = f"failed in error: {details}"
             index.finish_push(db, push.id, outcome, Changes())

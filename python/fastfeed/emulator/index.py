@@ -162,7 +162,9 @@ class Index:
             assert cursor.lastrowid is not None
             return cursor.lastrowid
 
-    def finish_push(self, db: sqlite3.Connection, push_id: int, outcome: str, changes: Changes) -> None:
+    def finish_push(
+        self, db: sqlite3.Connection, push_id: int, outcome: str, changes: Changes
+    ) -> None:
         db.execute(
             "UPDATE pushes SET outcome = ?, records = ?, added = ?, deleted = ?, in_error = ?,"
             " applied_at = ? WHERE id = ?",
@@ -203,8 +205,22 @@ class Index:
 
 
 def _document(row: tuple[object, ...]) -> Document:
-    (url, mimetype, content, metadata, displayurl, modified, lock, auth, rank, now, once, ds, kind,
-     push_id) = row
+    (
+        url,
+        mimetype,
+        content,
+        metadata,
+        displayurl,
+        modified,
+        lock,
+        auth,
+        rank,
+        now,
+        once,
+        ds,
+        kind,
+        push_id,
+    ) = row
     return Document(
         url=str(url),
         mimetype=str(mimetype),

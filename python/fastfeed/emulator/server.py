@@ -113,6 +113,15 @@ async def _drop(request: web.Request, after_bytes: int) -> int:
 
 async def xmlfeed(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
+    try:
+        return await _xmlfeed(state, request)
+    except ConnectionError:
+        # The client gave up mid-upload (e.g. its timeout during a slow answer): nothing to answer.
+        await _log(state, request, "refused: the client closed the connection during its upload")
+        return _text("client gone", 400)
+
+
+async def _xmlfeed(state: State, request: web.Request) -> web.StreamResponse:
     declared = request.content_length
     if declared is not None and declared > MAX_FEED_BYTES:
         error = too_large(declared)
@@ -228,8 +237,10 @@ async def settings(request: web.Request) -> web.Response:
     except json.JSONDecodeError as exc:
         return _text(f"invalid JSON: {exc}", 400)
     known = {"backlog_unsupported", "feeder_paused"}
-    if not isinstance(body, dict) or not set(body) <= known or not all(
-        isinstance(value, bool) for value in body.values()
+    if (
+        not isinstance(body, dict)
+        or not set(body) <= known
+        or not all(isinstance(value, bool) for value in body.values())
     ):
         return _text(f"expected a JSON object of booleans with keys among {sorted(known)}", 400)
     if "backlog_unsupported" in body:

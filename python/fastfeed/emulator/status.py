@@ -84,13 +84,13 @@ def render_html(status: dict[str, Any]) -> str:
 <html><head><meta charset="utf-8"><title>fastfeed emulator: Feeds</title></head>
 <body>
 <h1>Feeds</h1>
-<p>Feed files awaiting processing: {status['backlog']} (feeder {escape(status['feeder'])})</p>
+<p>Feed files awaiting processing: {status["backlog"]} (feeder {escape(status["feeder"])})</p>
 <table border="1">
 <tr><th>Data source</th><th>Documents</th><th>Received (UTC)</th><th>Feed type</th>
 <th>Records</th><th>Status</th></tr>
-{''.join(rows)}
+{"".join(rows)}
 </table>
 <h2>Refused requests</h2>
-<ul>{''.join(refused)}</ul>
+<ul>{"".join(refused)}</ul>
 </body></html>
 """

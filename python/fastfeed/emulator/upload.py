@@ -107,7 +107,9 @@ async def _multipart(request: web.Request, data: DataFile) -> dict[str, str]:
                 while chunk := await part.read_chunk(CHUNK):
                     value += chunk
                     if len(value) > MAX_FIELD_BYTES:
-                        raise UploadError(f"form field '{part.name}' is over {MAX_FIELD_BYTES} bytes")
+                        raise UploadError(
+                            f"form field '{part.name}' is over {MAX_FIELD_BYTES} bytes"
+                        )
                 fields[part.name or ""] = value.decode("utf-8", "replace")
     except ValueError as exc:
         raise UploadError(f"malformed multipart/form-data body: {exc}") from exc
@@ -157,7 +159,9 @@ class _UrlencodedDecoder:
         else:
             self._value += raw
             if len(self._value) > MAX_FIELD_BYTES:
-                raise UploadError(f"form field '{self._name.decode()}' is over {MAX_FIELD_BYTES} bytes")
+                raise UploadError(
+                    f"form field '{self._name.decode()}' is over {MAX_FIELD_BYTES} bytes"
+                )
 
     def _write_data(self, raw: bytes, final: bool = False) -> None:
         raw = self._carry + raw

@@ -7,7 +7,6 @@ from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
-
 from conftest import TLSFiles
 from fastfeed.emulator import Emulator, Fault
 from fastfeed.emulator import upload as upload_module

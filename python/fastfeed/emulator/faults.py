@@ -7,9 +7,9 @@ until it has been used `times` times.
 from __future__ import annotations
 
 import threading
-from http import HTTPStatus
 from collections import deque
 from dataclasses import asdict, dataclass, replace
+from http import HTTPStatus
 from typing import Any
 
 #: The appliance's answers that come with HTTP 200 (the guide's Troubleshooting section).

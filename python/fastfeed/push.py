@@ -1,0 +1,727 @@
+"""Pushing feed sets to an appliance's feedergate: `push`, `push_async` and `Pusher`.
+
+What the appliance answers decides everything, not the HTTP status alone: the feedergate
+answers HTTP 200 with `Success`, or with a sentence explaining why the feed was refused.
+
+Ordering rule (why a push may be slower than `--concurrency` suggests):
+  * Up to `concurrency` files are in flight at once, across datasources: datasources are
+    independent on the appliance, so different ones are pushed side by side.
+  * Within one datasource, files start in manifest order and each starts only once every earlier
+    file of that datasource was accepted. The feeder processes files in the order it received
+    them, and a later file may update or delete what an earlier one added: overlapping them
+    would let the appliance see them in the wrong order.
+  * With `overlap_incremental`, incremental (and metadata-and-url) files of one datasource may
+    overlap; still in manifest order of starting, and never before the datasource's last earlier
+    `full` file was accepted. Use it only when no URL appears in two files of a datasource.
+  * A `full` file always goes alone: it starts when all earlier files of its datasource were
+    accepted, and nothing later of that datasource starts before it is accepted, because a full
+    feed replaces the whole datasource.
+  * When a file of a datasource fails, the later files of that datasource are not sent
+    ("blocked"): the next run resumes from the failed file, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import hashlib
+import os
+import random
+import ssl
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from fastfeed.backlog import BacklogGate
+from fastfeed.build import BuildSummary, build
+from fastfeed.errors import FastfeedError
+from fastfeed.journal import Journal
+from fastfeed.manifest import ManifestEntry, read_manifest
+from fastfeed.progress import Progress, human_bytes
+from fastfeed.settings import PushSettings, http_client
+from fastfeed.writer import FeedType
+
+__all__ = [
+    "FeedFile",
+    "FileResult",
+    "Outcome",
+    "PushError",
+    "PushSummary",
+    "Pusher",
+    "build_and_push",
+    "build_and_push_async",
+    "feed_files",
+    "push",
+    "push_async",
+]
+
+UNAUTHORIZED_HELP = (
+    "add this machine's IP address in the appliance's Admin Console, under "
+    "Crawl and Index > Feeds > List of Trusted IP Addresses, then push again"
+)
+
+
+class PushError(FastfeedError):
+    """The push could not go on. `refused` means the setup is wrong (untrusted IP, TLS, missing
+    manifest) rather than the feeds; `summary` tells what was done before it stopped."""
+
+    def __init__(
+        self, message: str, *, refused: bool = False, summary: PushSummary | None = None
+    ) -> None:
+        super().__init__(message)
+        self.refused = refused
+        self.summary = summary
+
+
+class Outcome(str, enum.Enum):
+    ACCEPTED = "accepted"  # the appliance answered Success to this run
+    SKIPPED = "skipped"  # the journal says this target accepted it before
+    FAILED = "failed"  # not accepted: see the message
+    BLOCKED = "blocked"  # not sent, because an earlier file of its datasource failed
+
+
+@dataclass(frozen=True)
+class FeedFile:
+    """A feed file to push: its set's directory and its manifest entry."""
+
+    directory: Path
+    entry: ManifestEntry
+
+    @property
+    def path(self) -> Path:
+        return self.directory / self.entry.file
+
+
+@dataclass(frozen=True)
+class FileResult:
+    feed: FeedFile
+    outcome: Outcome
+    attempts: int = 0
+    message: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "file": str(self.feed.path),
+            "datasource": self.feed.entry.datasource,
+            "feedtype": self.feed.entry.feedtype,
+            "records": self.feed.entry.records,
+            "bytes": self.feed.entry.bytes,
+            "outcome": self.outcome.value,
+            "attempts": self.attempts,
+            "message": self.message,
+        }
+
+
+@dataclass
+class PushSummary:
+    target: str
+    results: list[FileResult] = field(default_factory=list)
+    seconds: float = 0.0
+    retries: int = 0
+    backlog: int | None = None
+
+    def count(self, outcome: Outcome) -> int:
+        return sum(1 for r in self.results if r.outcome is outcome)
+
+    @property
+    def ok(self) -> bool:
+        """Every file is on the appliance, pushed now or before."""
+        return all(r.outcome in (Outcome.ACCEPTED, Outcome.SKIPPED) for r in self.results)
+
+    @property
+    def bytes_sent(self) -> int:
+        return sum(r.feed.entry.bytes for r in self.results if r.outcome is Outcome.ACCEPTED)
+
+    @property
+    def records_sent(self) -> int:
+        return sum(r.feed.entry.records for r in self.results if r.outcome is Outcome.ACCEPTED)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "ok": self.ok,
+            "target": self.target,
+            "files": {o.value: self.count(o) for o in Outcome},
+            "records": self.records_sent,
+            "bytes": self.bytes_sent,
+            "seconds": round(self.seconds, 3),
+            "retries": self.retries,
+            "backlog": self.backlog,
+            "results": [r.to_dict() for r in self.results],
+        }
+
+    def describe(self) -> str:
+        counts = ", ".join(f"{self.count(o)} {o.value}" for o in Outcome if self.count(o))
+        rate = self.bytes_sent / self.seconds if self.seconds > 0 else 0.0
+        return (
+            f"{self.target}: {counts or 'no files'}; {self.records_sent} records, "
+            f"{human_bytes(self.bytes_sent)} in {self.seconds:.1f} s "
+            f"({human_bytes(rate)}/s), {self.retries} retries"
+        )
+
+
+def feed_files(paths: Iterable[str | os.PathLike[str]]) -> list[FeedFile]:
+    """The files to push for command-line style arguments, in push order.
+
+    A directory means every file of its feed set; a file means that file of the set in its
+    directory (found in the manifest, so that its datasource and feed type are the built ones).
+    Sets come in argument order; within a set, manifest order.
+    """
+    selected: dict[Path, set[str] | None] = {}
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise PushError(f"{path} does not exist", refused=True)
+        if path.is_dir():
+            selected[path] = None
+        else:
+            names = selected.setdefault(path.parent, set())
+            if names is not None:
+                names.add(path.name)
+    files: list[FeedFile] = []
+    for directory, names in selected.items():
+        try:
+            entries = read_manifest(directory)
+        except FastfeedError as exc:
+            raise PushError(str(exc), refused=True) from None
+        if names is not None:
+            missing = names - {e.file for e in entries}
+            if missing:
+                raise PushError(
+                    f"{', '.join(sorted(missing))} not in {directory}/manifest.jsonl: "
+                    "only files of a built feed set can be pushed",
+                    refused=True,
+                )
+        files.extend(
+            FeedFile(directory, e) for e in entries if names is None or e.file in names
+        )
+    return files
+
+
+class _Answer(enum.Enum):
+    SUCCESS = enum.auto()
+    UNAUTHORIZED = enum.auto()
+    DISK_FULL = enum.auto()
+    INTERNAL_ERROR = enum.auto()
+    OTHER = enum.auto()
+
+
+def _classify(text: str) -> _Answer:
+    """The feedergate's HTTP 200 answers, from the Feeds Protocol guide's troubleshooting."""
+    text = text.strip()
+    if text == "Success":
+        return _Answer.SUCCESS
+    if text.startswith("Error - Unauthorized Request"):
+        return _Answer.UNAUTHORIZED
+    if text.startswith("Feed not accepted due to insufficient disk space"):
+        return _Answer.DISK_FULL
+    if text == "Internal Error":
+        return _Answer.INTERNAL_ERROR
+    return _Answer.OTHER
+
+
+class _FileChanged(Exception):
+    """The file on disk is not the one the manifest describes."""
+
+
+def _check_file(feed: FeedFile) -> None:
+    """Hashes the whole file before sending: a feed edited or truncated since it was built is
+    refused rather than replacing a datasource with something nobody validated."""
+    digest = hashlib.sha256()
+    try:
+        with open(feed.path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+    except OSError as exc:
+        raise _FileChanged(f"cannot read it: {exc.strerror or exc}") from None
+    if digest.hexdigest() != feed.entry.sha256:
+        raise _FileChanged("its sha256 differs from the manifest's: it changed since it was built")
+
+
+def _quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\r", "").replace("\n", "")
+
+
+class _Multipart:
+    """The `/xmlfeed` form, streamed from disk with a known length.
+
+    Built by hand rather than with httpx's `files=`: this yields the fields in the order the
+    guide shows (datasource, feedtype, data), reads the file in large chunks (fewer, bigger
+    writes), and stops with an error if the file is shorter than the manifest says, so a file
+    changed after the check can never be sent cut short as if it were complete.
+    """
+
+    def __init__(self, feed: FeedFile, chunk_size: int, on_chunk: Callable[[int], None]) -> None:
+        boundary = f"fastfeed-{uuid.uuid4().hex}"
+        self.content_type = f"multipart/form-data; boundary={boundary}"
+        entry = feed.entry
+        head = "".join(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'
+            for name, value in (("datasource", entry.datasource), ("feedtype", entry.feedtype))
+        )
+        head += (
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"data\"; "
+            f'filename="{_quote(entry.file)}"\r\nContent-Type: text/xml\r\n\r\n'
+        )
+        self._head = head.encode()
+        self._tail = f"\r\n--{boundary}--\r\n".encode()
+        self._feed = feed
+        self._chunk_size = chunk_size
+        self._on_chunk = on_chunk
+        self.length = len(self._head) + entry.bytes + len(self._tail)
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield self._head
+        remaining = self._feed.entry.bytes
+        # Plain reads on the event loop: a page-cache read of a chunk takes well under a
+        # millisecond, and a thread hop per chunk would cost more than it saves.
+        with open(self._feed.path, "rb") as f:
+            while remaining:
+                chunk = f.read(min(self._chunk_size, remaining))
+                if not chunk:
+                    raise _FileChanged("it became shorter while being sent")
+                remaining -= len(chunk)
+                self._on_chunk(len(chunk))
+                yield chunk
+        yield self._tail
+
+
+def _tls_failure(exc: BaseException) -> ssl.SSLError | None:
+    """The TLS error behind a failed connection, if that is what it was."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+class _State(enum.Enum):
+    PENDING = enum.auto()
+    RUNNING = enum.auto()
+    DONE = enum.auto()
+
+
+@dataclass
+class _Job:
+    index: int
+    feed: FeedFile
+    journal: Journal
+    state: _State = _State.PENDING
+    result: FileResult | None = None
+
+    @property
+    def replaces(self) -> bool:
+        return self.feed.entry.feedtype == "full"
+
+    @property
+    def accepted(self) -> bool:
+        return self.result is not None and self.result.outcome in (
+            Outcome.ACCEPTED,
+            Outcome.SKIPPED,
+        )
+
+
+class Pusher:
+    """Pushes feed files as they are submitted, under the ordering rule of this module.
+
+    `push_async` submits whole feed sets at once; `fastfeed run` submits each file as the
+    builder finishes it. Use it as an async context manager around `run()`::
+
+        async with Pusher(settings) as pusher:
+            pusher.submit(feed, journal)
+            pusher.close_input()
+            summary = await pusher.run()
+    """
+
+    def __init__(
+        self,
+        settings: PushSettings,
+        *,
+        progress: Progress | None = None,
+        on_result: Callable[[FileResult], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self._progress = progress
+        self._on_result = on_result
+        self._jobs: list[_Job] = []
+        self._input_closed = False
+        self._changed = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._fatal: PushError | None = None
+        self._hold_until = 0.0
+        self._retries = 0
+        self._wire_bytes = 0
+        self._started = time.monotonic()
+        self._client: httpx.AsyncClient | None = None
+        self._gate: BacklogGate | None = None
+
+    async def __aenter__(self) -> Pusher:
+        # One connection more than the files in flight, for the backlog polls.
+        self._client = http_client(self.settings, self.settings.concurrency + 1)
+        self._gate = BacklogGate(self._client, self.settings, on_open=self._changed.set)
+        self._gate.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._cancel_all()
+        if self._gate is not None:
+            await self._gate.stop()
+        if self._client is not None:
+            await self._client.aclose()
+
+    def submit(self, feed: FeedFile, journal: Journal) -> None:
+        """Queues a file behind those already submitted; the journal may say it is done."""
+        if self._input_closed:
+            raise RuntimeError("submit after close_input")
+        job = _Job(len(self._jobs), feed, journal)
+        self._jobs.append(job)
+        if journal.is_accepted(feed.entry):
+            self._finish(job, FileResult(feed, Outcome.SKIPPED, 0, "accepted by an earlier push"))
+        self._changed.set()
+
+    def close_input(self) -> None:
+        """No more files will be submitted: `run` returns once the queued ones are done."""
+        self._input_closed = True
+        self._changed.set()
+
+    def summary(self) -> PushSummary:
+        return PushSummary(
+            target=self.settings.base_url,
+            results=[j.result for j in self._jobs if j.result is not None],
+            seconds=time.monotonic() - self._started,
+            retries=self._retries,
+            backlog=self._gate.count if self._gate else None,
+        )
+
+    async def run(self) -> PushSummary:
+        """Pushes until every submitted file is done; raises `PushError` if told to stop."""
+        ticker = asyncio.create_task(self._tick()) if self._progress else None
+        try:
+            while True:
+                self._changed.clear()
+                if self._fatal is not None:
+                    await self._cancel_all()
+                    self._fatal.summary = self.summary()
+                    raise self._fatal
+                self._start_eligible()
+                if self._input_closed and all(j.state is _State.DONE for j in self._jobs):
+                    return self.summary()
+                await self._changed.wait()
+        finally:
+            if ticker is not None:
+                ticker.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await ticker
+                self._show()
+                assert self._progress is not None
+                self._progress.close()
+
+    # -- scheduling -------------------------------------------------------------------------
+
+    def _start_eligible(self) -> None:
+        assert self._gate is not None
+        running = sum(1 for j in self._jobs if j.state is _State.RUNNING)
+        may_start = not self._gate.paused and time.monotonic() >= self._hold_until
+        earlier: dict[str, list[_Job]] = {}
+        for job in self._jobs:
+            before = earlier.setdefault(job.feed.entry.datasource, [])
+            if job.state is _State.PENDING:
+                failed = next((e for e in before if _failed(e)), None)
+                if failed is not None:
+                    reason = f"not sent: {failed.feed.entry.file} before it was not accepted"
+                    self._finish(job, FileResult(job.feed, Outcome.BLOCKED, 0, reason))
+                elif may_start and running < self.settings.concurrency and self._may_start(
+                    job, before
+                ):
+                    job.state = _State.RUNNING
+                    running += 1
+                    task = asyncio.create_task(self._push_one(job))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+            before.append(job)
+
+    def _may_start(self, job: _Job, before: list[_Job]) -> bool:
+        if not self.settings.overlap_incremental or job.replaces:
+            return all(e.accepted for e in before)
+        return all(e.accepted or (e.state is _State.RUNNING and not e.replaces) for e in before)
+
+    def _finish(self, job: _Job, result: FileResult) -> None:
+        job.state = _State.DONE
+        job.result = result
+        if self._on_result is not None:
+            self._on_result(result)
+        self._changed.set()
+
+    async def _cancel_all(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- one file ---------------------------------------------------------------------------
+
+    async def _push_one(self, job: _Job) -> None:
+        try:
+            result = await self._send(job.feed)
+            if result.outcome is Outcome.ACCEPTED:
+                job.journal.record(job.feed.entry)
+                assert self._gate is not None
+                self._gate.file_accepted()
+        except PushError as exc:
+            self._stop(exc)
+            return
+        except FastfeedError as exc:  # the journal cannot be written: nothing would be durable
+            self._stop(PushError(str(exc)))
+            return
+        self._finish(job, result)
+
+    def _stop(self, exc: PushError) -> None:
+        self._fatal = self._fatal or exc
+        self._changed.set()
+
+    async def _send(self, feed: FeedFile) -> FileResult:
+        s = self.settings
+        try:
+            await asyncio.to_thread(_check_file, feed)
+        except _FileChanged as exc:
+            return FileResult(feed, Outcome.FAILED, 0, f"not sent: {exc}")
+        attempts = retries = disk_waits = 0
+        while True:
+            await self._wait_hold()
+            attempts += 1
+            try:
+                status, text = await self._post(feed)
+            except _FileChanged as exc:
+                return FileResult(feed, Outcome.FAILED, attempts, f"not sent: {exc}")
+            except httpx.HTTPError as exc:
+                tls = _tls_failure(exc) if isinstance(exc, httpx.ConnectError) else None
+                if tls is not None:
+                    raise PushError(
+                        f"TLS with {s.base_url} failed: {tls}. Give the appliance's CA "
+                        "certificate with --cacert (or --http for port 19900)",
+                        refused=True,
+                    ) from None
+                problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            else:
+                answer = _classify(text) if status == 200 else None
+                if answer is _Answer.SUCCESS:
+                    return FileResult(feed, Outcome.ACCEPTED, attempts, "Success")
+                if answer is _Answer.UNAUTHORIZED:
+                    raise PushError(
+                        f"{s.base_url} answered {text.strip()!r}: {UNAUTHORIZED_HELP}",
+                        refused=True,
+                    )
+                if answer is _Answer.DISK_FULL:
+                    if disk_waits >= s.disk_full_retries:
+                        return FileResult(feed, Outcome.FAILED, attempts, text.strip())
+                    disk_waits += 1
+                    self._retries += 1
+                    self._hold(_jitter(s.disk_full_delay))
+                    continue
+                if answer is _Answer.OTHER:
+                    return FileResult(feed, Outcome.FAILED, attempts, text.strip()[:500])
+                if answer is None and status < 500 and status not in (408, 429):
+                    return FileResult(
+                        feed, Outcome.FAILED, attempts, f"HTTP {status}: {text.strip()[:500]}"
+                    )
+                problem = text.strip() if answer else f"HTTP {status}: {text.strip()[:200]}"
+            if retries >= s.retries:
+                return FileResult(
+                    feed, Outcome.FAILED, attempts, f"{problem} (gave up after {attempts} attempts)"
+                )
+            retries += 1
+            self._retries += 1
+            await asyncio.sleep(_jitter(min(s.backoff_max, s.backoff_base * 2 ** (retries - 1))))
+
+    async def _post(self, feed: FeedFile) -> tuple[int, str]:
+        assert self._client is not None
+        body = _Multipart(feed, self.settings.chunk_size, self._count_bytes)
+        response = await self._client.post(
+            self.settings.base_url + "/xmlfeed",
+            content=body,
+            headers={"Content-Type": body.content_type, "Content-Length": str(body.length)},
+        )
+        return response.status_code, response.text
+
+    def _count_bytes(self, n: int) -> None:
+        self._wire_bytes += n
+
+    def _hold(self, seconds: float) -> None:
+        """Holds every new send: an appliance out of disk refuses every file, not just one."""
+        self._hold_until = max(self._hold_until, time.monotonic() + seconds)
+        asyncio.get_running_loop().call_later(seconds, self._changed.set)
+
+    async def _wait_hold(self) -> None:
+        while (delay := self._hold_until - time.monotonic()) > 0:
+            await asyncio.sleep(delay)
+
+    # -- progress ---------------------------------------------------------------------------
+
+    async def _tick(self) -> None:
+        while True:
+            self._show()
+            await asyncio.sleep(0.25)
+
+    def _show(self) -> None:
+        assert self._progress is not None and self._gate is not None
+        done = [j for j in self._jobs if j.accepted]
+        records = sum(j.feed.entry.records for j in done)
+        elapsed = max(time.monotonic() - self._started, 1e-9)
+        total = f"{len(self._jobs)}" + ("" if self._input_closed else "+")
+        backlog = "n/a" if self._gate.count is None else str(self._gate.count)
+        if self._gate.paused:
+            backlog += " (paused)"
+        failed = sum(1 for j in self._jobs if _failed(j))
+        self._progress.update(
+            f"push: {len(done)}/{total} files, {records} records, "
+            f"{human_bytes(self._wire_bytes)} sent ({human_bytes(self._wire_bytes / elapsed)}/s)"
+            f", backlog {backlog}, {self._retries} retries"
+            + (f", {failed} failed" if failed else "")
+        )
+
+
+def _failed(job: _Job) -> bool:
+    return job.state is _State.DONE and not job.accepted
+
+
+def _jitter(delay: float) -> float:
+    """Between half and all of `delay`: retries of many files do not arrive in lockstep."""
+    return delay / 2 + random.uniform(0, delay / 2)
+
+
+async def push_async(
+    paths: Sequence[str | os.PathLike[str]],
+    settings: PushSettings,
+    *,
+    progress: Progress | None = None,
+    replay: bool = False,
+) -> PushSummary:
+    """Pushes feed sets (directories) or files of them; see `feed_files` for the order.
+
+    Files the journal says this target accepted are skipped, so running the same push again
+    after an interruption sends only what is missing. With `replay`, the journal is reset for
+    this target first, and everything is sent again.
+    Raises `PushError` (with `.refused` and `.summary`) when the push cannot go on at all.
+    """
+    files = feed_files(paths)
+    with contextlib.ExitStack() as stack:
+        journals: dict[Path, Journal] = {}
+        for directory in dict.fromkeys(f.directory for f in files):
+            journal = stack.enter_context(Journal(directory, settings.target))
+            if replay:
+                journal.start_replay()
+            journals[directory] = journal
+        async with Pusher(settings, progress=progress) as pusher:
+            for feed in files:
+                pusher.submit(feed, journals[feed.directory])
+            pusher.close_input()
+            return await pusher.run()
+
+
+def push(
+    paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+    settings: PushSettings,
+    *,
+    progress: Progress | None = None,
+    replay: bool = False,
+) -> PushSummary:
+    """Synchronous `push_async`: `push("feeds/", PushSettings(host="gsa.example.com"))`."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    return asyncio.run(push_async(paths, settings, progress=progress, replay=replay))
+
+
+async def build_and_push_async(
+    inputs: Sequence[str],
+    out_dir: str | os.PathLike[str],
+    datasource: str,
+    feedtype: FeedType,
+    settings: PushSettings,
+    *,
+    max_ahead: int = 4,
+    progress: Progress | None = None,
+    **build_options: Any,
+) -> tuple[BuildSummary, PushSummary]:
+    """Builds a feed set into `out_dir` and pushes each file as soon as it is finished.
+
+    The builder runs in a thread and waits whenever `max_ahead` of its files are not yet done
+    with by the pusher, so an appliance slower than the builder bounds what piles up unpushed
+    (on disk and in flight) instead of letting the builder run away. The set stays in `out_dir`
+    with its journal, so an interrupted run is finished by `fastfeed push OUT_DIR`.
+
+    A build that fails partway (`InputError`) raises after the files already built were
+    pushed; for a `full` feed, the datasource then holds only those until the next push.
+    """
+    if max_ahead < 1:
+        raise ValueError("max_ahead must be at least 1")
+    loop = asyncio.get_running_loop()
+    room = threading.Semaphore(max_ahead)
+    stopped = threading.Event()
+    directory = Path(out_dir)
+    with contextlib.ExitStack() as journals:
+        journal: list[Journal] = []
+
+        def submit(entry: ManifestEntry) -> None:
+            # The journal is opened with the first file: the builder owns the empty directory
+            # until then.
+            if not journal:
+                journal.append(journals.enter_context(Journal(directory, settings.target)))
+            pusher.submit(FeedFile(directory, entry), journal[0])
+
+        def on_file(entry: ManifestEntry) -> None:  # called on the builder's thread
+            while not room.acquire(timeout=0.1):
+                if stopped.is_set():
+                    break
+            if stopped.is_set():
+                raise PushError("the push stopped, so the build stops too")
+            loop.call_soon_threadsafe(submit, entry)
+
+        async with Pusher(
+            settings, progress=progress, on_result=lambda _: room.release()
+        ) as pusher:
+            building = asyncio.ensure_future(
+                asyncio.to_thread(
+                    build, inputs, directory, datasource, feedtype, on_file=on_file, **build_options
+                )
+            )
+            building.add_done_callback(lambda _: pusher.close_input())
+            try:
+                pushed = await pusher.run()
+            except BaseException:
+                stopped.set()
+                with contextlib.suppress(Exception):
+                    await building
+                raise
+            return await building, pushed
+
+
+def build_and_push(
+    inputs: Sequence[str],
+    out_dir: str | os.PathLike[str],
+    datasource: str,
+    feedtype: FeedType,
+    settings: PushSettings,
+    *,
+    max_ahead: int = 4,
+    progress: Progress | None = None,
+    **build_options: Any,
+) -> tuple[BuildSummary, PushSummary]:
+    """Synchronous `build_and_push_async`."""
+    return asyncio.run(
+        build_and_push_async(
+            inputs,
+            out_dir,
+            datasource,
+            feedtype,
+            settings,
+            max_ahead=max_ahead,
+            progress=progress,
+            **build_options,
+        )
+    )

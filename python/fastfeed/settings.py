@@ -1,0 +1,153 @@
+"""What a push needs to know: the appliance, how to trust it, and how hard to push.
+
+`PushSettings` is shared by the CLI (built from the layered configuration) and the Python API, so
+both behave the same way for the same values.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass, field
+
+import httpx
+
+from fastfeed.errors import FastfeedError
+
+#: Feedergate ports from the Feeds Protocol guide: plain HTTP and HTTPS.
+HTTP_PORT = 19900
+HTTPS_PORT = 19902
+
+
+class Secret:
+    """A string that never shows itself in a repr, a log line or a summary."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('********')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+class SettingsError(FastfeedError):
+    """A setting is missing or out of range."""
+
+
+@dataclass(frozen=True)
+class PushSettings:
+    """How to reach the appliance and how to pace the push.
+
+    Backlog marks count feed files waiting for the appliance's feeder (`/getbacklogcount`):
+    sending stops while the count is above `backlog_high` and resumes once it is at or below
+    `backlog_low`, so the appliance's disk is not filled with files it cannot process yet.
+    """
+
+    host: str
+    port: int | None = None
+    #: HTTPS (port 19902) unless asked otherwise: feeds carry the documents themselves.
+    https: bool = True
+    cacert: str | None = None
+    client_cert: str | None = None
+    client_key: str | None = None
+    client_key_password: Secret | None = field(default=None, repr=False)
+    #: Skips certificate verification; only for a test appliance whose certificate is unknown.
+    insecure: bool = False
+
+    #: Files in flight at once, across all datasources.
+    concurrency: int = 4
+    #: Let the incremental files of one datasource overlap (see the ordering rule in push.py).
+    overlap_incremental: bool = False
+
+    #: Attempts after the first one for a retryable failure (5xx, timeout, `Internal Error`).
+    retries: int = 5
+    backoff_base: float = 1.0
+    backoff_max: float = 60.0
+    #: `insufficient disk space` means "come back later": a longer, separately bounded wait.
+    disk_full_delay: float = 60.0
+    disk_full_retries: int = 30
+
+    connect_timeout: float = 10.0
+    #: Seconds without progress while sending a file or waiting for its answer.
+    timeout: float = 300.0
+
+    backlog_high: int = 50
+    backlog_low: int = 20
+    backlog_interval: float = 5.0
+
+    #: Bytes read from disk per write: big enough for throughput, small enough for memory.
+    chunk_size: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        if not self.host:
+            raise SettingsError("no appliance host: give --host HOST (or FASTFEED_HOST)")
+        if self.port is not None and not 0 < self.port < 65536:
+            raise SettingsError(f"port {self.port} is not a TCP port")
+        if self.concurrency < 1:
+            raise SettingsError("concurrency must be at least 1")
+        if self.retries < 0 or self.disk_full_retries < 0:
+            raise SettingsError("retries cannot be negative")
+        if not 0 <= self.backlog_low <= self.backlog_high:
+            raise SettingsError(
+                f"backlog marks must satisfy 0 <= low ({self.backlog_low}) "
+                f"<= high ({self.backlog_high})"
+            )
+        if self.chunk_size < 1024:
+            raise SettingsError("chunk size must be at least 1 KiB")
+        if (self.client_key or self.client_key_password) and not self.client_cert:
+            raise SettingsError("a client key needs its certificate: give --client-cert too")
+        if not self.https and (self.cacert or self.client_cert or self.insecure):
+            raise SettingsError("TLS options (--cacert, --client-cert, --insecure) need HTTPS")
+
+    @property
+    def effective_port(self) -> int:
+        if self.port is not None:
+            return self.port
+        return HTTPS_PORT if self.https else HTTP_PORT
+
+    @property
+    def base_url(self) -> str:
+        scheme = "https" if self.https else "http"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{scheme}://{host}:{self.effective_port}"
+
+    @property
+    def target(self) -> str:
+        """The journal's key for this appliance: the same files pushed elsewhere are new."""
+        return f"{self.host}:{self.effective_port}"
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The verification the push will use; a bad CA or key file is reported here, early."""
+        try:
+            context = ssl.create_default_context(cafile=self.cacert)
+            if self.client_cert:
+                password = self.client_key_password.reveal() if self.client_key_password else None
+                context.load_cert_chain(self.client_cert, self.client_key, password)
+        except (OSError, ssl.SSLError) as exc:
+            raise SettingsError(f"cannot load the TLS files: {exc}") from None
+        if self.insecure:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        return context
+
+
+def http_client(settings: PushSettings, connections: int = 1) -> httpx.AsyncClient:
+    """An HTTP client for the appliance: its verification, its timeouts, no proxy variables
+    (a feed must reach the appliance itself, and HTTPS_PROXY is often set for the internet)."""
+    return httpx.AsyncClient(
+        verify=settings.ssl_context() if settings.https else False,
+        timeout=httpx.Timeout(settings.timeout, connect=settings.connect_timeout),
+        limits=httpx.Limits(max_connections=connections),
+        trust_env=False,
+    )

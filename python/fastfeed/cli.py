@@ -28,9 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    from fastfeed import cli_build
+    from fastfeed import cli_build, cli_push
 
     cli_build.register(commands)
+    cli_push.register(commands)  # last: it makes every command configurable (config.prepare)
     return parser
 
 

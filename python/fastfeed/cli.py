@@ -31,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     from fastfeed import cli_build, cli_push
 
     cli_build.register(commands)
+    from fastfeed.emulator import cli as cli_emulator
+
+    cli_emulator.register(commands)
     cli_push.register(commands)  # last: it makes every command configurable (config.prepare)
     return parser
 

@@ -71,3 +71,59 @@ def emulator(make_emulator: Callable[..., Emulator]) -> Emulator:
     """A started HTTPS emulator on 127.0.0.1 (ephemeral port) that applies feeds at once;
     trust it with `tls.client_context()`."""
     return make_emulator()
+
+
+# Fixtures for the uploader's tests (push, journal, CLI).
+
+
+@pytest.fixture
+def make_feed_set(tmp_path: Path) -> Callable[..., Path]:
+    """Builds a real feed set with FeedWriter: `make_feed_set("docs", "full", files=3)` writes
+    3 files of `per_file` records each (first one `full`) and returns its directory."""
+    from fastfeed import FeedWriter
+
+    def make(
+        datasource: str,
+        feedtype: str = "incremental",
+        *,
+        files: int = 3,
+        per_file: int = 5,
+        name: str | None = None,
+        binary: bool = False,
+    ) -> Path:
+        out = tmp_path / (name or f"set-{datasource}")
+        records = [
+            {
+                "url": f"http://example.com/{datasource}/{i}",
+                "mimetype": "application/octet-stream" if binary else "text/plain",
+                "content": bytes([i % 256]) * 300 + b"\x00\xff" if binary else f"doc {i}",
+                "metadata": {"n": str(i)},
+            }
+            for i in range(files * per_file)
+        ]
+        with FeedWriter(out, datasource, feedtype, max_records=per_file) as writer:  # type: ignore[arg-type]
+            writer.add_batch(records)  # type: ignore[arg-type]
+        return out
+
+    return make
+
+
+@pytest.fixture
+def push_settings(tls: TLSFiles) -> Callable[..., Any]:
+    """PushSettings for an emulator, verifying its certificate, with test-sized delays."""
+    from fastfeed.settings import PushSettings
+
+    def make(emulator: Emulator, **overrides: Any) -> PushSettings:
+        values: dict[str, Any] = {
+            "host": "127.0.0.1",
+            "port": emulator.port,
+            "cacert": str(tls.ca_path),
+            "backoff_base": 0.01,
+            "backoff_max": 0.05,
+            "disk_full_delay": 0.05,
+            "backlog_interval": 0.02,
+        }
+        values.update(overrides)
+        return PushSettings(**values)
+
+    return make

@@ -5,7 +5,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -305,3 +306,45 @@ def test_missing_or_invalid_fields_are_refused_with_400(
     assert expected in response.text
     assert emulator.pushes()[0].outcome.startswith("refused: ")
     assert emulator.backlog == 0
+
+
+def test_drain_rate_keeps_files_in_the_backlog(
+    client: httpx.Client, make_emulator: Callable[..., Emulator]
+) -> None:
+    slow = make_emulator(drain_per_second=1.0)
+
+    push(client, slow, "docs", "full", feed("docs", "full", group(record("http://e.com/a", "a"))))
+
+    assert client.get(f"{slow.url}/getbacklogcount").text == "1"
+    slow.wait_idle()
+    assert client.get(f"{slow.url}/getbacklogcount").text == "0"
+    assert list(slow.documents("docs")) == ["http://e.com/a"]
+
+
+def test_backlog_and_index_survive_a_restart_on_the_same_data_dir(
+    client: httpx.Client, make_emulator: Callable[..., Emulator], tmp_path: Path
+) -> None:
+    first = make_emulator(data_dir=tmp_path / "appliance")
+    push(
+        client,
+        first,
+        "docs",
+        "incremental",
+        feed("docs", "incremental", group(record("http://e.com/a", "a"))),
+    )
+    first.wait_idle()
+    first.pause_feeder()
+    push(
+        client,
+        first,
+        "docs",
+        "incremental",
+        feed("docs", "incremental", group(record("http://e.com/b", "b"))),
+    )
+    first.stop()
+
+    second = make_emulator(data_dir=tmp_path / "appliance")
+    second.wait_idle()
+
+    assert set(second.documents("docs")) == {"http://e.com/a", "http://e.com/b"}
+    assert [p.outcome for p in second.pushes()] == ["applied", "applied"]

@@ -75,6 +75,8 @@ class Emulator:
             asyncio.set_event_loop(loop)
             loop.call_soon(ready.set)
             loop.run_forever()
+            # Ends the threads that hold SQLite connections, so a stopped emulator holds no files.
+            loop.run_until_complete(loop.shutdown_default_executor())
             loop.close()
 
         self._thread = threading.Thread(target=run, name="fastfeed-emulator", daemon=True)

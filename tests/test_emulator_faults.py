@@ -73,7 +73,7 @@ def test_dropped_connection_gets_no_answer_and_nothing_is_kept(
 
 
 def test_slow_answer_outlasts_a_short_client_timeout(tls: TLSFiles, emulator: Emulator) -> None:
-    emulator.add_fault(Fault.slow(seconds=2.0))
+    emulator.add_fault(Fault.slow(seconds=1.0))
 
     with (
         httpx.Client(verify=tls.client_context(), timeout=0.2) as impatient,

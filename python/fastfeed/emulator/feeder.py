@@ -241,9 +241,10 @@ class Feeder:
     def _apply(self, push: Push) -> None:
         try:
             apply_feed(self.index, push)
-        except (etree.XMLSyntaxError, OSError, sqlite3.Error) as exc:
+        except Exception as exc:  # noqa: BLE001 - one bad file must not stop the feeder
             with self.index.transaction() as db:
-                self.index.finish_push(db, push.id, f"failed in error: {exc}", Changes())
+                outcome = f"failed in error: {type(exc).__name__}: {exc}"
+                self.index.finish_push(db, push.id, outcome, Changes())
         finally:
             if push.path is not None:
                 Path(push.path).unlink(missing_ok=True)

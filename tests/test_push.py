@@ -202,7 +202,10 @@ def test_client_certificate_with_an_encrypted_key(
     )
     feeds = make_feed_set("docs", files=1)
     settings = push_settings(
-        emulator, client_cert=str(cert), client_key=str(key), client_key_password=Secret("s3cret-pass")
+        emulator,
+        client_cert=str(cert),
+        client_key=str(key),
+        client_key_password=Secret("s3cret-pass"),
     )
 
     assert "s3cret-pass" not in repr(settings) and "s3cret-pass" not in str(settings)
@@ -254,7 +257,9 @@ def test_an_appliance_without_backlog_count_is_pushed_to_all_the_same(
 ) -> None:
     emulator.backlog_unsupported = True
 
-    summary = push(make_feed_set("docs", files=3), push_settings(emulator, backlog_high=0, backlog_low=0))
+    summary = push(
+        make_feed_set("docs", files=3), push_settings(emulator, backlog_high=0, backlog_low=0)
+    )
 
     assert summary.ok and summary.backlog is None
 

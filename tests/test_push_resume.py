@@ -1,0 +1,88 @@
+"""Resumability: a push killed with SIGKILL at a random moment, then run again, ends with every
+file accepted and none skipped that the appliance had not accepted."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fastfeed import read_manifest
+from fastfeed.emulator import Emulator, Fault
+from fastfeed.journal import JOURNAL
+
+
+def cli(feeds: Path, emulator: Emulator, tls: Any, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "fastfeed.cli", "push", str(feeds),
+        "--host", "127.0.0.1", "--port", str(emulator.port), "--cacert", str(tls.ca_path),
+        "--backlog-interval", "0.05", "--backoff-base", "0.01", *extra,
+    ]  # fmt: skip
+
+
+def accepted_lines(feeds: Path) -> int:
+    path = feeds / JOURNAL
+    if not path.exists():
+        return 0
+    return sum(b'"accepted"' in line for line in path.read_bytes().splitlines())
+
+
+def test_a_push_killed_mid_file_and_run_again_loses_nothing(
+    emulator: Emulator, make_feed_set: Callable[..., Path], tls: Any
+) -> None:
+    feeds = make_feed_set("docs", "full", files=5)
+    manifest = read_manifest(feeds)
+    # Two files go through, the third is held long enough to kill the push while it is sent.
+    emulator.add_fault(Fault.slow(seconds=0.0, times=2))
+    emulator.add_fault(Fault.slow(seconds=5.0))
+    child = subprocess.Popen(
+        cli(feeds, emulator, tls), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while accepted_lines(feeds) < 2:
+            assert child.poll() is None, child.communicate()
+            assert time.monotonic() < deadline, "the first two files were never accepted"
+            time.sleep(0.02)
+        time.sleep(0.3)  # the third file is being sent now, held by the appliance
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.communicate()
+    assert child.returncode == -signal.SIGKILL
+    emulator.clear_faults()
+
+    again = subprocess.run(
+        cli(feeds, emulator, tls, "--json"), capture_output=True, text=True, timeout=60
+    )
+
+    assert again.returncode == 0, again.stderr
+    summary = json.loads(again.stdout)
+    assert summary["files"]["skipped"] == 2 and summary["files"]["accepted"] == 3
+    accepted = [p.sha256 for p in emulator.pushes() if not p.outcome.startswith("refused")]
+    # Every file accepted, in manifest order; the one in flight at the kill was sent again.
+    assert accepted == [e.sha256 for e in manifest]
+    emulator.wait_idle()
+    assert len(emulator.documents("docs")) == 25
+    assert accepted_lines(feeds) == 5
+
+
+def test_running_a_finished_push_again_sends_nothing(
+    emulator: Emulator, make_feed_set: Callable[..., Path], tls: Any
+) -> None:
+    feeds = make_feed_set("docs", files=2)
+    first = subprocess.run(cli(feeds, emulator, tls), capture_output=True, timeout=60)
+    assert first.returncode == 0, first.stderr
+
+    again = subprocess.run(cli(feeds, emulator, tls, "--json"), capture_output=True, timeout=60)
+
+    assert again.returncode == 0
+    assert json.loads(again.stdout)["files"] == {
+        "accepted": 0, "skipped": 2, "failed": 0, "blocked": 0,
+    }  # fmt: skip
+    assert len(emulator.pushes()) == 2

@@ -1,0 +1,130 @@
+"""Layered settings through the real command-line parser: flags > FASTFEED_* > TOML > defaults."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import pytest
+from fastfeed import config
+from fastfeed.cli import build_parser
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    config.apply(parser, args, argv)
+    return args
+
+
+@pytest.fixture(autouse=True)
+def clean(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in list(os.environ):
+        if name.startswith("FASTFEED_"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+
+
+def test_flags_win_over_environment_which_wins_over_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "fastfeed.toml").write_text(
+        'host = "from-file"\nconcurrency = 2\nretries = 7\n[push]\nbacklog-high = 80\n'
+    )
+    monkeypatch.setenv("FASTFEED_CONCURRENCY", "5")
+    monkeypatch.setenv("FASTFEED_HOST", "from-env")
+
+    args = parse(["push", "feeds/", "--host", "from-flag"])
+
+    assert args.host == "from-flag"
+    assert args.concurrency == 5
+    assert args.retries == 7
+    assert args.backlog_high == 80
+    assert args.backlog_low == 20  # the default
+
+
+def test_a_command_table_wins_over_top_level_keys(tmp_path: Path) -> None:
+    (tmp_path / "fastfeed.toml").write_text(
+        'host = "gsa"\nconcurrency = 2\n[replay]\nconcurrency = 1\n'
+    )
+
+    assert parse(["push", "d"]).concurrency == 2
+    assert parse(["replay", "d"]).concurrency == 1
+
+
+def test_build_options_come_from_the_environment_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FASTFEED_MAX_BYTES", "50MB")
+    monkeypatch.setenv("FASTFEED_DATASOURCE", "docs")
+    monkeypatch.setenv("FASTFEED_OUT", "feeds")
+
+    args = parse(["build", "in.jsonl"])
+
+    assert args.max_bytes == 50_000_000
+    assert (args.datasource, args.out) == ("docs", "feeds")
+
+
+def test_required_options_are_still_required(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        parse(["push", "feeds/"])
+    assert caught.value.code == 2
+    assert "--host is required" in capsys.readouterr().err
+
+
+def test_booleans_and_abbreviated_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "fastfeed.toml").write_text('host = "gsa"\nconcurrency = 3\n')
+    monkeypatch.setenv("FASTFEED_HTTP", "yes")
+    monkeypatch.setenv("FASTFEED_OVERLAP_INCREMENTAL", "0")
+
+    args = parse(["push", "feeds/", "--conc", "9"])  # argparse's abbreviation is a flag too
+
+    assert args.http is True and args.overlap_incremental is False
+    assert args.concurrency == 9
+
+
+def test_an_explicit_config_file(tmp_path: Path) -> None:
+    settings = tmp_path / "elsewhere.toml"
+    settings.write_text('[backlog]\nhost = "gsa.example.com"\nport = 19900\nhttp = true\n')
+
+    args = parse(["backlog", "--config", str(settings)])
+
+    assert (args.host, args.port, args.http) == ("gsa.example.com", 19900, True)
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ('hots = "gsa"\n', "unknown setting 'hots'"),
+        ('[push]\nhost = "gsa"\nconcurency = 2\n', "[push] has no setting 'concurency'"),
+        ('[psuh]\nhost = "gsa"\n', "[psuh] is not a fastfeed command"),
+        ('host = "gsa"\nconcurrency = "many"\n', "invalid value 'many' for --concurrency"),
+        ('host = "gsa"\ninsecure = "maybe"\n', "expected true or false for --insecure"),
+        ('host = "gsa"\n[build]\ncompress = "sometimes"\n', "is not one of auto, always, never"),
+        ("host = \n", "not valid TOML"),
+    ],
+)
+def test_mistakes_in_the_file_are_reported_with_where_they_are(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], toml: str, message: str
+) -> None:
+    (tmp_path / "fastfeed.toml").write_text(toml)
+    command = (
+        ["build", "x", "--datasource", "d", "--out", "o"] if "build" in toml else ["push", "d"]
+    )
+
+    with pytest.raises(SystemExit) as caught:
+        parse(command)
+
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "fastfeed.toml" in err
+
+
+def test_a_bad_environment_value_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("FASTFEED_MAX_BYTES", "lots")
+
+    with pytest.raises(SystemExit):
+        parse(["build", "x", "--datasource", "d", "--out", "o"])
+
+    assert "FASTFEED_MAX_BYTES" in capsys.readouterr().err

@@ -1,0 +1,226 @@
+"""The push commands as a user runs them: exit statuses, messages, --json, run, replay, demo."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from fastfeed import read_manifest
+from fastfeed.build import BATCH_RECORDS
+from fastfeed.cli import main
+from fastfeed.emulator import Emulator, Fault
+from fastfeed.journal import JOURNAL
+
+MakeSet = Callable[..., Path]
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in list(os.environ):
+        if name.startswith("FASTFEED_"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+
+
+def target(emulator: Emulator, tls: Any) -> list[str]:
+    return [
+        "--host", "127.0.0.1", "--port", str(emulator.port), "--cacert", str(tls.ca_path),
+        "--backoff-base", "0.01", "--backlog-interval", "0.05",
+    ]  # fmt: skip
+
+
+def test_push_prints_a_json_summary_and_exits_0(
+    emulator: Emulator, tls: Any, make_feed_set: MakeSet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    feeds = make_feed_set("docs", "full", files=2)
+
+    status = main(["push", str(feeds), *target(emulator, tls), "--json"])
+
+    out, err = capsys.readouterr()
+    assert status == 0
+    summary = json.loads(out)
+    assert summary["ok"] and summary["files"]["accepted"] == 2 and summary["records"] == 10
+    assert [r["outcome"] for r in summary["results"]] == ["accepted", "accepted"]
+    assert "2 accepted" in err
+
+
+def test_an_untrusted_ip_exits_3_and_says_how_to_fix_it(
+    make_emulator: Callable[..., Emulator],
+    tls: Any,
+    make_feed_set: MakeSet,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    emulator = make_emulator(trusted_ips=["10.1.2.3"])
+
+    status = main(["push", str(make_feed_set("docs")), *target(emulator, tls)])
+
+    assert status == 3
+    assert "Crawl and Index > Feeds > List of Trusted IP Addresses" in capsys.readouterr().err
+
+
+def test_a_missing_manifest_exits_3(
+    emulator: Emulator, tls: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "empty").mkdir()
+
+    assert main(["push", str(tmp_path / "empty"), *target(emulator, tls)]) == 3
+    assert "manifest.jsonl" in capsys.readouterr().err
+
+
+def test_a_refused_file_exits_1_and_shows_the_appliance_answer(
+    emulator: Emulator, tls: Any, make_feed_set: MakeSet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    emulator.add_fault(Fault.answer("Error - the appliance dislikes this"))
+
+    status = main(["push", str(make_feed_set("docs", files=2)), *target(emulator, tls)])
+
+    err = capsys.readouterr().err
+    assert status == 1
+    assert "docs-000001.xml: failed: Error - the appliance dislikes this" in err
+    assert "docs-000002.xml: blocked" in err
+
+
+def test_tls_without_the_ca_exits_3_and_insecure_warns(
+    emulator: Emulator, tls: Any, make_feed_set: MakeSet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    feeds = make_feed_set("docs", files=1)
+    base = ["push", str(feeds), "--host", "127.0.0.1", "--port", str(emulator.port)]
+
+    assert main(base) == 3
+    assert "--cacert" in capsys.readouterr().err
+    assert main([*base, "--insecure"]) == 0
+    assert "certificate is not verified" in capsys.readouterr().err
+
+
+def test_a_client_key_password_never_shows(
+    emulator: Emulator, tls: Any, make_feed_set: MakeSet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client = tls.ca.issue_cert("client@example.com")
+    pem = Path("client.pem")
+    client.private_key_and_cert_chain_pem.write_to_path(str(pem))
+    os.environ["FASTFEED_CLIENT_KEY_PASSWORD"] = "hunter2-secret"
+    try:
+        status = main(
+            ["push", str(make_feed_set("docs")), *target(emulator, tls), "--client-cert", str(pem)]
+            + ["--json"]
+        )
+    finally:
+        del os.environ["FASTFEED_CLIENT_KEY_PASSWORD"]
+    out, err = capsys.readouterr()
+    assert status == 0  # an unencrypted key ignores the password
+    assert "hunter2" not in out + err
+
+
+def test_replay_sends_everything_again_and_push_then_skips_it(
+    emulator: Emulator, tls: Any, make_feed_set: MakeSet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    feeds = make_feed_set("docs", "full", files=2)
+    assert main(["push", str(feeds), *target(emulator, tls)]) == 0
+
+    assert main(["replay", str(feeds), *target(emulator, tls), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["files"]["accepted"] == 2
+    assert main(["push", str(feeds), *target(emulator, tls), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["files"]["skipped"] == 2
+    assert [p.feedtype for p in emulator.pushes()] == ["full", "incremental"] * 2
+
+
+def test_backlog_prints_the_count(
+    emulator: Emulator, tls: Any, make_feed_set: MakeSet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    emulator.pause_feeder()
+    assert main(["push", str(make_feed_set("docs", files=3)), *target(emulator, tls)]) == 0
+    capsys.readouterr()
+
+    assert main(["backlog", *target(emulator, tls)[:6]]) == 0
+    assert capsys.readouterr().out.strip() == "3"
+
+    emulator.backlog_unsupported = True
+    assert main(["backlog", *target(emulator, tls)[:6]]) == 1
+    assert "does not support" in capsys.readouterr().err
+
+
+def test_run_builds_and_pushes_and_keeps_the_feed_set(
+    emulator: Emulator, tls: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_bytes(
+        b"".join(
+            orjson.dumps({"url": f"http://example.com/{i}", "content": f"document {i} " * 50})
+            + b"\n"
+            for i in range(200)
+        )
+    )
+
+    status = main(
+        ["run", str(corpus), "--datasource", "docs", "--feedtype", "full", "--max-records", "30"]
+        + [*target(emulator, tls), "--json"]
+    )
+
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    kept = next((tmp_path / "fastfeed-feeds").iterdir())
+    manifest = read_manifest(kept)
+    assert len(manifest) == 7 and manifest[0].feedtype == "full"
+    assert json.loads(out)["files"]["accepted"] == 7
+    assert (kept / JOURNAL).exists()
+    assert [p.sha256 for p in emulator.pushes()] == [e.sha256 for e in manifest]
+    emulator.wait_idle()
+    assert len(emulator.documents("docs")) == 200
+
+
+def test_run_does_not_let_the_builder_run_far_ahead_of_the_appliance(
+    emulator: Emulator, tls: Any, tmp_path: Path
+) -> None:
+    """With the appliance's backlog stuck above the high mark the push stops, and the builder
+    stops too: it hands files over per batch of records, so it finishes that batch's files and
+    waits, far from the end of the corpus."""
+    records, per_file = 4 * BATCH_RECORDS, 100
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_bytes(
+        b"".join(
+            orjson.dumps({"url": f"http://e.com/{i}", "content": "x"}) + b"\n"
+            for i in range(records)
+        )
+    )
+    emulator.pause_feeder()
+    out = tmp_path / "set"
+    argv = ["run", str(corpus), "--datasource", "docs", "--max-records", str(per_file)]
+    argv += ["--out", str(out), *target(emulator, tls), "--max-ahead", "2"]
+    argv += ["--backlog-high", "0", "--backlog-low", "0"]
+    result: list[int] = []
+    runner = threading.Thread(target=lambda: result.append(main(argv)))
+    runner.start()
+    try:
+        seen = -1
+        while seen != (seen := len(list(out.glob("*.xml")))) or seen == 0:
+            time.sleep(0.5)  # until the builder stops producing files
+        assert seen <= BATCH_RECORDS // per_file + 1 < records // per_file
+    finally:
+        emulator.resume_feeder()
+        runner.join(60)
+    assert result == [0]
+    assert len(read_manifest(out)) == records // per_file + 1
+
+
+def test_demo_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["demo", "--json"])
+
+    result = json.loads(capsys.readouterr().out)
+    assert status == 0 and result["ok"]
+    assert result["index"] == {"demo_wiki": 300, "demo_files": 80}
+    for path in result["feed_sets"].values():
+        assert read_manifest(tmp_path / path)
+
+
+def test_help_teaches_with_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    for command in ("push", "run", "replay", "backlog", "demo"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        assert "example" in capsys.readouterr().out

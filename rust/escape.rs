@@ -40,8 +40,38 @@ fn needs_care(b: u8, ctx: Context) -> bool {
 
 #[inline(always)]
 fn chunk_is_clean(chunk: &[u8], ctx: Context) -> bool {
-    // A fold with no early exit so that it vectorises.
+    // A fold with no early exit, so that it vectorises: most chunks of real text are clean.
     !chunk.iter().fold(false, |dirty, &b| dirty | needs_care(b, ctx))
+}
+
+/// One bit per byte of a dirty chunk that needs a look, so that only those are visited.
+#[inline(always)]
+fn chunk_mask(chunk: &[u8; CHUNK], ctx: Context) -> u32 {
+    let mut mask = 0u32;
+    for (j, &b) in chunk.iter().enumerate() {
+        mask |= u32::from(needs_care(b, ctx)) << j;
+    }
+    mask
+}
+
+/// What a byte flagged by `needs_care` becomes: `Ok(None)` when it turns out to be fine.
+#[inline(always)]
+fn replacement(bytes: &[u8], i: usize, ctx: Context) -> Result<Option<&'static [u8]>, Unrepresentable> {
+    Ok(Some(match bytes[i] {
+        b'&' => b"&amp;",
+        b'<' => b"&lt;",
+        b'>' => b"&gt;",
+        b'"' => b"&quot;",
+        b'\r' => b"&#13;",
+        b'\n' if ctx == Context::Attribute => b"&#10;",
+        b'\t' if ctx == Context::Attribute => b"&#9;",
+        b'\n' | b'\t' => return Ok(None),
+        0x00..=0x1F => return Err(Unrepresentable { offset: i }),
+        0xEF if bytes.get(i + 1) == Some(&0xBF) && matches!(bytes.get(i + 2), Some(0xBE | 0xBF)) => {
+            return Err(Unrepresentable { offset: i })
+        }
+        _ => return Ok(None),
+    }))
 }
 
 /// Appends the escaped form of `s` to `out`. On error `out` may hold a partial result; callers
@@ -50,42 +80,31 @@ pub fn escape_into(out: &mut Vec<u8>, s: &str, ctx: Context) -> Result<(), Unrep
     let bytes = s.as_bytes();
     out.reserve(bytes.len());
     let mut run_start = 0;
-    let mut i = 0;
-    while i < bytes.len() {
-        let end = (i + CHUNK).min(bytes.len());
-        if end - i == CHUNK && chunk_is_clean(&bytes[i..end], ctx) {
-            i = end;
+    let mut emit = |out: &mut Vec<u8>, i: usize| -> Result<(), Unrepresentable> {
+        if let Some(rep) = replacement(bytes, i, ctx)? {
+            out.extend_from_slice(&bytes[run_start..i]);
+            out.extend_from_slice(rep);
+            run_start = i + 1;
+        }
+        Ok(())
+    };
+    let mut chunks = bytes.chunks_exact(CHUNK);
+    let mut base = 0;
+    for chunk in &mut chunks {
+        if chunk_is_clean(chunk, ctx) {
+            base += CHUNK;
             continue;
         }
-        while i < end {
-            let b = bytes[i];
-            let replacement: &[u8] = match b {
-                b'&' => b"&amp;",
-                b'<' => b"&lt;",
-                b'>' => b"&gt;",
-                b'"' if ctx == Context::Attribute => b"&quot;",
-                b'\r' => b"&#13;",
-                b'\n' if ctx == Context::Attribute => b"&#10;",
-                b'\t' if ctx == Context::Attribute => b"&#9;",
-                b'\n' | b'\t' => {
-                    i += 1;
-                    continue;
-                }
-                0x00..=0x1F => return Err(Unrepresentable { offset: i }),
-                0xEF if bytes.get(i + 1) == Some(&0xBF)
-                    && matches!(bytes.get(i + 2), Some(0xBE | 0xBF)) =>
-                {
-                    return Err(Unrepresentable { offset: i });
-                }
-                _ => {
-                    i += 1;
-                    continue;
-                }
-            };
-            out.extend_from_slice(&bytes[run_start..i]);
-            out.extend_from_slice(replacement);
-            i += 1;
-            run_start = i;
+        let mut mask = chunk_mask(chunk.try_into().expect("exact chunk"), ctx);
+        while mask != 0 {
+            emit(out, base + mask.trailing_zeros() as usize)?;
+            mask &= mask - 1;
+        }
+        base += CHUNK;
+    }
+    for i in base..bytes.len() {
+        if needs_care(bytes[i], ctx) {
+            emit(out, i)?;
         }
     }
     out.extend_from_slice(&bytes[run_start..]);

@@ -68,6 +68,18 @@ def test_each_problem_is_reported_with_its_line(tmp_path: Path, body: str, feedt
     assert {p.line for p in problems} == {10}
 
 
+def test_unpadded_base64_as_in_the_guide_is_accepted(tmp_path: Path) -> None:
+    body = '<record url="http://a.example.com/" mimetype="t"><content encoding="base64binary">Zm9vIGJhcgo</content></record>\n'
+    assert validate_file(feed(tmp_path, body)) == []
+
+
+def test_rules_follow_the_pushed_feed_type_over_the_header(tmp_path: Path) -> None:
+    path = feed(tmp_path, '<record url="http://a.example.com/" mimetype="t"><content>x</content></record>\n')
+    assert validate_file(path) == []
+    [problem] = validate_file(path, datasource="docs", feedtype="metadata-and-url")
+    assert "carries no content" in problem.message
+
+
 def test_header_rules(tmp_path: Path) -> None:
     problems = validate_file(feed(tmp_path, "", datasource="1bad", feedtype="partial"))
     messages = " ".join(p.message for p in problems)

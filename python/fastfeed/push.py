@@ -315,6 +315,8 @@ class _Job:
     journal: Journal
     state: _State = _State.PENDING
     result: FileResult | None = None
+    #: The sha256 check, started early for the file next in line (see `_start_eligible`).
+    check: asyncio.Future[None] | None = None
 
     @property
     def replaces(self) -> bool:
@@ -428,6 +430,11 @@ class Pusher:
     def _start_eligible(self) -> None:
         assert self._gate is not None
         running = sum(1 for j in self._jobs if j.state is _State.RUNNING)
+        early = sum(
+            1
+            for j in self._jobs
+            if j.state is _State.PENDING and j.check is not None and not j.check.done()
+        )
         may_start = not self._gate.paused and time.monotonic() >= self._hold_until
         earlier: dict[str, list[_Job]] = {}
         for job in self._jobs:
@@ -445,7 +452,21 @@ class Pusher:
                     task = asyncio.create_task(self._push_one(job))
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
+                elif early < self.settings.concurrency and all(
+                    e.accepted or e.state is _State.RUNNING for e in before
+                ):
+                    # Next in line behind files being sent: hash it meanwhile, so that strictly
+                    # ordered files go out back to back instead of waiting for their check.
+                    if not self._check(job).done():
+                        early += 1
             before.append(job)
+
+    def _check(self, job: _Job) -> asyncio.Future[None]:
+        if job.check is None:
+            job.check = asyncio.ensure_future(asyncio.to_thread(_check_file, job.feed))
+            # A file blocked after its early check is never sent: its failure needs no reader.
+            job.check.add_done_callback(lambda f: f.cancelled() or f.exception())
+        return job.check
 
     def _may_start(self, job: _Job, before: list[_Job]) -> bool:
         if not self.settings.overlap_incremental or job.replaces:
@@ -468,7 +489,7 @@ class Pusher:
 
     async def _push_one(self, job: _Job) -> None:
         try:
-            result = await self._send(job.feed)
+            result = await self._send(job)
             if result.outcome is Outcome.ACCEPTED:
                 job.journal.record(job.feed.entry)
                 assert self._gate is not None
@@ -485,10 +506,10 @@ class Pusher:
         self._fatal = self._fatal or exc
         self._changed.set()
 
-    async def _send(self, feed: FeedFile) -> FileResult:
-        s = self.settings
+    async def _send(self, job: _Job) -> FileResult:
+        s, feed = self.settings, job.feed
         try:
-            await asyncio.to_thread(_check_file, feed)
+            await self._check(job)
         except _FileChanged as exc:
             return FileResult(feed, Outcome.FAILED, 0, f"not sent: {exc}")
         attempts = retries = disk_waits = 0

@@ -457,8 +457,7 @@ class Pusher:
                 ):
                     # Next in line behind files being sent: hash it meanwhile, so that strictly
                     # ordered files go out back to back instead of waiting for their check.
-                    if not self._check(job).done():
-                        early += 1
+                    early += int(not self._check(job).done())
             before.append(job)
 
     def _check(self, job: _Job) -> asyncio.Future[None]:

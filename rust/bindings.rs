@@ -2,20 +2,24 @@
 //! Python exceptions.
 //!
 //! Records cross as a list of dicts in one call: fields are read while holding the GIL, then the
-//! GIL is released for checking, encoding and writing.
+//! GIL is released for checking, encoding and writing. Contents are borrowed, not copied.
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 
 use pyo3::create_exception;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{
+    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple,
+};
 
 use crate::encode::Compress;
 use crate::error::Error;
 use crate::record::{check_url, Action, AuthMethod, Content, FeedType, Record, Timestamp};
 use crate::writer::{
-    check_datasource, FeedWriter, ManifestEntry, Options, DEFAULT_LEVEL, DEFAULT_MAX_BYTES, HARD_MAX_BYTES,
+    check_datasource, FeedWriter, ManifestEntry, Options, DEFAULT_LEVEL, DEFAULT_MAX_BYTES,
+    HARD_MAX_BYTES,
 };
 
 create_exception!(
@@ -34,7 +38,11 @@ create_exception!(
 impl From<Error> for PyErr {
     fn from(err: Error) -> PyErr {
         match err {
-            Error::Record { index, field, ref message } => Python::with_gil(|py| {
+            Error::Record {
+                index,
+                field,
+                ref message,
+            } => Python::with_gil(|py| {
                 let exc = RecordError::new_err(err.to_string());
                 let value = exc.value(py);
                 let set = || -> PyResult<()> {
@@ -49,7 +57,10 @@ impl From<Error> for PyErr {
                 }
             }),
             Error::Config(message) => FeedError::new_err(message),
-            Error::Io { ref path, ref source } => PyOSError::new_err((
+            Error::Io {
+                ref path,
+                ref source,
+            } => PyOSError::new_err((
                 source.raw_os_error().unwrap_or(0),
                 source.to_string(),
                 path.to_string_lossy().into_owned(),
@@ -67,11 +78,13 @@ fn type_name(value: &Bound<'_, PyAny>) -> String {
 }
 
 /// Reads the fields of the record at `index` of a batch.
-struct Fields {
+struct Fields<'k, 'py> {
     index: usize,
+    /// The objects whose memory records borrow; see `borrow_str`.
+    keep: &'k mut Vec<Bound<'py, PyAny>>,
 }
 
-impl Fields {
+impl<'py> Fields<'_, 'py> {
     fn wrong(&self, field: &'static str, expected: &str, value: &Bound<'_, PyAny>) -> Error {
         Error::record(
             self.index,
@@ -93,6 +106,36 @@ impl Fields {
         })
     }
 
+    /// Borrows a str's UTF-8 without copying. The reference must not outlive `keep`.
+    fn borrow_str(
+        &mut self,
+        field: &'static str,
+        value: &Bound<'py, PyAny>,
+    ) -> Result<&'py str, Error> {
+        let s = value
+            .downcast::<PyString>()
+            .map_err(|_| self.wrong(field, "a string", value))?;
+        let text: *const str = s.to_str().map_err(|_| {
+            Error::record(
+                self.index,
+                Some(field),
+                "is not valid Unicode (it holds a lone surrogate)",
+            )
+        })?;
+        self.keep.push(value.clone());
+        // SAFETY: a str is immutable, and its UTF-8 form, once made, lives as long as the object;
+        // `keep` holds a reference to the object until the batch's records are dropped.
+        Ok(unsafe { &*text })
+    }
+
+    /// Borrows a bytes object's buffer without copying. The reference must not outlive `keep`.
+    fn borrow_bytes(&mut self, value: &Bound<'py, PyBytes>) -> &'py [u8] {
+        let data: *const [u8] = value.as_bytes();
+        self.keep.push(value.clone().into_any());
+        // SAFETY: bytes are immutable and `keep` holds the object, as in `borrow_str`.
+        unsafe { &*data }
+    }
+
     fn boolean(&self, field: &'static str, value: &Bound<'_, PyAny>) -> Result<bool, Error> {
         value
             .downcast::<PyBool>()
@@ -100,11 +143,19 @@ impl Fields {
             .map_err(|_| self.wrong(field, "true or false", value))
     }
 
-    fn metadata(&self, value: &Bound<'_, PyAny>, out: &mut Vec<(String, String)>) -> Result<(), Error> {
+    fn metadata(
+        &self,
+        value: &Bound<'_, PyAny>,
+        out: &mut Vec<(String, String)>,
+    ) -> Result<(), Error> {
         const FIELD: &str = "metadata";
-        let dict = value
-            .downcast::<PyDict>()
-            .map_err(|_| self.wrong(FIELD, "an object of names to strings or lists of strings", value))?;
+        let dict = value.downcast::<PyDict>().map_err(|_| {
+            self.wrong(
+                FIELD,
+                "an object of names to strings or lists of strings",
+                value,
+            )
+        })?;
         for (name, values) in dict.iter() {
             let name = self.string(FIELD, &name)?;
             if let Ok(list) = values.downcast::<PyList>() {
@@ -122,9 +173,13 @@ impl Fields {
         Ok(())
     }
 
-    fn record(&self, item: &Bound<'_, PyAny>) -> Result<Record, Error> {
+    fn record(&mut self, item: &Bound<'py, PyAny>) -> Result<Record<'py>, Error> {
         let dict = item.downcast::<PyDict>().map_err(|_| {
-            Error::record(self.index, None, format!("expected an object, got {}", type_name(item)))
+            Error::record(
+                self.index,
+                None,
+                format!("expected an object, got {}", type_name(item)),
+            )
         })?;
         let mut r = Record::default();
         let mut contents = Vec::new();
@@ -164,11 +219,17 @@ impl Fields {
                             self.wrong("last_modified", "a date or seconds since the epoch", &value)
                         })?)
                     } else {
-                        return Err(self.wrong("last_modified", "a date string or a number", &value));
+                        return Err(self.wrong(
+                            "last_modified",
+                            "a date string or a number",
+                            &value,
+                        ));
                     })
                 }
                 "lock" => r.lock = Some(self.boolean("lock", &value)?),
-                "crawl_immediately" => r.crawl_immediately = Some(self.boolean("crawl_immediately", &value)?),
+                "crawl_immediately" => {
+                    r.crawl_immediately = Some(self.boolean("crawl_immediately", &value)?)
+                }
                 "crawl_once" => r.crawl_once = Some(self.boolean("crawl_once", &value)?),
                 "authmethod" => {
                     let m = self.string("authmethod", &value)?;
@@ -190,15 +251,18 @@ impl Fields {
                 }
                 "metadata" => self.metadata(&value, &mut r.metadata)?,
                 "content" => contents.push(if let Ok(b) = value.downcast::<PyBytes>() {
-                    Content::Bytes(b.as_bytes().to_vec())
+                    Content::Bytes(Cow::Borrowed(self.borrow_bytes(b)))
                 } else if let Ok(b) = value.downcast::<PyByteArray>() {
-                    Content::Bytes(b.to_vec())
+                    // Mutable, so copied: another thread could change it while we encode.
+                    Content::Bytes(Cow::Owned(b.to_vec()))
                 } else if value.is_instance_of::<PyString>() {
-                    Content::Text(self.string("content", &value)?)
+                    Content::Text(Cow::Borrowed(self.borrow_str("content", &value)?))
                 } else {
                     return Err(self.wrong("content", "a string or bytes", &value));
                 }),
-                "content_base64" => contents.push(Content::Base64(self.string("content_base64", &value)?)),
+                "content_base64" => contents.push(Content::Base64(Cow::Borrowed(
+                    self.borrow_str("content_base64", &value)?,
+                ))),
                 "content_path" => contents.push(Content::Path(
                     value
                         .extract::<PathBuf>()
@@ -284,7 +348,9 @@ impl PyFeedWriter {
             ))
         })?;
         let compress = Compress::parse(compress).ok_or_else(|| {
-            FeedError::new_err(format!("compress '{compress}' is not one of auto, always, never"))
+            FeedError::new_err(format!(
+                "compress '{compress}' is not one of auto, always, never"
+            ))
         })?;
         let opts = Options {
             max_bytes,
@@ -295,7 +361,9 @@ impl PyFeedWriter {
         };
         let datasource = datasource.to_owned();
         let writer = py.allow_threads(|| FeedWriter::new(&out_dir, &datasource, feedtype, opts))?;
-        Ok(PyFeedWriter { inner: Some(writer) })
+        Ok(PyFeedWriter {
+            inner: Some(writer),
+        })
     }
 
     /// Checks, encodes and writes a batch of records (dicts). Returns the warnings, as
@@ -306,18 +374,47 @@ impl PyFeedWriter {
         py: Python<'py>,
         records: &Bound<'py, PyAny>,
     ) -> PyResult<(Vec<(usize, String)>, Bound<'py, PyList>)> {
+        // Declared before `batch`, so dropped after it: the records borrow from these objects.
+        let mut keep = Vec::new();
         let mut batch = Vec::new();
         for (index, item) in records.try_iter()?.enumerate() {
-            batch.push(Fields { index }.record(&item?)?);
+            let mut fields = Fields {
+                index,
+                keep: &mut keep,
+            };
+            batch.push(fields.record(&item?)?);
         }
         let writer = self.writer()?;
         let report = py.allow_threads(|| writer.add_batch(&batch))?;
+        drop(batch);
         Ok((report.warnings, entries_list(py, &report.finished)?))
+    }
+
+    /// Parses, checks, encodes and writes a chunk of JSON Lines (whole lines). Errors carry the
+    /// index of the line in the chunk, blank lines counted. Returns as `add_batch`, plus the
+    /// number of lines in the chunk.
+    #[allow(clippy::type_complexity)]
+    fn add_jsonl<'py>(
+        &mut self,
+        py: Python<'py>,
+        chunk: &Bound<'py, PyBytes>,
+    ) -> PyResult<(Vec<(usize, String)>, Bound<'py, PyList>, usize)> {
+        let data = chunk.as_bytes();
+        let writer = self.writer()?;
+        let report = py.allow_threads(|| writer.add_jsonl(data))?;
+        Ok((
+            report.warnings,
+            entries_list(py, &report.finished)?,
+            report.lines,
+        ))
     }
 
     /// Closes the last file, writes `manifest.jsonl`, and returns (all entries, entries finished
     /// by this call).
-    fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+    fn finish<'py>(
+        &mut self,
+        py: Python<'py>,
+    ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
         let writer = self
             .inner
             .take()

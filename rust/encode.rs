@@ -41,19 +41,30 @@ impl Encoding {
     }
 }
 
-/// Appends standard base64 (with padding) of `data` to `out`.
+/// Appends standard base64 (with padding) of `data` to `out`, straight into its spare capacity:
+/// zero-filling first would touch every page twice.
 pub fn base64_into(out: &mut Vec<u8>, data: &[u8]) {
-    let start = out.len();
     let n = STANDARD.encoded_length(data.len());
-    out.resize(start + n, 0);
-    let _ = STANDARD.encode(data, base64_simd::Out::from_slice(&mut out[start..]));
+    out.reserve(n);
+    let written = STANDARD
+        .encode(
+            data,
+            base64_simd::Out::from_uninit_slice(&mut out.spare_capacity_mut()[..n]),
+        )
+        .len();
+    debug_assert_eq!(written, n);
+    // SAFETY: `encode` initialised the first `written` bytes of the spare capacity.
+    unsafe { out.set_len(out.len() + written) };
 }
 
-/// Decodes base64 given by a user: standard alphabet, padding optional, and line breaks or other
-/// ASCII whitespace ignored (encoders often wrap at 76 columns).
-pub fn decode_base64(text: &str) -> Result<Vec<u8>, String> {
+/// Decodes base64 given by a user into `out` (cleared first): standard alphabet, padding
+/// optional, and line breaks or other ASCII whitespace ignored (encoders often wrap at 76).
+pub fn decode_base64_into(text: &str, out: &mut Vec<u8>) -> Result<(), String> {
     let compact: std::borrow::Cow<'_, [u8]> = if text.bytes().any(|b| b.is_ascii_whitespace()) {
-        text.bytes().filter(|b| !b.is_ascii_whitespace()).collect::<Vec<_>>().into()
+        text.bytes()
+            .filter(|b| !b.is_ascii_whitespace())
+            .collect::<Vec<_>>()
+            .into()
     } else {
         text.as_bytes().into()
     };
@@ -63,7 +74,20 @@ pub fn decode_base64(text: &str) -> Result<Vec<u8>, String> {
     } else {
         base64_simd::STANDARD_NO_PAD
     };
-    engine.decode_to_vec(&compact).map_err(|_| {
+    out.clear();
+    let decoded = engine.decoded_length(&compact).and_then(|n| {
+        out.reserve(n);
+        let done = engine
+            .decode(
+                &compact,
+                base64_simd::Out::from_uninit_slice(&mut out.spare_capacity_mut()[..n]),
+            )?
+            .len();
+        // SAFETY: `decode` initialised the first `done` bytes of the spare capacity.
+        unsafe { out.set_len(done) };
+        Ok(())
+    });
+    decoded.map_err(|_| {
         let bad = compact
             .iter()
             .position(|&b| !(b.is_ascii_alphanumeric() || b == b'+' || b == b'/' || b == b'='));
@@ -80,34 +104,62 @@ pub fn decode_base64(text: &str) -> Result<Vec<u8>, String> {
 /// Formats that are already compressed: deflating them again costs time and saves nothing.
 fn is_precompressed(data: &[u8]) -> bool {
     const MAGIC: &[&[u8]] = &[
-        b"\x1f\x8b",         // gzip
-        b"PK\x03\x04",       // zip, and the OOXML/ODF/JAR/EPUB formats built on it
-        b"\x89PNG",          // png
-        b"\xff\xd8\xff",     // jpeg
-        b"GIF8",             // gif
-        b"BZh",              // bzip2
-        b"\xfd7zXZ\x00",     // xz
+        b"\x1f\x8b",           // gzip
+        b"PK\x03\x04",         // zip, and the OOXML/ODF/JAR/EPUB formats built on it
+        b"\x89PNG",            // png
+        b"\xff\xd8\xff",       // jpeg
+        b"GIF8",               // gif
+        b"BZh",                // bzip2
+        b"\xfd7zXZ\x00",       // xz
         b"7z\xbc\xaf\x27\x1c", // 7z
-        b"\x28\xb5\x2f\xfd", // zstd
-        b"Rar!",             // rar
-        b"OggS",             // ogg
-        b"ID3",              // mp3
-        b"\x1a\x45\xdf\xa3", // matroska, webm
-        b"wOFF",             // woff
-        b"wOF2",             // woff2
+        b"\x28\xb5\x2f\xfd",   // zstd
+        b"Rar!",               // rar
+        b"OggS",               // ogg
+        b"ID3",                // mp3
+        b"\x1a\x45\xdf\xa3",   // matroska, webm
+        b"wOFF",               // woff
+        b"wOF2",               // woff2
     ];
     MAGIC.iter().any(|m| data.starts_with(m))
         || (data.len() > 12 && &data[4..8] == b"ftyp") // mp4, mov, heic
         || (data.len() > 12 && data.starts_with(b"RIFF") && &data[8..12] == b"WEBP")
 }
 
-/// Bytes deflated from the start of a content to decide whether the whole is worth deflating.
+/// Bytes from the start of a content whose entropy decides whether the whole is worth deflating.
 const PROBE: usize = 64 * 1024;
+/// Above this many bits per byte, data is noise to deflate (random, encrypted, compressed).
+const INCOMPRESSIBLE_BITS: f64 = 7.8;
+
+/// Shannon entropy of the byte histogram, in bits per byte (0 to 8). Counting is ~50x cheaper
+/// than a trial deflate, which costs as much on noise as on anything else.
+fn entropy(sample: &[u8]) -> f64 {
+    // Four histograms break the store-to-load chain of equal neighbouring bytes.
+    let mut counts = [[0u32; 256]; 4];
+    let mut quads = sample.chunks_exact(4);
+    for q in &mut quads {
+        for (h, &b) in counts.iter_mut().zip(q) {
+            h[usize::from(b)] += 1;
+        }
+    }
+    for &b in quads.remainder() {
+        counts[0][usize::from(b)] += 1;
+    }
+    let n = sample.len() as f64;
+    (0..256)
+        .map(|i| counts.iter().map(|h| h[i]).sum::<u32>())
+        .filter(|&c| c > 0)
+        .map(|c| {
+            let p = f64::from(c) / n;
+            -p * p.log2()
+        })
+        .sum()
+}
 /// Below this, compression headers and base64 rounding eat what compression saves.
 const MIN_COMPRESS: usize = 128;
 
 /// Deflates data with a reusable compressor (one per worker thread).
 pub struct Deflater {
+    level: u8,
     compressor: Compressor,
     scratch: Vec<u8>,
 }
@@ -116,9 +168,14 @@ impl Deflater {
     pub fn new(level: u8) -> Self {
         let lvl = CompressionLvl::new(i32::from(level)).unwrap_or_default();
         Deflater {
+            level,
             compressor: Compressor::new(lvl),
             scratch: Vec::new(),
         }
+    }
+
+    pub fn level(&self) -> u8 {
+        self.level
     }
 
     /// zlib-deflates `data` into the scratch buffer; returns the compressed length.
@@ -139,12 +196,11 @@ impl Deflater {
         let try_deflate = match compress {
             Compress::Never => false,
             Compress::Always => true,
-            Compress::Auto => data.len() >= MIN_COMPRESS && !is_precompressed(data) && {
-                // Incompressible data costs as much to deflate as anything else; a probe of its
-                // start tells cheaply whether to bother.
-                let probe = &data[..data.len().min(PROBE)];
-                probe.len() < PROBE || self.deflate(probe) * 10 < probe.len() * 9
-            },
+            Compress::Auto => {
+                data.len() >= MIN_COMPRESS && !is_precompressed(data) && {
+                    entropy(&data[..data.len().min(PROBE)]) < INCOMPRESSIBLE_BITS
+                }
+            }
         };
         if try_deflate {
             let n = self.deflate(data);
@@ -156,6 +212,35 @@ impl Deflater {
     }
 }
 
+/// Per-thread working memory, kept across records so that big buffers are not allocated (and
+/// their pages faulted in) again for every record.
+pub struct Scratch {
+    pub deflater: Deflater,
+    /// `content_base64` decoded, or a `content_path` file read.
+    pub bytes: Vec<u8>,
+}
+
+/// Above this a scratch buffer is given back after use: one huge record must not pin its size.
+const KEEP: usize = 64 << 20;
+
+impl Scratch {
+    pub fn new(level: u8) -> Self {
+        Scratch {
+            deflater: Deflater::new(level),
+            bytes: Vec::new(),
+        }
+    }
+
+    pub fn trim(&mut self) {
+        if self.bytes.capacity() > KEEP {
+            self.bytes = Vec::new();
+        }
+        if self.deflater.scratch.capacity() > KEEP {
+            self.deflater.scratch = Vec::new();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,7 +249,9 @@ mod tests {
     fn inflate(b64: &[u8]) -> Vec<u8> {
         let raw = STANDARD.decode_to_vec(b64).unwrap();
         let mut out = Vec::new();
-        flate2::read::ZlibDecoder::new(&raw[..]).read_to_end(&mut out).unwrap();
+        flate2::read::ZlibDecoder::new(&raw[..])
+            .read_to_end(&mut out)
+            .unwrap();
         out
     }
 
@@ -204,13 +291,44 @@ mod tests {
         base64_into(&mut out, payload);
         assert_eq!(inflate(&out), zipped);
         // Small data is not worth the zlib header.
-        assert_eq!(d.choose(&[0u8; 64], Compress::Auto).0, Encoding::Base64Binary);
+        assert_eq!(
+            d.choose(&[0u8; 64], Compress::Auto).0,
+            Encoding::Base64Binary
+        );
+    }
+
+    #[test]
+    fn entropy_tells_noise_from_structure() {
+        let mut state = 1u64;
+        let noise: Vec<u8> = (0..65536)
+            .map(|_| {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
+                (state >> 56) as u8
+            })
+            .collect();
+        assert!(entropy(&noise) > 7.9);
+        assert!(entropy(b"aaaaaaaa") < 0.01);
+        assert!(
+            entropy(
+                "the search appliance indexes the feed "
+                    .repeat(100)
+                    .as_bytes()
+            ) < 4.5
+        );
     }
 
     #[test]
     fn never_means_plain_base64() {
         let data = vec![7u8; 10_000];
-        assert_eq!(Deflater::new(6).choose(&data, Compress::Never).0, Encoding::Base64Binary);
+        assert_eq!(
+            Deflater::new(6).choose(&data, Compress::Never).0,
+            Encoding::Base64Binary
+        );
+    }
+
+    fn decode_base64(text: &str) -> Result<Vec<u8>, String> {
+        let mut out = vec![1, 2, 3];
+        decode_base64_into(text, &mut out).map(|()| out)
     }
 
     #[test]
@@ -218,7 +336,15 @@ mod tests {
         assert_eq!(decode_base64("Zm9v\nYmFy\n").unwrap(), b"foobar");
         assert_eq!(decode_base64("Zm9vYg").unwrap(), b"foob");
         assert_eq!(decode_base64("Zm9vYg==").unwrap(), b"foob");
+        assert_eq!(decode_base64("").unwrap(), b"");
         assert!(decode_base64("Zm9v!").unwrap_err().contains("offset 4"));
         assert!(decode_base64("Z").is_err());
+    }
+
+    #[test]
+    fn base64_appends_after_existing_bytes() {
+        let mut out = b"<x>".to_vec();
+        base64_into(&mut out, b"foobar");
+        assert_eq!(out, b"<x>Zm9vYmFy");
     }
 }

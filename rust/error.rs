@@ -16,7 +16,10 @@ pub enum Error {
     /// The writer's own settings are wrong (datasource name, feed type, size cap...).
     Config(String),
     /// Reading a `content_path` or writing a feed file failed.
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -41,7 +41,9 @@ fn needs_care(b: u8, ctx: Context) -> bool {
 #[inline(always)]
 fn chunk_is_clean(chunk: &[u8], ctx: Context) -> bool {
     // A fold with no early exit, so that it vectorises: most chunks of real text are clean.
-    !chunk.iter().fold(false, |dirty, &b| dirty | needs_care(b, ctx))
+    !chunk
+        .iter()
+        .fold(false, |dirty, &b| dirty | needs_care(b, ctx))
 }
 
 /// One bit per byte of a dirty chunk that needs a look, so that only those are visited.
@@ -56,7 +58,11 @@ fn chunk_mask(chunk: &[u8; CHUNK], ctx: Context) -> u32 {
 
 /// What a byte flagged by `needs_care` becomes: `Ok(None)` when it turns out to be fine.
 #[inline(always)]
-fn replacement(bytes: &[u8], i: usize, ctx: Context) -> Result<Option<&'static [u8]>, Unrepresentable> {
+fn replacement(
+    bytes: &[u8],
+    i: usize,
+    ctx: Context,
+) -> Result<Option<&'static [u8]>, Unrepresentable> {
     Ok(Some(match bytes[i] {
         b'&' => b"&amp;",
         b'<' => b"&lt;",
@@ -67,7 +73,9 @@ fn replacement(bytes: &[u8], i: usize, ctx: Context) -> Result<Option<&'static [
         b'\t' if ctx == Context::Attribute => b"&#9;",
         b'\n' | b'\t' => return Ok(None),
         0x00..=0x1F => return Err(Unrepresentable { offset: i }),
-        0xEF if bytes.get(i + 1) == Some(&0xBF) && matches!(bytes.get(i + 2), Some(0xBE | 0xBF)) => {
+        0xEF if bytes.get(i + 1) == Some(&0xBF)
+            && matches!(bytes.get(i + 2), Some(0xBE | 0xBF)) =>
+        {
             return Err(Unrepresentable { offset: i })
         }
         _ => return Ok(None),
@@ -102,8 +110,8 @@ pub fn escape_into(out: &mut Vec<u8>, s: &str, ctx: Context) -> Result<(), Unrep
         }
         base += CHUNK;
     }
-    for i in base..bytes.len() {
-        if needs_care(bytes[i], ctx) {
+    for (i, &b) in bytes.iter().enumerate().skip(base) {
+        if needs_care(b, ctx) {
             emit(out, i)?;
         }
     }
@@ -160,11 +168,20 @@ mod tests {
 
     #[test]
     fn forbidden_characters_are_reported_at_their_offset() {
-        assert_eq!(esc("ab\u{1}", Context::Text), Err(Unrepresentable { offset: 2 }));
+        assert_eq!(
+            esc("ab\u{1}", Context::Text),
+            Err(Unrepresentable { offset: 2 })
+        );
         let long = format!("{}\u{FFFF}", "x".repeat(70));
-        assert_eq!(esc(&long, Context::Attribute), Err(Unrepresentable { offset: 70 }));
+        assert_eq!(
+            esc(&long, Context::Attribute),
+            Err(Unrepresentable { offset: 70 })
+        );
         // U+FFFD and U+FFEF share the 0xEF lead byte but are fine.
-        assert_eq!(esc("\u{FFFD}\u{FFEF}", Context::Text).unwrap(), "\u{FFFD}\u{FFEF}");
+        assert_eq!(
+            esc("\u{FFFD}\u{FFEF}", Context::Text).unwrap(),
+            "\u{FFFD}\u{FFEF}"
+        );
         assert!(!is_representable("\u{FFFE}"));
         assert!(is_representable("ok\t\r\n"));
     }

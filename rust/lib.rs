@@ -6,6 +6,7 @@
 pub mod encode;
 pub mod error;
 pub mod escape;
+pub mod jsonl;
 pub mod record;
 pub mod writer;
 

@@ -1,8 +1,10 @@
 //! A feed record: the JSON Lines schema, its protocol rules, and its XML form.
 
+use std::borrow::Cow;
+use std::io::Read;
 use std::path::PathBuf;
 
-use crate::encode::{base64_into, decode_base64, Compress, Deflater};
+use crate::encode::{base64_into, decode_base64_into, Compress, Scratch};
 use crate::error::{Error, Result};
 use crate::escape::{escape_into, first_unrepresentable, Context};
 
@@ -41,20 +43,21 @@ impl AuthMethod {
     }
 }
 
-/// A record's content, as the user gave it.
+/// A record's content, as the user gave it. Borrowed where it can be: contents are the bulk of
+/// a corpus, and copying them costs more than encoding them.
 #[derive(Clone, Debug)]
-pub enum Content {
+pub enum Content<'a> {
     /// Text: sent as XML text when XML can carry it.
-    Text(String),
+    Text(Cow<'a, str>),
     /// Binary: always base64, maybe compressed.
-    Bytes(Vec<u8>),
+    Bytes(Cow<'a, [u8]>),
     /// Binary the user gave in base64 (`content_base64`); decoded on a worker thread.
-    Base64(String),
+    Base64(Cow<'a, str>),
     /// A file read at build time (`content_path`).
     Path(PathBuf),
 }
 
-impl Content {
+impl Content<'_> {
     fn field(&self) -> &'static str {
         match self {
             Content::Text(_) | Content::Bytes(_) => "content",
@@ -72,7 +75,7 @@ pub enum Timestamp {
 }
 
 #[derive(Clone, Debug, Default)]
-pub struct Record {
+pub struct Record<'a> {
     pub url: String,
     pub action: Option<Action>,
     pub mimetype: Option<String>,
@@ -85,7 +88,7 @@ pub struct Record {
     pub crawl_once: Option<bool>,
     /// Name and value pairs; a name given several values appears several times, in input order.
     pub metadata: Vec<(String, String)>,
-    pub content: Option<Content>,
+    pub content: Option<Content<'a>>,
 }
 
 /// What kind of feed a record goes into, which decides the rules it must follow.
@@ -137,7 +140,12 @@ pub struct EncodeOptions {
 
 /// Whether a MIME type names text that may travel as XML text.
 fn is_textual(mimetype: &str) -> bool {
-    let essence = mimetype.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let essence = mimetype
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
     essence.starts_with("text/")
         || essence.ends_with("+xml")
         || essence.ends_with("+json")
@@ -150,7 +158,9 @@ fn is_textual(mimetype: &str) -> bool {
 /// The URL must be absolute with a fully qualified host, as the appliance requires.
 pub fn check_url(url: &str) -> std::result::Result<(), String> {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return Err(format!("'{url}' is not an absolute URL (scheme://host/path)"));
+        return Err(format!(
+            "'{url}' is not an absolute URL (scheme://host/path)"
+        ));
     };
     let scheme_ok = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
         && scheme
@@ -210,13 +220,22 @@ fn normalize_date(ts: &Timestamp) -> std::result::Result<String, String> {
         return Ok(t.with_timezone(&Utc).format(RFC822).to_string());
     }
     // ISO 8601 without an offset is taken as UTC.
-    for fmt in ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M"] {
+    for fmt in [
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M",
+    ] {
         if let Ok(t) = NaiveDateTime::parse_from_str(text, fmt) {
             return Ok(t.and_utc().format(RFC822).to_string());
         }
     }
     if let Ok(d) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
-        return Ok(d.and_hms_opt(0, 0, 0).expect("midnight").and_utc().format(RFC822).to_string());
+        return Ok(d
+            .and_hms_opt(0, 0, 0)
+            .expect("midnight")
+            .and_utc()
+            .format(RFC822)
+            .to_string());
     }
     Err(format!(
         "'{text}' is not a date: use RFC 822 (Tue, 6 Nov 2007 12:45:26 GMT), \
@@ -225,7 +244,9 @@ fn normalize_date(ts: &Timestamp) -> std::result::Result<String, String> {
 }
 
 fn guess_mimetype(path: &str) -> Option<String> {
-    mime_guess::from_path(path).first().map(|m| m.essence_str().to_owned())
+    mime_guess::from_path(path)
+        .first()
+        .map(|m| m.essence_str().to_owned())
 }
 
 /// The path part of a URL, for guessing a MIME type from its extension.
@@ -236,16 +257,16 @@ fn url_path(url: &str) -> &str {
 }
 
 /// A record checked against its feed, ready to be written.
-struct Checked<'a> {
-    record: &'a Record,
+struct Checked<'r, 'a> {
+    record: &'r Record<'a>,
     mimetype: String,
     last_modified: Option<String>,
-    metadata: Vec<&'a (String, String)>,
+    metadata: Vec<&'r (String, String)>,
 }
 
-impl Record {
+impl<'a> Record<'a> {
     /// Applies the protocol's rules; `index` names the record in errors.
-    fn check(&self, index: usize, kind: FeedKind) -> Result<Checked<'_>> {
+    fn check(&self, index: usize, kind: FeedKind) -> Result<Checked<'_, 'a>> {
         let err = |field: &'static str, msg: String| Error::record(index, Some(field), msg);
         let representable = |field: &'static str, value: &str| match first_unrepresentable(value) {
             None => Ok(()),
@@ -294,7 +315,11 @@ impl Record {
             if delete {
                 return Err(err(field, "a delete record carries no content".into()));
             }
-        } else if kind.feedtype == FeedType::Full && !delete && !self.metadata.is_empty() && !kind.web {
+        } else if kind.feedtype == FeedType::Full
+            && !delete
+            && !self.metadata.is_empty()
+            && !kind.web
+        {
             return Err(err(
                 "metadata",
                 "a full feed cannot push metadata alone: give the record content too".into(),
@@ -307,7 +332,9 @@ impl Record {
             if value.is_empty() {
                 return Err(err(
                     "metadata",
-                    format!("'{name}' has an empty value, which makes the appliance reject the record"),
+                    format!(
+                        "'{name}' has an empty value, which makes the appliance reject the record"
+                    ),
                 ));
             }
         }
@@ -359,11 +386,13 @@ impl Record {
         index: usize,
         kind: FeedKind,
         opts: EncodeOptions,
-        deflater: &mut Deflater,
+        scratch: &mut Scratch,
         out: &mut Vec<u8>,
     ) -> Result<()> {
         let checked = self.check(index, kind)?;
-        checked.write(index, opts, deflater, out)
+        let written = checked.write(index, opts, scratch, out);
+        scratch.trim();
+        written
     }
 }
 
@@ -381,8 +410,14 @@ fn flag(out: &mut Vec<u8>, name: &str, value: Option<bool>) {
     }
 }
 
-impl Checked<'_> {
-    fn write(&self, index: usize, opts: EncodeOptions, deflater: &mut Deflater, out: &mut Vec<u8>) -> Result<()> {
+impl Checked<'_, '_> {
+    fn write(
+        &self,
+        index: usize,
+        opts: EncodeOptions,
+        scratch: &mut Scratch,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
         let r = self.record;
         out.extend_from_slice(b"<record");
         attr(out, "url", &r.url);
@@ -390,7 +425,15 @@ impl Checked<'_> {
             attr(out, "displayurl", d);
         }
         if let Some(action) = r.action {
-            attr(out, "action", if action == Action::Add { "add" } else { "delete" });
+            attr(
+                out,
+                "action",
+                if action == Action::Add {
+                    "add"
+                } else {
+                    "delete"
+                },
+            );
         }
         attr(out, "mimetype", &self.mimetype);
         if let Some(date) = &self.last_modified {
@@ -418,7 +461,7 @@ impl Checked<'_> {
             out.extend_from_slice(b"</metadata>\n");
         }
         if let Some(content) = &r.content {
-            self.write_content(index, content, opts, deflater, out)?;
+            self.write_content(index, content, opts, scratch, out)?;
         }
         out.extend_from_slice(b"</record>\n");
         Ok(())
@@ -427,33 +470,43 @@ impl Checked<'_> {
     fn write_content(
         &self,
         index: usize,
-        content: &Content,
+        content: &Content<'_>,
         opts: EncodeOptions,
-        deflater: &mut Deflater,
+        scratch: &mut Scratch,
         out: &mut Vec<u8>,
     ) -> Result<()> {
         let field = content.field();
-        let read;
-        let decoded;
+        let Scratch {
+            deflater,
+            bytes: buf,
+        } = scratch;
         let (bytes, text): (&[u8], bool) = match content {
             Content::Text(s) => (s.as_bytes(), true),
             Content::Bytes(b) => (b, false),
             Content::Base64(s) => {
-                decoded = decode_base64(s).map_err(|m| Error::record(index, Some(field), m))?;
-                (&decoded, false)
+                decode_base64_into(s, buf).map_err(|m| Error::record(index, Some(field), m))?;
+                (buf, false)
             }
             Content::Path(p) => {
-                read = std::fs::read(p).map_err(|e| {
-                    Error::record(index, Some(field), format!("cannot read {}: {e}", p.display()))
-                })?;
+                buf.clear();
+                std::fs::File::open(p)
+                    .and_then(|mut f| f.read_to_end(buf))
+                    .map_err(|e| {
+                        Error::record(
+                            index,
+                            Some(field),
+                            format!("cannot read {}: {e}", p.display()),
+                        )
+                    })?;
                 // A file is text when its type says so and its bytes are UTF-8.
-                let text = is_textual(&self.mimetype) && std::str::from_utf8(&read).is_ok();
-                (&read, text)
+                let text = is_textual(&self.mimetype) && std::str::from_utf8(buf).is_ok();
+                (buf, text)
             }
         };
         if text && opts.compress != Compress::Always {
             let s = std::str::from_utf8(bytes).expect("text is UTF-8");
             let mark = out.len();
+            out.reserve(bytes.len() + bytes.len() / 8 + 32);
             out.extend_from_slice(b"<content>");
             if escape_into(out, s, Context::Text).is_ok() {
                 out.extend_from_slice(b"</content>\n");
@@ -463,6 +516,7 @@ impl Checked<'_> {
             out.truncate(mark);
         }
         let (encoding, payload) = deflater.choose(bytes, opts.compress);
+        out.reserve(payload.len() / 3 * 4 + 64);
         out.extend_from_slice(b"<content encoding=\"");
         out.extend_from_slice(encoding.as_str().as_bytes());
         out.extend_from_slice(b"\">");

@@ -7,13 +7,32 @@ use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+use std::cell::RefCell;
+
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
-use crate::encode::{Compress, Deflater};
+use crate::encode::{Compress, Scratch};
 use crate::error::{Error, Result};
 use crate::escape::{escape_into, Context};
+use crate::jsonl;
 use crate::record::{EncodeOptions, FeedKind, FeedType, Record};
+
+thread_local! {
+    /// Each encoding thread's scratch, reused across records and batches.
+    static SCRATCH: RefCell<Option<Scratch>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with this thread's scratch, made for `level` if it has none or another level.
+fn with_scratch<T>(level: u8, f: impl FnOnce(&mut Scratch) -> T) -> T {
+    SCRATCH.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.as_ref().is_none_or(|s| s.deflater.level() != level) {
+            *slot = Some(Scratch::new(level));
+        }
+        f(slot.as_mut().expect("just set"))
+    })
+}
 
 /// The protocol refuses feeds of 1 GB and more; no file may come closer than this.
 pub const HARD_MAX_BYTES: u64 = 950_000_000;
@@ -78,12 +97,16 @@ pub struct BatchReport {
     pub warnings: Vec<(usize, String)>,
     /// Files finished while writing this batch, in manifest order.
     pub finished: Vec<ManifestEntry>,
+    /// Lines in a JSON Lines chunk, blank ones included (for numbering the next chunk's).
+    pub lines: usize,
 }
 
 /// The datasource names the protocol allows: `[a-zA-Z_][a-zA-Z0-9_-]*`.
 pub fn check_datasource(name: &str) -> Result<()> {
     let mut chars = name.chars();
-    let ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    let ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     if ok {
         Ok(())
@@ -143,7 +166,10 @@ impl FeedWriter {
             )));
         }
         if opts.level > 12 {
-            return Err(Error::Config(format!("compression level {} is not in 0 to 12", opts.level)));
+            return Err(Error::Config(format!(
+                "compression level {} is not in 0 to 12",
+                opts.level
+            )));
         }
         fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let taken = fs::read_dir(dir)
@@ -194,41 +220,68 @@ impl FeedWriter {
 
     /// Bytes written so far, the open file's included.
     pub fn bytes(&self) -> u64 {
-        self.entries.iter().map(|e| e.bytes).sum::<u64>() + self.current.as_ref().map_or(0, |f| f.bytes)
+        self.entries.iter().map(|e| e.bytes).sum::<u64>()
+            + self.current.as_ref().map_or(0, |f| f.bytes)
     }
 
-    /// Checks and encodes every record of the batch on the worker threads, in input order.
-    pub fn encode(&self, records: &[Record]) -> Result<Vec<Vec<u8>>> {
+    /// Runs `encode_one` over `items` on the worker threads and returns the encoded records in
+    /// input order, or the error of the first bad one.
+    fn encode_all<T: Sync>(
+        &self,
+        items: &[T],
+        encode_one: impl Fn(&T, FeedKind, EncodeOptions, &mut Scratch, &mut Vec<u8>) -> Result<()>
+            + Sync,
+    ) -> Result<Vec<Vec<u8>>> {
         let kind = self.kind;
         let opts = EncodeOptions {
             compress: self.opts.compress,
         };
         let level = self.opts.level;
-        self.pool.install(|| {
-            records
+        let results: Vec<Result<Vec<u8>>> = self.pool.install(|| {
+            items
                 .par_iter()
-                .enumerate()
                 .with_min_len(4)
-                .map_init(
-                    || Deflater::new(level),
-                    |deflater, (index, record)| {
-                        let mut out = Vec::new();
-                        record.encode_into(index, kind, opts, deflater, &mut out)?;
-                        Ok(out)
-                    },
-                )
+                .map(|item| {
+                    let mut out = Vec::new();
+                    with_scratch(level, |scratch| {
+                        encode_one(item, kind, opts, scratch, &mut out)
+                    })?;
+                    Ok(out)
+                })
                 .collect()
-        })
+        });
+        // Not a short-circuiting collect: that would return whichever error a thread met first,
+        // and the user must be shown the first bad record of the input.
+        results.into_iter().collect()
     }
 
-    /// Encodes and appends a batch; on error nothing of the batch is written.
-    pub fn add_batch(&mut self, records: &[Record]) -> Result<BatchReport> {
-        let encoded = self.encode(records)?;
+    /// Checks, encodes and appends a batch of records; on error nothing of the batch is
+    /// written, and the error's index is the record's position in `records`.
+    pub fn add_batch(&mut self, records: &[Record<'_>]) -> Result<BatchReport> {
+        let indexed: Vec<(usize, &Record<'_>)> = records.iter().enumerate().collect();
+        let encoded = self.encode_all(&indexed, |(index, record), kind, opts, scratch, out| {
+            record.encode_into(*index, kind, opts, scratch, out)
+        })?;
         self.append(encoded)
     }
 
+    /// Parses, checks, encodes and appends a chunk of JSON Lines (whole lines only); on error
+    /// nothing of the chunk is written, and the error's index is the line's position in the
+    /// chunk, counting blank lines. The report's `lines` counts the chunk's lines.
+    pub fn add_jsonl(&mut self, chunk: &[u8]) -> Result<BatchReport> {
+        let (lines, count) = jsonl::lines(chunk);
+        let encoded = self.encode_all(&lines, |(index, line), kind, opts, scratch, out| {
+            jsonl::parse_line(*index, line)?.encode_into(*index, kind, opts, scratch, out)
+        })?;
+        let mut report = self.append(encoded)?;
+        report.lines = count;
+        Ok(report)
+    }
+
     fn append(&mut self, encoded: Vec<Vec<u8>>) -> Result<BatchReport> {
-        let overhead = self.overhead(FeedType::Incremental).max(self.overhead(self.kind.feedtype));
+        let overhead = self
+            .overhead(FeedType::Incremental)
+            .max(self.overhead(self.kind.feedtype));
         if let Some((index, rec)) = encoded
             .iter()
             .enumerate()
@@ -326,7 +379,10 @@ impl FeedWriter {
         let mut file = self.current.take().expect("a file is open");
         let tmp = file.tmp.clone();
         file.write(FOOTER).map_err(|e| Error::io(&tmp, e))?;
-        let handle = file.out.into_inner().map_err(|e| Error::io(&tmp, e.into_error()))?;
+        let handle = file
+            .out
+            .into_inner()
+            .map_err(|e| Error::io(&tmp, e.into_error()))?;
         // The rename publishes the file: it must never name a file whose bytes are not on disk.
         handle.sync_all().map_err(|e| Error::io(&tmp, e))?;
         let path = self.dir.join(&file.name);
@@ -347,7 +403,8 @@ impl FeedWriter {
     /// (empty) file: pushing it deletes the datasource's documents, which is what it means.
     pub fn finish(mut self) -> Result<(Vec<ManifestEntry>, Vec<ManifestEntry>)> {
         let mut finished = Vec::new();
-        if self.current.is_none() && self.entries.is_empty() && self.kind.feedtype == FeedType::Full {
+        if self.current.is_none() && self.entries.is_empty() && self.kind.feedtype == FeedType::Full
+        {
             self.open_next()?;
         }
         if self.current.is_some() {

@@ -25,7 +25,8 @@ fn attr(e: &BytesStart<'_>, name: &str) -> Option<String> {
     let a = e.try_get_attribute(name).unwrap()?;
     let raw = &a.value;
     assert!(
-        !raw.iter().any(|b| matches!(b, b'\t' | b'\n' | b'\r' | b'<')),
+        !raw.iter()
+            .any(|b| matches!(b, b'\t' | b'\n' | b'\r' | b'<')),
         "raw attribute {name} would be normalised: {raw:?}"
     );
     Some(a.unescape_value().unwrap().into_owned())
@@ -69,7 +70,10 @@ fn decode_feed(xml: &[u8]) -> Vec<Decoded> {
             },
             Event::Text(t) => {
                 if let Some(acc) = text.as_mut() {
-                    assert!(!t.as_ref().contains(&b'\r'), "raw CR in text would become LF");
+                    assert!(
+                        !t.as_ref().contains(&b'\r'),
+                        "raw CR in text would become LF"
+                    );
                     acc.extend_from_slice(t.unescape().unwrap().as_bytes());
                 }
             }
@@ -99,7 +103,10 @@ fn decode_feed(xml: &[u8]) -> Vec<Decoded> {
 }
 
 /// Builds a feed set in a temp dir and decodes every file, in manifest order.
-fn round_trip(records: &[Record], opts: Options) -> (Vec<Decoded>, Vec<fastfeed_core::ManifestEntry>) {
+fn round_trip(
+    records: &[Record<'static>],
+    opts: Options,
+) -> (Vec<Decoded>, Vec<fastfeed_core::ManifestEntry>) {
     let dir = tempfile::tempdir().unwrap();
     let mut w = FeedWriter::new(dir.path(), "ds", FeedType::Incremental, opts.clone()).unwrap();
     w.add_batch(records).unwrap();
@@ -107,13 +114,17 @@ fn round_trip(records: &[Record], opts: Options) -> (Vec<Decoded>, Vec<fastfeed_
     let mut decoded = Vec::new();
     for e in &entries {
         let xml = std::fs::read(dir.path().join(&e.file)).unwrap();
-        assert!(xml.len() as u64 <= opts.max_bytes || e.records == 1, "{} over the cap", e.file);
+        assert!(
+            xml.len() as u64 <= opts.max_bytes || e.records == 1,
+            "{} over the cap",
+            e.file
+        );
         decoded.extend(decode_feed(&xml));
     }
     (decoded, entries)
 }
 
-fn expected(r: &Record) -> Decoded {
+fn expected(r: &Record<'_>) -> Decoded {
     let mut metadata: Vec<_> = r
         .metadata
         .iter()
@@ -125,8 +136,8 @@ fn expected(r: &Record) -> Decoded {
         displayurl: r.displayurl.clone(),
         metadata,
         content: r.content.as_ref().map(|c| match c {
-            Content::Text(s) => s.clone().into_bytes(),
-            Content::Bytes(b) => b.clone(),
+            Content::Text(s) => s.as_bytes().to_vec(),
+            Content::Bytes(b) => b.to_vec(),
             _ => unreachable!(),
         }),
     }
@@ -149,7 +160,7 @@ fn nasty_text() -> impl Strategy<Value = String> {
     prop::collection::vec(pieces, 0..6).prop_map(|v| v.concat())
 }
 
-fn record() -> impl Strategy<Value = Record> {
+fn record() -> impl Strategy<Value = Record<'static>> {
     (
         "[a-z]{1,8}",
         nasty_text(),
@@ -158,13 +169,17 @@ fn record() -> impl Strategy<Value = Record> {
         })),
         prop::collection::vec((nasty_text(), nasty_text()), 0..4),
         prop_oneof![
-            nasty_text().prop_map(|s| Some(Content::Text(s))),
-            prop::collection::vec(any::<u8>(), 0..3000).prop_map(|b| Some(Content::Bytes(b))),
+            nasty_text().prop_map(|s| Some(Content::Text(s.into()))),
+            prop::collection::vec(any::<u8>(), 0..3000)
+                .prop_map(|b| Some(Content::Bytes(b.into()))),
             Just(None),
         ],
     )
         .prop_map(|(host, path, displayurl, meta, content)| {
-            let path: String = path.chars().filter(|c| !c.is_control() && *c != '\u{FFFE}' && *c != '\u{FFFF}').collect();
+            let path: String = path
+                .chars()
+                .filter(|c| !c.is_control() && *c != '\u{FFFE}' && *c != '\u{FFFF}')
+                .collect();
             Record {
                 url: format!("http://{host}.example.com/{path}"),
                 displayurl,
@@ -202,14 +217,17 @@ fn a_split_full_feed_is_full_first_then_incremental() {
     let records: Vec<Record> = (0..5)
         .map(|i| Record {
             url: format!("http://h.example.com/{i}"),
-            content: Some(Content::Text(format!("doc {i}"))),
+            content: Some(Content::Text(format!("doc {i}").into())),
             ..Default::default()
         })
         .collect();
     w.add_batch(&records).unwrap();
     let (entries, _) = w.finish().unwrap();
     let types: Vec<_> = entries.iter().map(|e| e.feedtype).collect();
-    assert_eq!(types, [FeedType::Full, FeedType::Incremental, FeedType::Incremental]);
+    assert_eq!(
+        types,
+        [FeedType::Full, FeedType::Incremental, FeedType::Incremental]
+    );
     let second = std::fs::read_to_string(dir.path().join(&entries[1].file)).unwrap();
     assert!(second.contains("<feedtype>incremental</feedtype>"));
     let manifest = std::fs::read_to_string(dir.path().join("manifest.jsonl")).unwrap();
@@ -219,7 +237,13 @@ fn a_split_full_feed_is_full_first_then_incremental() {
 #[test]
 fn a_bad_record_leaves_nothing_of_its_batch() {
     let dir = tempfile::tempdir().unwrap();
-    let mut w = FeedWriter::new(dir.path(), "docs", FeedType::Incremental, Options::default()).unwrap();
+    let mut w = FeedWriter::new(
+        dir.path(),
+        "docs",
+        FeedType::Incremental,
+        Options::default(),
+    )
+    .unwrap();
     let good = Record {
         url: "http://h.example.com/ok".into(),
         ..Default::default()
@@ -230,7 +254,17 @@ fn a_bad_record_leaves_nothing_of_its_batch() {
         ..Default::default()
     };
     let err = w.add_batch(&[good.clone(), bad]).unwrap_err();
-    assert!(matches!(err, fastfeed_core::Error::Record { index: 1, field: Some("pagerank"), .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            fastfeed_core::Error::Record {
+                index: 1,
+                field: Some("pagerank"),
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert_eq!(w.records(), 0);
     w.add_batch(&[good]).unwrap();
     let (entries, _) = w.finish().unwrap();

@@ -78,8 +78,8 @@ def test_bad_json_and_bad_utf8_name_their_line(tmp_path: Path, capsys: pytest.Ca
     err = capsys.readouterr().err
     assert status == 1
     log = (tmp_path / "o" / "rejected.log").read_text()
-    assert "in.jsonl:3: not a JSON object" in log and "UTF-8" in log
-    assert "in.jsonl:4: expected a JSON object, got list" in log
+    assert "in.jsonl:3: url: not valid UTF-8" in log
+    assert "in.jsonl:4: expected a JSON object" in log
     assert "2 records were refused" in err
     # The refused lines are kept byte for byte, to be fixed and fed again.
     assert (tmp_path / "o" / "rejected.jsonl").read_bytes() == b'{"url": "http://a.example.com/\xff"}\n[1]\n'

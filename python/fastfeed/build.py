@@ -1,8 +1,10 @@
 """The build pipeline behind `fastfeed build`: inputs to a feed set on disk.
 
-Inputs are JSON Lines files (read with orjson), standard input, or directories of documents.
-Records cross into the Rust core in batches bounded in count and bytes, which keeps memory flat
-whatever the corpus size, and a refused record is reported with its file and line.
+Inputs are JSON Lines files, standard input, or directories of documents. JSON Lines are read
+here in newline-aligned chunks and parsed by the Rust core on its worker threads: parsing on
+this thread, under the GIL, would bound the whole build to one core. Chunks and batches are
+bounded in bytes, which keeps memory flat whatever the corpus size, and a refused record is
+reported with its file and line.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 from urllib.parse import quote
@@ -25,9 +27,10 @@ from fastfeed.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES, Compress, FeedType
 
 OnError = Literal["stop", "skip"]
 
-#: A batch is sent to the core when it holds this many records or input bytes, whichever first.
-BATCH_RECORDS = 2048
-BATCH_BYTES = 16 * 1024 * 1024
+#: JSON Lines go to the core in chunks of about this size; directory files in batches of at
+#: most this many bytes or DIR_BATCH files.
+CHUNK_BYTES = 8 * 1024 * 1024
+DIR_BATCH = 1024
 
 REJECTED = "rejected.jsonl"
 REJECTED_LOG = "rejected.log"
@@ -43,17 +46,6 @@ class InputError(FastfeedError):
 
 
 @dataclass
-class Item:
-    """One input record, with what is needed to name it and to save it if refused."""
-
-    location: str
-    record: dict[str, Any] | None
-    raw: bytes
-    size: int
-    error: str | None = None
-
-
-@dataclass
 class BuildSummary:
     out_dir: str
     manifest: list[ManifestEntry]
@@ -62,80 +54,117 @@ class BuildSummary:
     warnings: int
     bytes: int
     seconds: float
-    rejected_file: str | None = field(default=None)
+    rejected_file: str | None = None
 
 
-def _read_jsonl(stream: IO[bytes], name: str) -> Iterator[Item]:
-    for lineno, line in enumerate(stream, 1):
-        if not line.strip():
+def _chunks(stream: IO[bytes]) -> Iterator[bytes]:
+    """Newline-aligned chunks of about CHUNK_BYTES (a longer line makes a longer chunk)."""
+    rest = b""
+    while block := stream.read(CHUNK_BYTES):
+        block = rest + block
+        cut = block.rfind(b"\n") + 1
+        if cut == 0:
+            rest = block
             continue
-        location = f"{name}:{lineno}"
-        try:
-            record = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            # orjson says "str is not valid UTF-8" for bad bytes, which names the problem.
-            yield Item(location, None, line, len(line), f"not a JSON object: {exc}")
-            continue
-        if not isinstance(record, dict):
-            yield Item(location, None, line, len(line), f"expected a JSON object, got {type(record).__name__}")
-            continue
-        yield Item(location, record, line, len(line))
+        rest = block[cut:]
+        yield block[:cut]
+    if rest:
+        yield rest
 
 
-def _read_directory(root: Path, base_url: str) -> Iterator[Item]:
+def _directory_batches(root: Path, base_url: str) -> Iterator[list[tuple[str, dict[str, Any]]]]:
     base = base_url if base_url.endswith("/") else base_url + "/"
+    batch: list[tuple[str, dict[str, Any]]] = []
+    size = 0
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
         for filename in sorted(filenames):
             path = Path(dirpath) / filename
-            rel = path.relative_to(root).as_posix()
             try:
                 stat = path.stat()
             except OSError as exc:
-                yield Item(str(path), None, b"", 0, f"cannot read: {exc}")
-                continue
+                raise FastfeedError(f"cannot read {path}: {exc.strerror}") from None
             record = {
-                "url": base + quote(rel, safe="/"),
+                "url": base + quote(path.relative_to(root).as_posix(), safe="/"),
                 "content_path": str(path),
                 "last_modified": int(stat.st_mtime),
             }
-            yield Item(str(path), record, orjson.dumps(record) + b"\n", stat.st_size)
-
-
-def read_inputs(inputs: Sequence[str], base_url: str | None = None) -> Iterator[Item]:
-    """Yields every input record in order: JSON Lines files, `-` for stdin, or directories."""
-    for name in inputs:
-        if name == "-":
-            yield from _read_jsonl(sys.stdin.buffer, "<stdin>")
-            continue
-        path = Path(name)
-        if path.is_dir():
-            if not base_url:
-                raise FastfeedError(
-                    f"{name} is a directory: give --base-url to map its files to URLs "
-                    "(e.g. --base-url http://docs.example.com/share/)"
-                )
-            yield from _read_directory(path, base_url)
-        else:
-            try:
-                stream = path.open("rb")
-            except OSError as exc:
-                raise FastfeedError(f"cannot read {name}: {exc.strerror}") from None
-            with stream:
-                yield from _read_jsonl(stream, name)
-
-
-def _batches(items: Iterator[Item]) -> Iterator[list[Item]]:
-    batch: list[Item] = []
-    size = 0
-    for item in items:
-        batch.append(item)
-        size += item.size
-        if len(batch) >= BATCH_RECORDS or size >= BATCH_BYTES:
-            yield batch
-            batch, size = [], 0
+            batch.append((str(path), record))
+            size += stat.st_size
+            if len(batch) >= DIR_BATCH or size >= CHUNK_BYTES:
+                yield batch
+                batch, size = [], 0
     if batch:
         yield batch
+
+
+class _Builder:
+    """Feeds inputs to a writer, keeping what a refused record needs: its place and its bytes."""
+
+    def __init__(self, on_error: OnError, progress: Progress | None) -> None:
+        self.on_error = on_error
+        self.progress = progress
+        self.rejected: list[tuple[str, bytes, str]] = []
+        #: Names the record at an index of the chunk or batch being written.
+        self.where: Callable[[int], str] = str
+
+    def start(self, writer: FeedWriter) -> None:
+        self.writer = writer
+
+    def refuse(self, location: str, raw: bytes, exc: RecordError) -> None:
+        reason = f"{exc.field}: {exc.reason}" if exc.field else exc.reason
+        if self.on_error == "stop":
+            raise InputError(location, reason)
+        self.rejected.append((location, raw, reason))
+
+    def jsonl(self, stream: IO[bytes], name: str) -> None:
+        first_line = 1
+        for chunk in _chunks(stream):
+            first_line = self._jsonl_chunk(chunk, name, first_line)
+            self.show()
+
+    def _jsonl_chunk(self, chunk: bytes, name: str, first_line: int) -> int:
+        """Writes a chunk whose first line is `first_line`; returns the next chunk's."""
+        while chunk:
+            self.where = lambda index: f"{name}:{first_line + index}"  # noqa: B023
+            try:
+                return first_line + self.writer.add_jsonl(chunk)
+            except RecordError as exc:
+                # Nothing of the chunk was written, and the lines before the bad one are good:
+                # write them, set the bad line aside, and go on after it.
+                start = 0
+                for _ in range(exc.index):
+                    start = chunk.index(b"\n", start) + 1
+                end = chunk.find(b"\n", start)
+                end = len(chunk) if end < 0 else end + 1
+                self.refuse(self.where(exc.index), chunk[start:end], exc)
+                if start:
+                    self.writer.add_jsonl(chunk[:start])
+                chunk = chunk[end:]
+                first_line += exc.index + 1
+        return first_line
+
+    def directory(self, root: Path, base_url: str) -> None:
+        for batch in _directory_batches(root, base_url):
+            while batch:
+                self.where = lambda index: batch[index][0]  # noqa: B023
+                try:
+                    self.writer.add_batch([record for _, record in batch])  # type: ignore[misc]
+                    break
+                except RecordError as exc:
+                    location, record = batch.pop(exc.index)
+                    self.refuse(location, orjson.dumps(record), exc)
+            self.show()
+
+    def show(self) -> None:
+        if self.progress is None:
+            return
+        w = self.writer
+        rate = w.records / max(self.progress.elapsed, 1e-9)
+        self.progress.update(
+            f"{w.records:,} records, {w.files} files, {human_bytes(w.bytes)}, {rate:,.0f} records/s"
+            + (f", {len(self.rejected)} rejected" if self.rejected else "")
+        )
 
 
 def build(
@@ -157,29 +186,31 @@ def build(
 ) -> BuildSummary:
     """Builds a feed set from `inputs` into `out_dir` and returns what was written.
 
+    Each input is a JSON Lines file, `-` for standard input, or a directory (with `base_url`).
     With `on_error="stop"` the first refused record raises `InputError` and no manifest is
     written. With `"skip"`, refused records are saved byte for byte to `rejected.jsonl` (with
     the reasons in `rejected.log`) so that they can be fixed and fed again; none is lost.
     """
     started = time.monotonic()
+    for name in inputs:
+        if name != "-" and Path(name).is_dir() and not base_url:
+            raise FastfeedError(
+                f"{name} is a directory: give --base-url to map its files to URLs "
+                "(e.g. --base-url http://docs.example.com/share/)"
+            )
     out = Path(out_dir)
     warned = 0
-    rejected: list[tuple[Item, str]] = []
-    current: list[Item] = []
+
+    builder = _Builder(on_error, progress)
 
     def warn(warning: FeedWarning) -> None:
         nonlocal warned
         warned += 1
-        message = f"{current[warning.index].location}: {warning}"
+        message = f"{builder.where(warning.index)}: {warning}"
         if on_warning is None:
             print(f"warning: {message}", file=sys.stderr)
         else:
             on_warning(message)
-
-    def refuse(item: Item, reason: str) -> None:
-        if on_error == "stop":
-            raise InputError(item.location, reason)
-        rejected.append((item, reason))
 
     writer = FeedWriter(
         out,
@@ -193,35 +224,29 @@ def build(
         on_file=on_file,
         on_warning=warn,
     )
+    builder.start(writer)
     with writer:
-        for batch in _batches(read_inputs(inputs, base_url)):
-            for item in batch:
-                if item.error is not None:
-                    refuse(item, item.error)
-            current = [item for item in batch if item.error is None]
-            while current:
+        for name in inputs:
+            path = Path(name)
+            if name == "-":
+                builder.jsonl(sys.stdin.buffer, "<stdin>")
+            elif path.is_dir():
+                builder.directory(path, base_url or "")
+            else:
                 try:
-                    writer.add_batch([item.record for item in current])  # type: ignore[misc]
-                    break
-                except RecordError as exc:
-                    # Nothing of the batch was written: drop the culprit and send the rest again.
-                    bad = current.pop(exc.index)
-                    refuse(bad, f"{exc.field}: {exc.reason}" if exc.field else exc.reason)
-            if progress is not None:
-                rate = writer.records / max(progress.elapsed, 1e-9)
-                progress.update(
-                    f"{writer.records:,} records, {writer.files} files, "
-                    f"{human_bytes(writer.bytes)}, {rate:,.0f} records/s"
-                    + (f", {len(rejected)} rejected" if rejected else "")
-                )
+                    stream = path.open("rb")
+                except OSError as exc:
+                    raise FastfeedError(f"cannot read {name}: {exc.strerror}") from None
+                with stream:
+                    builder.jsonl(stream, name)
     if progress is not None:
         progress.close()
-    rejected_file = _save_rejected(out, rejected) if rejected else None
+    rejected_file = _save_rejected(out, builder.rejected) if builder.rejected else None
     return BuildSummary(
         out_dir=str(out),
         manifest=writer.manifest,
         records=sum(e.records for e in writer.manifest),
-        rejected=len(rejected),
+        rejected=len(builder.rejected),
         warnings=warned,
         bytes=sum(e.bytes for e in writer.manifest),
         seconds=time.monotonic() - started,
@@ -229,10 +254,10 @@ def build(
     )
 
 
-def _save_rejected(out: Path, rejected: list[tuple[Item, str]]) -> str:
+def _save_rejected(out: Path, rejected: list[tuple[str, bytes, str]]) -> str:
     path = out / REJECTED
     with path.open("wb") as lines, (out / REJECTED_LOG).open("w", encoding="utf-8") as log:
-        for item, reason in rejected:
-            lines.write(item.raw if item.raw.endswith(b"\n") else item.raw + b"\n")
-            log.write(f"{item.location}: {reason}\n")
+        for location, raw, reason in rejected:
+            lines.write(raw if raw.endswith(b"\n") else raw + b"\n")
+            log.write(f"{location}: {reason}\n")
     return str(path)

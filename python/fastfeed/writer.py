@@ -104,6 +104,15 @@ class FeedWriter:
         problems, finished = self._core.add_batch(batch)
         self._report(problems, finished)
 
+    def add_jsonl(self, chunk: bytes) -> int:
+        """Adds the records of a chunk of JSON Lines (whole lines only), parsed in Rust on the
+        worker threads, and returns how many lines the chunk held. A bad line raises
+        `RecordError` whose `.index` is its line in the chunk (blank lines counted); nothing of
+        the chunk is written then."""
+        problems, finished, lines = self._core.add_jsonl(chunk)
+        self._report(problems, finished)
+        return lines
+
     def close(self) -> list[ManifestEntry]:
         """Finishes the last file, writes the manifest and returns it. Closing twice is harmless."""
         if self._manifest is None:

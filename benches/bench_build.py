@@ -1,0 +1,262 @@
+"""Feed builder benchmarks: fastfeed against the plain-Python builder, side by side in one run.
+
+Run: `pytest benches/bench_build.py -o python_files='bench_*.py' -s` (FASTFEED_BENCH_MB sets
+the mixed corpus size, default 200). Each test prints the ratio it measured.
+
+The peer is what a user writes in an afternoon: json, xml.sax.saxutils escaping, base64 and
+zlib at its default level, writing the same split files.
+
+Targets (issue 2): end to end >= 10x the peer with output <= 15% larger; 2 workers >= 1.8x one;
+>= 200,000 records/s for 1 KB text records through the batch call; < 150 MB RSS for 2 GB.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import random
+
+import subprocess
+import sys
+import sysconfig
+import time
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from xml.sax.saxutils import escape, quoteattr
+
+import orjson
+import pytest
+
+from fastfeed import FeedWriter
+from fastfeed.build import build
+
+CORPUS_MB = int(os.environ.get("FASTFEED_BENCH_MB", "200"))
+MAX_BYTES = 50_000_000
+WORDS = "the search appliance feeds <b>content</b> & metadata données naïve 日本語 crawler index of and".split()
+
+
+def _text(rng: random.Random, n: int) -> str:
+    words = rng.choices(WORDS, k=n // 7 + 1)
+    return " ".join(words)[:n]
+
+
+def _compressible(rng: random.Random, n: int) -> bytes:
+    rows = (f'<row id="{i}"><cell>{rng.choice(WORDS)}</cell></row>' for i in range(n // 20 + 1))
+    return "".join(rows).encode()[:n]
+
+
+def make_corpus(path: Path, total: int, seed: int = 7) -> int:
+    """Half text with markup and non-ASCII, a quarter incompressible and a quarter compressible
+    binary, by bytes. Returns the number of records."""
+    rng = random.Random(seed)
+    written = count = 0
+    with path.open("wb") as f:
+        while written < total:
+            kind = rng.random()
+            rec: dict[str, object] = {
+                "url": f"http://docs.example.com/{count}",
+                "metadata": {"author": rng.choice(WORDS), "tags": rng.sample(WORDS, 2)},
+            }
+            if kind < 0.5:
+                size = rng.randint(1_000, 64_000)
+                rec["content"] = _text(rng, size)
+                rec["mimetype"] = "text/html"
+            else:
+                size = rng.randint(4_000, 256_000)
+                data = rng.randbytes(size) if kind < 0.75 else _compressible(rng, size)
+                rec["content_base64"] = base64.b64encode(data).decode()
+                rec["mimetype"] = "application/octet-stream"
+            f.write(orjson.dumps(rec) + b"\n")
+            written += size
+            count += 1
+    return count
+
+
+HEADER = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n'
+    '<!DOCTYPE gsafeed PUBLIC "-//Google//DTD GSA Feeds//EN" "">\n'
+    "<gsafeed><header><datasource>{ds}</datasource><feedtype>incremental</feedtype></header><group>\n"
+)
+FOOTER = "</group></gsafeed>\n"
+
+
+def plain_python_build(src: Path, out: Path, datasource: str, max_bytes: int = MAX_BYTES) -> int:
+    """The afternoon builder. Returns bytes written."""
+    out.mkdir()
+    header = HEADER.format(ds=datasource).encode()
+    footer = FOOTER.encode()
+    part, size, n, total = [header], len(header), 1, 0
+
+    def flush() -> None:
+        nonlocal part, size, n, total
+        data = b"".join(part) + footer
+        (out / f"{datasource}-{n:06d}.xml").write_bytes(data)
+        total += len(data)
+        part, size, n = [header], len(header), n + 1
+
+    with src.open(encoding="utf-8") as f:
+        for line in f:
+            rec = json.loads(line)
+            meta = []
+            for name, values in sorted(rec.get("metadata", {}).items()):
+                for v in [values] if isinstance(values, str) else values:
+                    meta.append(f"<meta name={quoteattr(name)} content={quoteattr(v)}/>")
+            if "content" in rec:
+                body = f"<content>{escape(rec['content'])}</content>"
+            else:
+                data = zlib.compress(base64.b64decode(rec["content_base64"]))
+                body = f'<content encoding="base64compressed">{base64.b64encode(data).decode()}</content>'
+            record = (
+                f"<record url={quoteattr(rec['url'])} mimetype={quoteattr(rec['mimetype'])}>"
+                f"<metadata>{''.join(meta)}</metadata>{body}</record>\n"
+            ).encode()
+            if size + len(record) + len(footer) > max_bytes and len(part) > 1:
+                flush()
+            part.append(record)
+            size += len(record)
+    flush()
+    return total
+
+
+def timed(fn: Callable[[], object]) -> tuple[float, object]:
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("corpus") / "mixed.jsonl"
+    make_corpus(path, CORPUS_MB * 1_000_000)
+    return path
+
+
+def _fastfeed(src: Path | str, out: Path, workers: int = 0, **options: object) -> int:
+    summary = build([str(src)], out, "bench", "incremental", workers=workers, **options)  # type: ignore[arg-type]
+    return summary.bytes
+
+
+def test_end_to_end_mixed_corpus_against_plain_python(corpus: Path, tmp_path: Path, benchmark) -> None:  # type: ignore[no-untyped-def]
+    peer_s, peer_bytes = timed(lambda: plain_python_build(corpus, tmp_path / "peer", "bench"))
+    runs = iter(range(100))
+    ours_bytes = benchmark.pedantic(
+        lambda: _fastfeed(corpus, tmp_path / f"ours{next(runs)}"), rounds=3, iterations=1
+    )
+    ours_s = benchmark.stats.stats.min
+    speedup = peer_s / ours_s
+    growth = ours_bytes / peer_bytes - 1  # type: ignore[operator]
+    print(
+        f"\nmixed {CORPUS_MB} MB: plain Python {peer_s:.2f} s, fastfeed {ours_s:.2f} s "
+        f"-> {speedup:.1f}x; output {ours_bytes / 1e6:.0f} MB vs {peer_bytes / 1e6:.0f} MB "  # type: ignore[operator]
+        f"({growth:+.1%})"
+    )
+    benchmark.extra_info.update(speedup=speedup, output_growth=growth)
+    assert speedup >= 10 and growth <= 0.15
+
+
+def _real_files(dest: Path) -> Path:
+    """A directory of real files: this interpreter's standard library (source, bytecode,
+    shared objects, data), copied so that repeated runs read the same bytes."""
+    src = Path(sysconfig.get_paths()["stdlib"])
+    subprocess.run(["cp", "-r", str(src), str(dest)], check=True)
+    return dest
+
+
+def plain_python_directory(root: Path, out: Path, base: str) -> int:
+    """The afternoon builder over a directory: every file zlib'd and base64'd."""
+    lines = []
+    for dirpath, _, names in os.walk(root):
+        for name in sorted(names):
+            path = Path(dirpath) / name
+            data = path.read_bytes()
+            rec = {
+                "url": base + path.relative_to(root).as_posix(),
+                "mimetype": "application/octet-stream",
+                "metadata": {},
+                "content_base64": base64.b64encode(data).decode(),
+            }
+            lines.append(json.dumps(rec))
+    staged = out.parent / "peer-input.jsonl"
+    staged.write_text("\n".join(lines) + "\n")
+    try:
+        return plain_python_build(staged, out, "files")
+    finally:
+        staged.unlink()
+
+
+def test_end_to_end_directory_of_real_files(tmp_path: Path, benchmark) -> None:  # type: ignore[no-untyped-def]
+    root = _real_files(tmp_path / "stdlib")
+    peer_s, peer_bytes = timed(lambda: plain_python_directory(root, tmp_path / "peer", "http://f.example.com/"))
+    runs = iter(range(100))
+
+    def ours() -> int:
+        out = tmp_path / f"ours{next(runs)}"
+        return build([str(root)], out, "files", "incremental", base_url="http://f.example.com/").bytes
+
+    ours_bytes = benchmark.pedantic(ours, rounds=3, iterations=1)
+    ours_s = benchmark.stats.stats.min
+    print(
+        f"\nreal files: plain Python {peer_s:.2f} s, fastfeed {ours_s:.2f} s -> {peer_s / ours_s:.1f}x; "
+        f"output {ours_bytes / 1e6:.0f} MB vs {peer_bytes / 1e6:.0f} MB"  # type: ignore[operator]
+    )
+    benchmark.extra_info.update(speedup=peer_s / ours_s)
+
+
+def test_two_workers_against_one(corpus: Path, tmp_path: Path) -> None:
+    one = min(timed(lambda: _fastfeed(corpus, tmp_path / f"one{i}", workers=1))[0] for i in range(3))
+    two = min(timed(lambda: _fastfeed(corpus, tmp_path / f"two{i}", workers=2))[0] for i in range(3))
+    print(f"\n1 worker {one:.2f} s, 2 workers {two:.2f} s -> {one / two:.2f}x")
+    assert one / two >= 1.8
+
+
+def _kb_records(n: int) -> list[dict[str, object]]:
+    rng = random.Random(3)
+    return [
+        {"url": f"http://docs.example.com/{i}", "content": _text(rng, 1024), "metadata": {"author": "a"}}
+        for i in range(n)
+    ]
+
+
+def test_batch_api_records_per_second(tmp_path: Path, benchmark) -> None:  # type: ignore[no-untyped-def]
+    records = _kb_records(200_000)
+    batches = [records[i : i + 10_000] for i in range(0, len(records), 10_000)]
+    runs = iter(range(100))
+
+    def run() -> None:
+        with FeedWriter(tmp_path / f"api{next(runs)}", "api") as w:
+            for batch in batches:
+                w.add_batch(batch)
+
+    benchmark.pedantic(run, rounds=3, iterations=1)
+    rate = len(records) / benchmark.stats.stats.min
+
+    peer_records = records[:20_000]
+
+    def peer() -> None:
+        out = []
+        for r in peer_records:
+            meta = "".join(f"<meta name={quoteattr(k)} content={quoteattr(v)}/>" for k, v in sorted(r["metadata"].items()))  # type: ignore[attr-defined]
+            out.append(f"<record url={quoteattr(r['url'])} mimetype=\"text/plain\"><metadata>{meta}</metadata><content>{escape(r['content'])}</content></record>\n")  # type: ignore[index]
+        (tmp_path / "peer.xml").write_text("".join(out))
+
+    peer_s, _ = timed(peer)
+    peer_rate = len(peer_records) / peer_s
+    print(f"\nbatch API: {rate:,.0f} records/s (plain Python {peer_rate:,.0f} records/s, {rate / peer_rate:.1f}x)")
+    benchmark.extra_info.update(records_per_second=rate)
+    assert rate >= 200_000
+
+
+def test_memory_flat_on_a_2_gb_corpus(tmp_path: Path) -> None:
+    src = tmp_path / "big.jsonl"
+    make_corpus(src, int(os.environ.get("FASTFEED_BENCH_MEMORY_MB", "2000")) * 1_000_000, seed=11)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "fastfeed.cli", "build", str(src), "--datasource", "big", "--out", str(tmp_path / "o")]
+    )
+    _, status, usage = os.wait4(child.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    peak_mb = usage.ru_maxrss * 1024 / 1e6  # ru_maxrss is in KiB on Linux
+    print(f"\nbuilding {src.stat().st_size / 1e9:.1f} GB of JSON Lines: peak RSS {peak_mb:.0f} MB")
+    assert peak_mb < 150
+

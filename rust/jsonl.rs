@@ -1,0 +1,279 @@
+//! The JSON Lines record schema, parsed on the worker threads.
+//!
+//! Strings without escapes (base64 contents, most URLs) are borrowed from the input chunk;
+//! errors name the field at fault, as a user reads it in the README.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+use crate::record::{Action, AuthMethod, Content, Record, Timestamp};
+
+/// The record fields, for naming them in errors with a `'static` name.
+const FIELDS: &[&str] = &[
+    "url",
+    "action",
+    "mimetype",
+    "displayurl",
+    "last_modified",
+    "lock",
+    "authmethod",
+    "pagerank",
+    "crawl_immediately",
+    "crawl_once",
+    "metadata",
+    "content",
+    "content_base64",
+    "content_path",
+];
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawTimestamp<'a> {
+    Text(#[serde(borrow)] Cow<'a, str>),
+    Epoch(f64),
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum MetaValue {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// A string borrowed from the input when it has no escapes (serde's `borrow` does not reach
+/// through `Option<Cow>` by itself).
+#[derive(Deserialize)]
+#[serde(transparent)]
+struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRecord<'a> {
+    url: Option<String>,
+    action: Option<Cow<'a, str>>,
+    mimetype: Option<String>,
+    displayurl: Option<String>,
+    #[serde(borrow)]
+    last_modified: Option<RawTimestamp<'a>>,
+    lock: Option<bool>,
+    authmethod: Option<Cow<'a, str>>,
+    pagerank: Option<i64>,
+    crawl_immediately: Option<bool>,
+    crawl_once: Option<bool>,
+    // Sorted by name here already; the record keeps list order for repeated names.
+    metadata: Option<BTreeMap<String, MetaValue>>,
+    #[serde(borrow)]
+    content: Option<Text<'a>>,
+    #[serde(borrow)]
+    content_base64: Option<Text<'a>>,
+    content_path: Option<PathBuf>,
+}
+
+/// serde's messages end with a position inside the line, which the caller already names.
+fn without_position(message: &str) -> &str {
+    message.split(" at line ").next().unwrap_or(message)
+}
+
+/// Parses one line (not blank) of a JSON Lines input; `index` names it in errors.
+pub fn parse_line(index: usize, line: &[u8]) -> Result<Record<'_>> {
+    // serde would take a JSON array for a struct, field by field.
+    if line.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(Error::record(
+            index,
+            None,
+            "expected a JSON object, one per line",
+        ));
+    }
+    let mut de = serde_json::Deserializer::from_slice(line);
+    let raw: RawRecord<'_> = serde_path_to_error::deserialize(&mut de).map_err(|err| {
+        let path = err.path().to_string();
+        json_error(index, line, &path, &err.into_inner())
+    })?;
+    // Trailing characters after the object make the line as a whole invalid.
+    de.end().map_err(|err| json_error(index, line, "", &err))?;
+    into_record(index, raw)
+}
+
+/// Turns serde's error at `path` (like `metadata.tags[0]`) into one naming the record field.
+fn json_error(index: usize, line: &[u8], path: &str, err: &serde_json::Error) -> Error {
+    let top = path.split(['.', '[']).next().unwrap_or("");
+    let mut message = without_position(&err.to_string())
+        .replace("expected i64", "expected an integer")
+        .replace("expected a boolean", "expected true or false")
+        .replace("expected path string", "expected a file path")
+        .replace('`', "'");
+    if let Err(e) = std::str::from_utf8(line) {
+        // serde says "invalid unicode code point"; say where the bad byte is.
+        message = format!("not valid UTF-8 (byte {} of the line)", e.valid_up_to());
+    }
+    if let Some(field) = FIELDS.iter().find(|f| **f == top) {
+        let message = if message.contains("untagged enum RawTimestamp") {
+            "expected a date string or a number".to_owned()
+        } else if message.contains("untagged enum MetaValue") {
+            format!(
+                "'{}': expected a string or a list of strings",
+                &path[top.len() + 1..]
+            )
+        } else {
+            message
+        };
+        return Error::record(index, Some(field), message);
+    }
+    if err.is_data() || std::str::from_utf8(line).is_err() {
+        return Error::record(index, None, message);
+    }
+    Error::record(index, None, format!("not a JSON object: {message}"))
+}
+
+fn into_record(index: usize, raw: RawRecord<'_>) -> Result<Record<'_>> {
+    let bad = |field: &'static str, msg: String| Error::record(index, Some(field), msg);
+    let mut contents = Vec::with_capacity(1);
+    if let Some(Text(c)) = raw.content {
+        contents.push(Content::Text(c));
+    }
+    if let Some(Text(c)) = raw.content_base64 {
+        contents.push(Content::Base64(c));
+    }
+    if let Some(p) = raw.content_path {
+        contents.push(Content::Path(p));
+    }
+    if contents.len() > 1 {
+        return Err(bad(
+            "content",
+            "give at most one of content, content_base64 and content_path".into(),
+        ));
+    }
+    let action = match raw.action.as_deref() {
+        None => None,
+        Some("add") => Some(Action::Add),
+        Some("delete") => Some(Action::Delete),
+        Some(other) => {
+            return Err(bad(
+                "action",
+                format!("'{other}' is not an action: use add or delete"),
+            ))
+        }
+    };
+    let authmethod = match raw.authmethod.as_deref() {
+        None => None,
+        Some(m) => Some(AuthMethod::parse(m).ok_or_else(|| {
+            bad(
+                "authmethod",
+                format!("'{m}' is not one of none, httpbasic, ntlm, httpsso"),
+            )
+        })?),
+    };
+    let mut metadata = Vec::new();
+    for (name, value) in raw.metadata.into_iter().flatten() {
+        match value {
+            MetaValue::One(v) => metadata.push((name, v)),
+            MetaValue::Many(vs) => metadata.extend(vs.into_iter().map(|v| (name.clone(), v))),
+        }
+    }
+    Ok(Record {
+        url: raw.url.unwrap_or_default(),
+        action,
+        mimetype: raw.mimetype,
+        displayurl: raw.displayurl,
+        last_modified: raw.last_modified.map(|t| match t {
+            RawTimestamp::Text(s) => Timestamp::Text(s.into_owned()),
+            RawTimestamp::Epoch(secs) => Timestamp::Epoch(secs),
+        }),
+        lock: raw.lock,
+        authmethod,
+        pagerank: raw.pagerank,
+        crawl_immediately: raw.crawl_immediately,
+        crawl_once: raw.crawl_once,
+        metadata,
+        content: contents.pop(),
+    })
+}
+
+/// The non-blank lines of a chunk, with their index among all its lines (blank ones counted)
+/// so that errors can name the input line, and how many lines the chunk holds.
+pub fn lines(chunk: &[u8]) -> (Vec<(usize, &[u8])>, usize) {
+    let mut start = 0;
+    let mut count = 0;
+    let mut out = Vec::new();
+    let unterminated = !chunk.is_empty() && !chunk.ends_with(b"\n");
+    let ends = memchr::memchr_iter(b'\n', chunk).chain(unterminated.then_some(chunk.len()));
+    for end in ends {
+        let line = &chunk[start..end];
+        if !line.iter().all(u8::is_ascii_whitespace) {
+            out.push((count, line));
+        }
+        count += 1;
+        start = end + 1;
+    }
+    (out, count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(line: &str) -> String {
+        parse_line(0, line.as_bytes()).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn parses_every_field_and_borrows_plain_strings() {
+        let line = br#"{"url":"http://a.example.com/","action":"delete","lock":true,"pagerank":80,
+            "metadata":{"b":["2","1"],"a":"x"},"content_base64":"aGk=","last_modified":1700000000}"#;
+        let r = parse_line(3, line).unwrap();
+        assert_eq!(r.url, "http://a.example.com/");
+        assert_eq!(
+            (r.action, r.lock, r.pagerank),
+            (Some(Action::Delete), Some(true), Some(80))
+        );
+        assert_eq!(
+            r.metadata,
+            [
+                ("a".into(), "x".into()),
+                ("b".into(), "2".into()),
+                ("b".into(), "1".into())
+            ]
+        );
+        assert!(matches!(
+            r.content,
+            Some(Content::Base64(Cow::Borrowed("aGk=")))
+        ));
+        assert!(matches!(r.last_modified, Some(Timestamp::Epoch(_))));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        assert_eq!(
+            err(r#"{"url":"x","lock":"yes"}"#),
+            "record 0: field 'lock': invalid type: string \"yes\", expected true or false"
+        );
+        assert!(err(r#"{"url":"x","colour":1}"#).contains("unknown field 'colour'"));
+        assert!(err(r#"{"url":"x","metadata":{"a":5}}"#)
+            .contains("field 'metadata': 'a': expected a string or a list"));
+        assert!(err(r#"{"url":"x","last_modified":true}"#)
+            .contains("field 'last_modified': expected a date"));
+        assert!(err(r#"{"url":"x","action":"drop"}"#)
+            .contains("field 'action': 'drop' is not an action"));
+        assert!(err(r#"{"url":"x"} {}"#).contains("not a JSON object"));
+        assert_eq!(err("[1]"), "record 0: expected a JSON object, one per line");
+        assert_eq!(
+            parse_line(0, b"{\"url\":\"\xff\"}")
+                .unwrap_err()
+                .to_string(),
+            "record 0: field 'url': not valid UTF-8 (byte 8 of the line)"
+        );
+    }
+
+    #[test]
+    fn lines_skip_blanks_but_count_them() {
+        let (found, count) = lines(b"{}\n\n  \n{}\r\n{}");
+        assert_eq!(found.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [0, 3, 4]);
+        assert_eq!(count, 5);
+        assert_eq!(lines(b"{}\n{}\n").1, 2);
+        assert_eq!(lines(b"").1, 0);
+    }
+}

@@ -139,14 +139,205 @@ impl OpenFile {
 
 const FOOTER: &[u8] = b"</group>\n</gsafeed>\n";
 
-pub struct FeedWriter {
+/// Writes encoded records into numbered files under the cap: the sequential half of the writer.
+struct Files {
     dir: PathBuf,
     datasource: String,
+    /// The set's feed type, which its first file carries.
+    feedtype: FeedType,
+    max_bytes: u64,
+    max_records: u64,
+    current: Option<OpenFile>,
+    entries: Vec<ManifestEntry>,
+}
+
+impl Files {
+    fn header(&self, feedtype: FeedType) -> Vec<u8> {
+        let mut h = Vec::with_capacity(256);
+        h.extend_from_slice(
+            b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
+              <!DOCTYPE gsafeed PUBLIC \"-//Google//DTD GSA Feeds//EN\" \"\">\n\
+              <gsafeed>\n<header>\n<datasource>",
+        );
+        escape_into(&mut h, &self.datasource, Context::Text).expect("datasource names are ASCII");
+        h.extend_from_slice(b"</datasource>\n<feedtype>");
+        h.extend_from_slice(feedtype.as_str().as_bytes());
+        h.extend_from_slice(b"</feedtype>\n</header>\n<group>\n");
+        h
+    }
+
+    /// The most a file's header and footer take, whichever file it is.
+    fn overhead(&self) -> u64 {
+        let header = self
+            .header(self.feedtype)
+            .len()
+            .max(self.header(FeedType::Incremental).len());
+        (header + FOOTER.len()) as u64
+    }
+
+    /// Appends encoded records in order; returns the files finished meanwhile.
+    fn append(&mut self, encoded: Vec<Vec<u8>>) -> Result<Vec<ManifestEntry>> {
+        let mut finished = Vec::new();
+        for rec in encoded {
+            let len = rec.len() as u64;
+            let full = self.current.as_ref().is_some_and(|f| {
+                f.records > 0
+                    && (f.bytes + len + FOOTER.len() as u64 > self.max_bytes
+                        || (self.max_records > 0 && f.records >= self.max_records))
+            });
+            if full {
+                finished.push(self.close_current()?);
+            }
+            if self.current.is_none() {
+                self.open_next()?;
+            }
+            let file = self.current.as_mut().expect("a file is open");
+            file.write(&rec).map_err(|e| Error::io(&file.tmp, e))?;
+            file.records += 1;
+        }
+        Ok(finished)
+    }
+
+    fn open_next(&mut self) -> Result<()> {
+        let seq = self.entries.len() + 1;
+        // Pushing a full feed replaces the whole datasource, so only the first file of a split
+        // full feed may be full; the others add to it.
+        let feedtype = if self.feedtype == FeedType::Full && seq > 1 {
+            FeedType::Incremental
+        } else {
+            self.feedtype
+        };
+        let name = format!("{}-{seq:06}.xml", self.datasource);
+        let tmp = self.dir.join(format!("{name}.tmp"));
+        let handle = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        let mut file = OpenFile {
+            name,
+            tmp,
+            out: BufWriter::with_capacity(1 << 20, handle),
+            hash: Sha256::new(),
+            feedtype,
+            bytes: 0,
+            records: 0,
+        };
+        let header = self.header(feedtype);
+        file.write(&header).map_err(|e| Error::io(&file.tmp, e))?;
+        self.current = Some(file);
+        Ok(())
+    }
+
+    fn close_current(&mut self) -> Result<ManifestEntry> {
+        let mut file = self.current.take().expect("a file is open");
+        let tmp = file.tmp.clone();
+        file.write(FOOTER).map_err(|e| Error::io(&tmp, e))?;
+        let handle = file
+            .out
+            .into_inner()
+            .map_err(|e| Error::io(&tmp, e.into_error()))?;
+        // The rename publishes the file: it must never name a file whose bytes are not on disk.
+        handle.sync_all().map_err(|e| Error::io(&tmp, e))?;
+        let path = self.dir.join(&file.name);
+        fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
+        let entry = ManifestEntry {
+            file: file.name,
+            datasource: self.datasource.clone(),
+            feedtype: file.feedtype,
+            records: file.records,
+            bytes: file.bytes,
+            sha256: format!("{:x}", file.hash.finalize()),
+        };
+        self.entries.push(entry.clone());
+        Ok(entry)
+    }
+
+    /// Closes the last file and writes the manifest; returns the files finished by this call.
+    fn finish(&mut self) -> Result<Vec<ManifestEntry>> {
+        let mut finished = Vec::new();
+        // An empty full feed still gets its one (empty) file: pushing it deletes the
+        // datasource's documents, which is what it means.
+        if self.current.is_none() && self.entries.is_empty() && self.feedtype == FeedType::Full {
+            self.open_next()?;
+        }
+        if self.current.is_some() {
+            finished.push(self.close_current()?);
+        }
+        let manifest: String = self.entries.iter().map(ManifestEntry::to_json).collect();
+        let path = self.dir.join(MANIFEST);
+        let tmp = self.dir.join(format!("{MANIFEST}.tmp"));
+        let io = |e| Error::io(&path, e);
+        let mut f = File::create(&tmp).map_err(io)?;
+        f.write_all(manifest.as_bytes()).map_err(io)?;
+        f.sync_all().map_err(io)?;
+        fs::rename(&tmp, &path).map_err(io)?;
+        Ok(finished)
+    }
+}
+
+/// What the encoding threads need to know about the files, to judge a record's size.
+#[derive(Clone, Copy)]
+struct Limits {
+    max_bytes: u64,
+    overhead: u64,
+}
+
+/// Encodes `items` (each with the index that names it in errors) on the pool's threads, in
+/// order, and checks each against the size limits.
+fn encode_all<T: Sync>(
+    items: &[(usize, T)],
+    level: u8,
+    limits: Limits,
+    encode_one: impl Fn(usize, &T, &mut Scratch, &mut Vec<u8>) -> Result<()> + Sync,
+) -> Result<(Vec<Vec<u8>>, Vec<(usize, String)>)> {
+    let results: Vec<Result<Vec<u8>>> = items
+        .par_iter()
+        .with_min_len(4)
+        .map(|(index, item)| {
+            let mut out = Vec::new();
+            with_scratch(level, |scratch| encode_one(*index, item, scratch, &mut out))?;
+            Ok(out)
+        })
+        .collect();
+    // Not a short-circuiting collect: that would return whichever error a thread met first,
+    // and the user must be shown the first bad record of the input.
+    let mut warnings = Vec::new();
+    let mut encoded = Vec::with_capacity(results.len());
+    for ((index, _), result) in items.iter().zip(results) {
+        let rec = result?;
+        let alone = rec.len() as u64 + limits.overhead;
+        if alone > HARD_MAX_BYTES {
+            return Err(Error::record(
+                *index,
+                None,
+                format!(
+                    "the record is {} bytes once encoded, which no feed under the protocol's 1 GB \
+                     limit can hold (ceiling {HARD_MAX_BYTES} bytes); send it as a web feed URL instead",
+                    rec.len()
+                ),
+            ));
+        }
+        if alone > limits.max_bytes {
+            warnings.push((
+                *index,
+                format!(
+                    "the record is {} bytes once encoded, over the {} byte cap with a feed's header: \
+                     it goes alone into a file of its own",
+                    rec.len(),
+                    limits.max_bytes
+                ),
+            ));
+        }
+        encoded.push(rec);
+    }
+    Ok((encoded, warnings))
+}
+
+pub struct FeedWriter {
+    files: Files,
     kind: FeedKind,
     opts: Options,
     pool: rayon::ThreadPool,
-    current: Option<OpenFile>,
-    entries: Vec<ManifestEntry>,
+    /// The last batch, encoded: it is written while the next one is encoded, so that writing
+    /// (one thread's work) does not leave the other cores idle.
+    pending: Vec<Vec<u8>>,
 }
 
 impl FeedWriter {
@@ -193,232 +384,119 @@ impl FeedWriter {
             .build()
             .map_err(|e| Error::Config(format!("cannot start encoding threads: {e}")))?;
         Ok(FeedWriter {
-            dir: dir.to_owned(),
-            datasource: datasource.to_owned(),
+            files: Files {
+                dir: dir.to_owned(),
+                datasource: datasource.to_owned(),
+                feedtype,
+                max_bytes: opts.max_bytes,
+                max_records: opts.max_records,
+                current: None,
+                entries: Vec::new(),
+            },
             kind: FeedKind { feedtype, web },
             opts,
             pool,
-            current: None,
-            entries: Vec::new(),
+            pending: Vec::new(),
         })
     }
 
     pub fn dir(&self) -> &Path {
-        &self.dir
+        &self.files.dir
     }
 
     /// Files finished so far, in manifest order.
     pub fn entries(&self) -> &[ManifestEntry] {
-        &self.entries
+        &self.files.entries
     }
 
-    /// Records written so far, the open file's included.
+    /// Records taken so far (written, or encoded and about to be).
     pub fn records(&self) -> u64 {
-        self.entries.iter().map(|e| e.records).sum::<u64>()
-            + self.current.as_ref().map_or(0, |f| f.records)
+        let files = &self.files;
+        files.entries.iter().map(|e| e.records).sum::<u64>()
+            + files.current.as_ref().map_or(0, |f| f.records)
+            + self.pending.len() as u64
     }
 
-    /// Bytes written so far, the open file's included.
+    /// Bytes taken so far (written, or encoded and about to be).
     pub fn bytes(&self) -> u64 {
-        self.entries.iter().map(|e| e.bytes).sum::<u64>()
-            + self.current.as_ref().map_or(0, |f| f.bytes)
+        let files = &self.files;
+        files.entries.iter().map(|e| e.bytes).sum::<u64>()
+            + files.current.as_ref().map_or(0, |f| f.bytes)
+            + self.pending.iter().map(|r| r.len() as u64).sum::<u64>()
     }
 
-    /// Runs `encode_one` over `items` on the worker threads and returns the encoded records in
-    /// input order, or the error of the first bad one.
-    fn encode_all<T: Sync>(
-        &self,
-        items: &[T],
-        encode_one: impl Fn(&T, FeedKind, EncodeOptions, &mut Scratch, &mut Vec<u8>) -> Result<()>
+    /// Encodes `items` while the previous batch is written, then keeps them to be written
+    /// next. On error nothing of this batch is written.
+    fn add<T: Sync>(
+        &mut self,
+        items: &[(usize, T)],
+        encode_one: impl Fn(usize, &T, FeedKind, EncodeOptions, &mut Scratch, &mut Vec<u8>) -> Result<()>
             + Sync,
-    ) -> Result<Vec<Vec<u8>>> {
-        let kind = self.kind;
-        let opts = EncodeOptions {
-            compress: self.opts.compress,
+    ) -> Result<BatchReport> {
+        let previous = std::mem::take(&mut self.pending);
+        let FeedWriter {
+            files,
+            kind,
+            opts,
+            pool,
+            ..
+        } = self;
+        let (kind, level) = (*kind, opts.level);
+        let enc = EncodeOptions {
+            compress: opts.compress,
         };
-        let level = self.opts.level;
-        let results: Vec<Result<Vec<u8>>> = self.pool.install(|| {
-            items
-                .par_iter()
-                .with_min_len(4)
-                .map(|item| {
-                    let mut out = Vec::new();
-                    with_scratch(level, |scratch| {
-                        encode_one(item, kind, opts, scratch, &mut out)
-                    })?;
-                    Ok(out)
-                })
-                .collect()
+        let limits = Limits {
+            max_bytes: files.max_bytes,
+            overhead: files.overhead(),
+        };
+        let (encoded, written) = pool.install(|| {
+            rayon::join(
+                || {
+                    encode_all(items, level, limits, |index, item, scratch, out| {
+                        encode_one(index, item, kind, enc, scratch, out)
+                    })
+                },
+                || files.append(previous),
+            )
         });
-        // Not a short-circuiting collect: that would return whichever error a thread met first,
-        // and the user must be shown the first bad record of the input.
-        results.into_iter().collect()
+        let finished = written?;
+        let (encoded, warnings) = encoded?;
+        self.pending = encoded;
+        Ok(BatchReport {
+            warnings,
+            finished,
+            lines: 0,
+        })
     }
 
-    /// Checks, encodes and appends a batch of records; on error nothing of the batch is
+    /// Checks, encodes and takes a batch of records; on error nothing of the batch is
     /// written, and the error's index is the record's position in `records`.
     pub fn add_batch(&mut self, records: &[Record<'_>]) -> Result<BatchReport> {
         let indexed: Vec<(usize, &Record<'_>)> = records.iter().enumerate().collect();
-        let encoded = self.encode_all(&indexed, |(index, record), kind, opts, scratch, out| {
-            record.encode_into(*index, kind, opts, scratch, out)
-        })?;
-        self.append(encoded)
+        self.add(&indexed, |index, record, kind, opts, scratch, out| {
+            record.encode_into(index, kind, opts, scratch, out)
+        })
     }
 
-    /// Parses, checks, encodes and appends a chunk of JSON Lines (whole lines only); on error
+    /// Parses, checks, encodes and takes a chunk of JSON Lines (whole lines only); on error
     /// nothing of the chunk is written, and the error's index is the line's position in the
     /// chunk, counting blank lines. The report's `lines` counts the chunk's lines.
     pub fn add_jsonl(&mut self, chunk: &[u8]) -> Result<BatchReport> {
         let (lines, count) = jsonl::lines(chunk);
-        let encoded = self.encode_all(&lines, |(index, line), kind, opts, scratch, out| {
-            jsonl::parse_line(*index, line)?.encode_into(*index, kind, opts, scratch, out)
+        let mut report = self.add(&lines, |index, line, kind, opts, scratch, out| {
+            jsonl::parse_line(index, line)?.encode_into(index, kind, opts, scratch, out)
         })?;
-        let mut report = self.append(encoded)?;
         report.lines = count;
         Ok(report)
     }
 
-    fn append(&mut self, encoded: Vec<Vec<u8>>) -> Result<BatchReport> {
-        let overhead = self
-            .overhead(FeedType::Incremental)
-            .max(self.overhead(self.kind.feedtype));
-        if let Some((index, rec)) = encoded
-            .iter()
-            .enumerate()
-            .find(|(_, rec)| rec.len() as u64 + overhead > HARD_MAX_BYTES)
-        {
-            return Err(Error::record(
-                index,
-                None,
-                format!(
-                    "the record is {} bytes once encoded, which no feed under the protocol's 1 GB \
-                     limit can hold (ceiling {HARD_MAX_BYTES} bytes); send it as a web feed URL instead",
-                    rec.len()
-                ),
-            ));
-        }
-        let mut report = BatchReport::default();
-        for (index, rec) in encoded.into_iter().enumerate() {
-            let len = rec.len() as u64;
-            let full = self.current.as_ref().is_some_and(|f| {
-                f.records > 0
-                    && (f.bytes + len + FOOTER.len() as u64 > self.opts.max_bytes
-                        || (self.opts.max_records > 0 && f.records >= self.opts.max_records))
-            });
-            if full {
-                report.finished.push(self.close_current()?);
-            }
-            if self.current.is_none() {
-                self.open_next()?;
-            }
-            let file = self.current.as_mut().expect("a file is open");
-            let alone = file.bytes + len + FOOTER.len() as u64;
-            if file.records == 0 && alone > self.opts.max_bytes {
-                report.warnings.push((
-                    index,
-                    format!(
-                        "the record is {len} bytes once encoded: with the feed's header it makes \
-                         {} a {alone} byte file, over the {} byte cap, so it goes there alone",
-                        file.name, self.opts.max_bytes
-                    ),
-                ));
-            }
-            file.write(&rec).map_err(|e| Error::io(&file.tmp, e))?;
-            file.records += 1;
-        }
-        Ok(report)
-    }
-
-    /// Header and footer bytes of a file of this type.
-    fn overhead(&self, feedtype: FeedType) -> u64 {
-        (self.header(feedtype).len() + FOOTER.len()) as u64
-    }
-
-    fn header(&self, feedtype: FeedType) -> Vec<u8> {
-        let mut h = Vec::with_capacity(256);
-        h.extend_from_slice(
-            b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
-              <!DOCTYPE gsafeed PUBLIC \"-//Google//DTD GSA Feeds//EN\" \"\">\n\
-              <gsafeed>\n<header>\n<datasource>",
-        );
-        escape_into(&mut h, &self.datasource, Context::Text).expect("datasource names are ASCII");
-        h.extend_from_slice(b"</datasource>\n<feedtype>");
-        h.extend_from_slice(feedtype.as_str().as_bytes());
-        h.extend_from_slice(b"</feedtype>\n</header>\n<group>\n");
-        h
-    }
-
-    fn open_next(&mut self) -> Result<()> {
-        let seq = self.entries.len() + 1;
-        // Pushing a full feed replaces the whole datasource, so only the first file of a split
-        // full feed may be full; the others add to it.
-        let feedtype = if self.kind.feedtype == FeedType::Full && seq > 1 {
-            FeedType::Incremental
-        } else {
-            self.kind.feedtype
-        };
-        let name = format!("{}-{seq:06}.xml", self.datasource);
-        let tmp = self.dir.join(format!("{name}.tmp"));
-        let handle = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        let mut file = OpenFile {
-            name,
-            tmp,
-            out: BufWriter::with_capacity(1 << 20, handle),
-            hash: Sha256::new(),
-            feedtype,
-            bytes: 0,
-            records: 0,
-        };
-        let header = self.header(feedtype);
-        file.write(&header).map_err(|e| Error::io(&file.tmp, e))?;
-        self.current = Some(file);
-        Ok(())
-    }
-
-    fn close_current(&mut self) -> Result<ManifestEntry> {
-        let mut file = self.current.take().expect("a file is open");
-        let tmp = file.tmp.clone();
-        file.write(FOOTER).map_err(|e| Error::io(&tmp, e))?;
-        let handle = file
-            .out
-            .into_inner()
-            .map_err(|e| Error::io(&tmp, e.into_error()))?;
-        // The rename publishes the file: it must never name a file whose bytes are not on disk.
-        handle.sync_all().map_err(|e| Error::io(&tmp, e))?;
-        let path = self.dir.join(&file.name);
-        fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
-        let entry = ManifestEntry {
-            file: file.name,
-            datasource: self.datasource.clone(),
-            feedtype: file.feedtype,
-            records: file.records,
-            bytes: file.bytes,
-            sha256: format!("{:x}", file.hash.finalize()),
-        };
-        self.entries.push(entry.clone());
-        Ok(entry)
-    }
-
-    /// Closes the last file and writes the manifest. An empty full feed still gets its one
-    /// (empty) file: pushing it deletes the datasource's documents, which is what it means.
+    /// Writes what is pending, closes the last file and writes the manifest. Returns every
+    /// file, and those finished by this call.
     pub fn finish(mut self) -> Result<(Vec<ManifestEntry>, Vec<ManifestEntry>)> {
-        let mut finished = Vec::new();
-        if self.current.is_none() && self.entries.is_empty() && self.kind.feedtype == FeedType::Full
-        {
-            self.open_next()?;
-        }
-        if self.current.is_some() {
-            finished.push(self.close_current()?);
-        }
-        let manifest: String = self.entries.iter().map(ManifestEntry::to_json).collect();
-        let path = self.dir.join(MANIFEST);
-        let tmp = self.dir.join(format!("{MANIFEST}.tmp"));
-        let io = |e| Error::io(&path, e);
-        let mut f = File::create(&tmp).map_err(io)?;
-        f.write_all(manifest.as_bytes()).map_err(io)?;
-        f.sync_all().map_err(io)?;
-        fs::rename(&tmp, &path).map_err(io)?;
-        Ok((std::mem::take(&mut self.entries), finished))
+        let previous = std::mem::take(&mut self.pending);
+        let mut finished = self.files.append(previous)?;
+        finished.extend(self.files.finish()?);
+        Ok((std::mem::take(&mut self.files.entries), finished))
     }
 }
 
@@ -426,7 +504,7 @@ impl Drop for FeedWriter {
     /// A writer dropped without `finish` leaves its finished files but no half-written one and
     /// no manifest, so the set cannot be pushed by mistake.
     fn drop(&mut self) {
-        if let Some(file) = self.current.take() {
+        if let Some(file) = self.files.current.take() {
             drop(file.out);
             let _ = fs::remove_file(&file.tmp);
         }

@@ -243,10 +243,8 @@ fn normalize_date(ts: &Timestamp) -> std::result::Result<String, String> {
     ))
 }
 
-fn guess_mimetype(path: &str) -> Option<String> {
-    mime_guess::from_path(path)
-        .first()
-        .map(|m| m.essence_str().to_owned())
+fn guess_mimetype(path: &str) -> Option<&'static str> {
+    mime_guess::from_path(path).first_raw()
 }
 
 /// The path part of a URL, for guessing a MIME type from its extension.
@@ -259,9 +257,10 @@ fn url_path(url: &str) -> &str {
 /// A record checked against its feed, ready to be written.
 struct Checked<'r, 'a> {
     record: &'r Record<'a>,
-    mimetype: String,
+    mimetype: &'r str,
     last_modified: Option<String>,
-    metadata: Vec<&'r (String, String)>,
+    /// Sorted by name, repeated names in input order: the input's own when it already is.
+    metadata: Cow<'r, [(String, String)]>,
 }
 
 impl<'a> Record<'a> {
@@ -344,7 +343,7 @@ impl<'a> Record<'a> {
                 if m.trim().is_empty() {
                     return Err(err("mimetype", "is empty".into()));
                 }
-                m.clone()
+                m.as_str()
             }
             None => {
                 let guessed = match &self.content {
@@ -353,11 +352,11 @@ impl<'a> Record<'a> {
                 };
                 guessed
                     .or_else(|| guess_mimetype(url_path(&self.url)))
-                    .unwrap_or_else(|| match &self.content {
+                    .unwrap_or(match &self.content {
                         Some(Content::Bytes(_) | Content::Base64(_) | Content::Path(_)) => {
-                            "application/octet-stream".into()
+                            "application/octet-stream"
                         }
-                        _ => "text/plain".into(),
+                        _ => "text/plain",
                     })
             }
         };
@@ -369,9 +368,16 @@ impl<'a> Record<'a> {
             }
             None => None,
         };
-        let mut metadata: Vec<_> = self.metadata.iter().collect();
-        // Stable: repeated names keep their input order, and unchanged documents give the same bytes.
-        metadata.sort_by(|a, b| a.0.cmp(&b.0));
+        // Sorted so that unchanged documents give the same bytes; stable, so that repeated names
+        // keep their input order.
+        let metadata: Cow<'_, [(String, String)]> = if self.metadata.is_sorted_by(|a, b| a.0 <= b.0)
+        {
+            Cow::Borrowed(&self.metadata)
+        } else {
+            let mut sorted = self.metadata.clone();
+            sorted.sort_by(|a, b| a.0.cmp(&b.0));
+            Cow::Owned(sorted)
+        };
         Ok(Checked {
             record: self,
             mimetype,
@@ -435,7 +441,7 @@ impl Checked<'_, '_> {
                 },
             );
         }
-        attr(out, "mimetype", &self.mimetype);
+        attr(out, "mimetype", self.mimetype);
         if let Some(date) = &self.last_modified {
             attr(out, "last-modified", date);
         }
@@ -455,7 +461,7 @@ impl Checked<'_, '_> {
         out.extend_from_slice(b">\n");
         if !self.metadata.is_empty() {
             out.extend_from_slice(b"<metadata>\n");
-            for (name, value) in &self.metadata {
+            for (name, value) in self.metadata.iter() {
                 write_meta(out, name, value);
             }
             out.extend_from_slice(b"</metadata>\n");
@@ -480,12 +486,13 @@ impl Checked<'_, '_> {
             deflater,
             bytes: buf,
         } = scratch;
-        let (bytes, text): (&[u8], bool) = match content {
-            Content::Text(s) => (s.as_bytes(), true),
-            Content::Bytes(b) => (b, false),
+        // The bytes to send, and their text when they may travel as XML text.
+        let (bytes, text): (&[u8], Option<&str>) = match content {
+            Content::Text(s) => (s.as_bytes(), Some(s)),
+            Content::Bytes(b) => (b, None),
             Content::Base64(s) => {
                 decode_base64_into(s, buf).map_err(|m| Error::record(index, Some(field), m))?;
-                (buf, false)
+                (buf, None)
             }
             Content::Path(p) => {
                 buf.clear();
@@ -499,14 +506,15 @@ impl Checked<'_, '_> {
                         )
                     })?;
                 // A file is text when its type says so and its bytes are UTF-8.
-                let text = is_textual(&self.mimetype) && std::str::from_utf8(buf).is_ok();
+                let text = is_textual(self.mimetype)
+                    .then(|| std::str::from_utf8(buf).ok())
+                    .flatten();
                 (buf, text)
             }
         };
-        if text && opts.compress != Compress::Always {
-            let s = std::str::from_utf8(bytes).expect("text is UTF-8");
+        if let Some(s) = text.filter(|_| opts.compress != Compress::Always) {
             let mark = out.len();
-            out.reserve(bytes.len() + bytes.len() / 8 + 32);
+            out.reserve(s.len() + s.len() / 8 + 32);
             out.extend_from_slice(b"<content>");
             if escape_into(out, s, Context::Text).is_ok() {
                 out.extend_from_slice(b"</content>\n");

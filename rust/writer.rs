@@ -176,9 +176,9 @@ impl Files {
     }
 
     /// Appends encoded records in order; returns the files finished meanwhile.
-    fn append(&mut self, encoded: Vec<Vec<u8>>) -> Result<Vec<ManifestEntry>> {
+    fn append(&mut self, encoded: Vec<Encoded>) -> Result<Vec<ManifestEntry>> {
         let mut finished = Vec::new();
-        for rec in encoded {
+        for rec in encoded.iter().flat_map(Encoded::records) {
             let len = rec.len() as u64;
             let full = self.current.as_ref().is_some_and(|f| {
                 f.records > 0
@@ -192,7 +192,7 @@ impl Files {
                 self.open_next()?;
             }
             let file = self.current.as_mut().expect("a file is open");
-            file.write(&rec).map_err(|e| Error::io(&file.tmp, e))?;
+            file.write(rec).map_err(|e| Error::io(&file.tmp, e))?;
             file.records += 1;
         }
         Ok(finished)
@@ -279,6 +279,25 @@ struct Limits {
     overhead: u64,
 }
 
+/// Records encoded back to back, and where each ends: one allocation for many small records.
+#[derive(Default)]
+struct Encoded {
+    buf: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Encoded {
+    fn records(&self) -> impl Iterator<Item = &[u8]> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(&self.ends)
+            .map(|(start, &end)| &self.buf[start..end])
+    }
+}
+
+/// Encoded records in input order, and the warnings about them.
+type EncodedBatch = (Vec<Encoded>, Vec<(usize, String)>);
+
 /// Encodes `items` (each with the index that names it in errors) on the pool's threads, in
 /// order, and checks each against the size limits.
 fn encode_all<T: Sync>(
@@ -286,31 +305,43 @@ fn encode_all<T: Sync>(
     level: u8,
     limits: Limits,
     encode_one: impl Fn(usize, &T, &mut Scratch, &mut Vec<u8>) -> Result<()> + Sync,
-) -> Result<(Vec<Vec<u8>>, Vec<(usize, String)>)> {
-    let results: Vec<Result<Vec<u8>>> = items
-        .par_iter()
-        .with_min_len(4)
-        .map(|(index, item)| {
-            let mut out = Vec::new();
-            with_scratch(level, |scratch| encode_one(*index, item, scratch, &mut out))?;
-            Ok(out)
+) -> Result<EncodedBatch> {
+    // Several tasks per thread, so that uneven records still spread over the threads.
+    let per_task = (items.len() / (rayon::current_num_threads() * 8)).clamp(1, 64);
+    let results: Vec<Result<Encoded>> = items
+        .par_chunks(per_task)
+        .map(|task| {
+            with_scratch(level, |scratch| {
+                let mut done = Encoded {
+                    buf: Vec::new(),
+                    ends: Vec::with_capacity(task.len()),
+                };
+                for (index, item) in task {
+                    encode_one(*index, item, scratch, &mut done.buf)?;
+                    done.ends.push(done.buf.len());
+                }
+                Ok(done)
+            })
         })
         .collect();
     // Not a short-circuiting collect: that would return whichever error a thread met first,
     // and the user must be shown the first bad record of the input.
+    let encoded = results.into_iter().collect::<Result<Vec<_>>>()?;
     let mut warnings = Vec::new();
-    let mut encoded = Vec::with_capacity(results.len());
-    for ((index, _), result) in items.iter().zip(results) {
-        let rec = result?;
-        let alone = rec.len() as u64 + limits.overhead;
+    let sizes = encoded
+        .iter()
+        .flat_map(Encoded::records)
+        .map(|r| r.len() as u64);
+    for ((index, _), len) in items.iter().zip(sizes) {
+        let alone = len + limits.overhead;
         if alone > HARD_MAX_BYTES {
             return Err(Error::record(
                 *index,
                 None,
                 format!(
-                    "the record is {} bytes once encoded, which no feed under the protocol's 1 GB \
-                     limit can hold (ceiling {HARD_MAX_BYTES} bytes); send it as a web feed URL instead",
-                    rec.len()
+                    "the record is {len} bytes once encoded, which no feed under the protocol's \
+                     1 GB limit can hold (ceiling {HARD_MAX_BYTES} bytes); send it as a web feed \
+                     URL instead"
                 ),
             ));
         }
@@ -318,14 +349,12 @@ fn encode_all<T: Sync>(
             warnings.push((
                 *index,
                 format!(
-                    "the record is {} bytes once encoded, over the {} byte cap with a feed's header: \
-                     it goes alone into a file of its own",
-                    rec.len(),
+                    "the record is {len} bytes once encoded, over the {} byte cap with a feed's \
+                     header: it goes alone into a file of its own",
                     limits.max_bytes
                 ),
             ));
         }
-        encoded.push(rec);
     }
     Ok((encoded, warnings))
 }
@@ -337,7 +366,7 @@ pub struct FeedWriter {
     pool: rayon::ThreadPool,
     /// The last batch, encoded: it is written while the next one is encoded, so that writing
     /// (one thread's work) does not leave the other cores idle.
-    pending: Vec<Vec<u8>>,
+    pending: Vec<Encoded>,
 }
 
 impl FeedWriter {
@@ -414,7 +443,11 @@ impl FeedWriter {
         let files = &self.files;
         files.entries.iter().map(|e| e.records).sum::<u64>()
             + files.current.as_ref().map_or(0, |f| f.records)
-            + self.pending.len() as u64
+            + self
+                .pending
+                .iter()
+                .map(|e| e.ends.len() as u64)
+                .sum::<u64>()
     }
 
     /// Bytes taken so far (written, or encoded and about to be).
@@ -422,7 +455,7 @@ impl FeedWriter {
         let files = &self.files;
         files.entries.iter().map(|e| e.bytes).sum::<u64>()
             + files.current.as_ref().map_or(0, |f| f.bytes)
-            + self.pending.iter().map(|r| r.len() as u64).sum::<u64>()
+            + self.pending.iter().map(|e| e.buf.len() as u64).sum::<u64>()
     }
 
     /// Encodes `items` while the previous batch is written, then keeps them to be written

@@ -8,6 +8,9 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use std::cell::RefCell;
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender, TryRecvError};
+use std::sync::Mutex;
+use std::thread::JoinHandle;
 
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
@@ -272,6 +275,39 @@ impl Files {
     }
 }
 
+impl Drop for Files {
+    /// Files dropped before `finish` leave the finished files but no half-written one and no
+    /// manifest, so the set cannot be pushed by mistake.
+    fn drop(&mut self) {
+        if let Some(file) = self.current.take() {
+            drop(file.out);
+            let _ = fs::remove_file(&file.tmp);
+        }
+    }
+}
+
+/// Work for the file-writing thread.
+enum Job {
+    Append(Vec<Encoded>),
+    Finish,
+}
+
+/// The file-writing thread: appends batches in order and answers each job with the files it
+/// finished, or with the error that stopped it. Ends when told to finish, at the first error, or
+/// when the writer is dropped (its unfinished file is then removed).
+fn write_files(mut files: Files, jobs: Receiver<Job>, done: Sender<Result<Vec<ManifestEntry>>>) {
+    for job in jobs {
+        let (result, last) = match job {
+            Job::Append(encoded) => (files.append(encoded), false),
+            Job::Finish => (files.finish(), true),
+        };
+        let failed = result.is_err();
+        if done.send(result).is_err() || failed || last {
+            return;
+        }
+    }
+}
+
 /// What the encoding threads need to know about the files, to judge a record's size.
 #[derive(Clone, Copy)]
 struct Limits {
@@ -360,13 +396,21 @@ fn encode_all<T: Sync>(
 }
 
 pub struct FeedWriter {
-    files: Files,
+    dir: PathBuf,
     kind: FeedKind,
     opts: Options,
+    limits: Limits,
     pool: rayon::ThreadPool,
-    /// The last batch, encoded: it is written while the next one is encoded, so that writing
-    /// (one thread's work) does not leave the other cores idle.
-    pending: Vec<Encoded>,
+    /// Encoded batches go to a thread of their own, which writes one while the next is read
+    /// and encoded: writing is one thread's work and must not leave the other cores idle.
+    jobs: Option<SyncSender<Job>>,
+    /// In a mutex only to make the writer `Sync`, as Python objects must be.
+    done: Mutex<Receiver<Result<Vec<ManifestEntry>>>>,
+    thread: Option<JoinHandle<()>>,
+    /// Files the writing thread reported finished, in manifest order.
+    entries: Vec<ManifestEntry>,
+    /// Records and encoded bytes handed to the writing thread so far.
+    taken: (u64, u64),
 }
 
 impl FeedWriter {
@@ -412,92 +456,124 @@ impl FeedWriter {
             .thread_name(|i| format!("fastfeed-encode-{i}"))
             .build()
             .map_err(|e| Error::Config(format!("cannot start encoding threads: {e}")))?;
+        let files = Files {
+            dir: dir.to_owned(),
+            datasource: datasource.to_owned(),
+            feedtype,
+            max_bytes: opts.max_bytes,
+            max_records: opts.max_records,
+            current: None,
+            entries: Vec::new(),
+        };
+        let limits = Limits {
+            max_bytes: opts.max_bytes,
+            overhead: files.overhead(),
+        };
+        // One batch may wait while another is written: memory stays at a few batches.
+        let (jobs, job_queue) = sync_channel(1);
+        let (done_tx, done) = channel();
+        let thread = std::thread::Builder::new()
+            .name("fastfeed-write".into())
+            .spawn(move || write_files(files, job_queue, done_tx))
+            .map_err(|e| Error::Config(format!("cannot start the writing thread: {e}")))?;
         Ok(FeedWriter {
-            files: Files {
-                dir: dir.to_owned(),
-                datasource: datasource.to_owned(),
-                feedtype,
-                max_bytes: opts.max_bytes,
-                max_records: opts.max_records,
-                current: None,
-                entries: Vec::new(),
-            },
+            dir: dir.to_owned(),
             kind: FeedKind { feedtype, web },
             opts,
+            limits,
             pool,
-            pending: Vec::new(),
+            jobs: Some(jobs),
+            done: Mutex::new(done),
+            thread: Some(thread),
+            entries: Vec::new(),
+            taken: (0, 0),
         })
     }
 
     pub fn dir(&self) -> &Path {
-        &self.files.dir
+        &self.dir
     }
 
     /// Files finished so far, in manifest order.
     pub fn entries(&self) -> &[ManifestEntry] {
-        &self.files.entries
+        &self.entries
     }
 
     /// Records taken so far (written, or encoded and about to be).
     pub fn records(&self) -> u64 {
-        let files = &self.files;
-        files.entries.iter().map(|e| e.records).sum::<u64>()
-            + files.current.as_ref().map_or(0, |f| f.records)
-            + self
-                .pending
-                .iter()
-                .map(|e| e.ends.len() as u64)
-                .sum::<u64>()
+        self.taken.0
     }
 
-    /// Bytes taken so far (written, or encoded and about to be).
+    /// Encoded bytes of the records taken so far (file headers not counted).
     pub fn bytes(&self) -> u64 {
-        let files = &self.files;
-        files.entries.iter().map(|e| e.bytes).sum::<u64>()
-            + files.current.as_ref().map_or(0, |f| f.bytes)
-            + self.pending.iter().map(|e| e.buf.len() as u64).sum::<u64>()
+        self.taken.1
     }
 
-    /// Encodes `items` while the previous batch is written, then keeps them to be written
-    /// next. On error nothing of this batch is written.
+    /// Files the writing thread finished since last asked, or the error that stopped it.
+    fn collect_done(&mut self, wait: bool) -> Result<Vec<ManifestEntry>> {
+        let mut finished = Vec::new();
+        loop {
+            let done = self.done.get_mut().unwrap_or_else(|e| e.into_inner());
+            let message = if wait {
+                done.recv().map_err(|_| TryRecvError::Disconnected)
+            } else {
+                done.try_recv()
+            };
+            match message {
+                Ok(result) => finished.extend(result?),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    if self.thread.as_ref().is_some_and(JoinHandle::is_finished) || wait {
+                        self.join()?;
+                    }
+                    break;
+                }
+            }
+        }
+        self.entries.extend(finished.iter().cloned());
+        Ok(finished)
+    }
+
+    fn join(&mut self) -> Result<()> {
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Err(_)) => Err(Error::Config("the file-writing thread failed".into())),
+            _ => Ok(()),
+        }
+    }
+
+    /// Hands a job to the writing thread; if it has stopped, returns the error that stopped it.
+    fn send(&mut self, job: Job) -> Result<()> {
+        let sent = self.jobs.as_ref().map(|jobs| jobs.send(job).is_ok());
+        if sent == Some(true) {
+            return Ok(());
+        }
+        self.collect_done(true)?;
+        Err(Error::Config("the file-writing thread has stopped".into()))
+    }
+
+    /// Encodes `items` and hands them to the writing thread. On error nothing of this batch
+    /// is written.
     fn add<T: Sync>(
         &mut self,
         items: &[(usize, T)],
         encode_one: impl Fn(usize, &T, FeedKind, EncodeOptions, &mut Scratch, &mut Vec<u8>) -> Result<()>
             + Sync,
     ) -> Result<BatchReport> {
-        let previous = std::mem::take(&mut self.pending);
-        let FeedWriter {
-            files,
-            kind,
-            opts,
-            pool,
-            ..
-        } = self;
-        let (kind, level) = (*kind, opts.level);
+        let (kind, level, limits) = (self.kind, self.opts.level, self.limits);
         let enc = EncodeOptions {
-            compress: opts.compress,
+            compress: self.opts.compress,
         };
-        let limits = Limits {
-            max_bytes: files.max_bytes,
-            overhead: files.overhead(),
-        };
-        let (encoded, written) = pool.install(|| {
-            rayon::join(
-                || {
-                    encode_all(items, level, limits, |index, item, scratch, out| {
-                        encode_one(index, item, kind, enc, scratch, out)
-                    })
-                },
-                || files.append(previous),
-            )
-        });
-        let finished = written?;
-        let (encoded, warnings) = encoded?;
-        self.pending = encoded;
+        let (encoded, warnings) = self.pool.install(|| {
+            encode_all(items, level, limits, |index, item, scratch, out| {
+                encode_one(index, item, kind, enc, scratch, out)
+            })
+        })?;
+        self.taken.0 += items.len() as u64;
+        self.taken.1 += encoded.iter().map(|e| e.buf.len() as u64).sum::<u64>();
+        self.send(Job::Append(encoded))?;
         Ok(BatchReport {
             warnings,
-            finished,
+            finished: self.collect_done(false)?,
             lines: 0,
         })
     }
@@ -523,23 +599,21 @@ impl FeedWriter {
         Ok(report)
     }
 
-    /// Writes what is pending, closes the last file and writes the manifest. Returns every
+    /// Writes what is queued, closes the last file and writes the manifest. Returns every
     /// file, and those finished by this call.
     pub fn finish(mut self) -> Result<(Vec<ManifestEntry>, Vec<ManifestEntry>)> {
-        let previous = std::mem::take(&mut self.pending);
-        let mut finished = self.files.append(previous)?;
-        finished.extend(self.files.finish()?);
-        Ok((std::mem::take(&mut self.files.entries), finished))
+        self.send(Job::Finish)?;
+        self.jobs = None;
+        let finished = self.collect_done(true)?;
+        Ok((std::mem::take(&mut self.entries), finished))
     }
 }
 
 impl Drop for FeedWriter {
-    /// A writer dropped without `finish` leaves its finished files but no half-written one and
-    /// no manifest, so the set cannot be pushed by mistake.
+    /// Stops the writing thread and waits for it, so that the unfinished file is gone (see
+    /// `Files::drop`) when the writer is.
     fn drop(&mut self) {
-        if let Some(file) = self.files.current.take() {
-            drop(file.out);
-            let _ = fs::remove_file(&file.tmp);
-        }
+        self.jobs = None;
+        let _ = self.join();
     }
 }

@@ -16,7 +16,6 @@ import base64
 import json
 import os
 import random
-
 import subprocess
 import sys
 import sysconfig
@@ -28,13 +27,27 @@ from xml.sax.saxutils import escape, quoteattr
 
 import orjson
 import pytest
-
 from fastfeed import FeedWriter
 from fastfeed.build import build
 
 CORPUS_MB = int(os.environ.get("FASTFEED_BENCH_MB", "200"))
 MAX_BYTES = 50_000_000
-WORDS = "the search appliance feeds <b>content</b> & metadata données naïve 日本語 crawler index of and".split()
+WORDS = [
+    "the",
+    "search",
+    "appliance",
+    "feeds",
+    "<b>content</b>",
+    "&",
+    "metadata",
+    "données",
+    "naïve",
+    "日本語",
+    "crawler",
+    "index",
+    "of",
+    "and",
+]
 
 
 def _text(rng: random.Random, n: int) -> str:
@@ -107,7 +120,8 @@ def plain_python_build(src: Path, out: Path, datasource: str, max_bytes: int = M
                 body = f"<content>{escape(rec['content'])}</content>"
             else:
                 data = zlib.compress(base64.b64decode(rec["content_base64"]))
-                body = f'<content encoding="base64compressed">{base64.b64encode(data).decode()}</content>'
+                encoded = base64.b64encode(data).decode()
+                body = f'<content encoding="base64compressed">{encoded}</content>'
             record = (
                 f"<record url={quoteattr(rec['url'])} mimetype={quoteattr(rec['mimetype'])}>"
                 f"<metadata>{''.join(meta)}</metadata>{body}</record>\n"
@@ -138,7 +152,9 @@ def _fastfeed(src: Path | str, out: Path, workers: int = 0, **options: object) -
     return summary.bytes
 
 
-def test_end_to_end_mixed_corpus_against_plain_python(corpus: Path, tmp_path: Path, benchmark) -> None:  # type: ignore[no-untyped-def]
+def test_end_to_end_mixed_corpus_against_plain_python(
+    corpus: Path, tmp_path: Path, benchmark
+) -> None:  # type: ignore[no-untyped-def]
     peer_s, peer_bytes = timed(lambda: plain_python_build(corpus, tmp_path / "peer", "bench"))
     runs = iter(range(100))
     ours_bytes = benchmark.pedantic(
@@ -188,17 +204,22 @@ def plain_python_directory(root: Path, out: Path, base: str) -> int:
 
 def test_end_to_end_directory_of_real_files(tmp_path: Path, benchmark) -> None:  # type: ignore[no-untyped-def]
     root = _real_files(tmp_path / "stdlib")
-    peer_s, peer_bytes = timed(lambda: plain_python_directory(root, tmp_path / "peer", "http://f.example.com/"))
+    peer_s, peer_bytes = timed(
+        lambda: plain_python_directory(root, tmp_path / "peer", "http://f.example.com/")
+    )
     runs = iter(range(100))
 
     def ours() -> int:
         out = tmp_path / f"ours{next(runs)}"
-        return build([str(root)], out, "files", "incremental", base_url="http://f.example.com/").bytes
+        return build(
+            [str(root)], out, "files", "incremental", base_url="http://f.example.com/"
+        ).bytes
 
     ours_bytes = benchmark.pedantic(ours, rounds=3, iterations=1)
     ours_s = benchmark.stats.stats.min
     print(
-        f"\nreal files: plain Python {peer_s:.2f} s, fastfeed {ours_s:.2f} s -> {peer_s / ours_s:.1f}x; "
+        f"\nreal files: plain Python {peer_s:.2f} s, fastfeed {ours_s:.2f} s "
+        f"-> {peer_s / ours_s:.1f}x; "
         f"output {ours_bytes / 1e6:.0f} MB vs {peer_bytes / 1e6:.0f} MB"  # type: ignore[operator]
     )
     benchmark.extra_info.update(speedup=peer_s / ours_s)
@@ -220,8 +241,12 @@ def test_both_cores_against_one(corpus: Path, tmp_path: Path) -> None:
     if len(os.sched_getaffinity(0)) < 2:
         pytest.fail("this benchmark needs two cores")
     runs = iter(range(100))
-    one = min(_on_cores({0}, lambda: _fastfeed(corpus, tmp_path / f"r{next(runs)}")) for _ in range(3))
-    two = min(_on_cores({0, 1}, lambda: _fastfeed(corpus, tmp_path / f"r{next(runs)}")) for _ in range(3))
+    one = min(
+        _on_cores({0}, lambda: _fastfeed(corpus, tmp_path / f"r{next(runs)}")) for _ in range(3)
+    )
+    two = min(
+        _on_cores({0, 1}, lambda: _fastfeed(corpus, tmp_path / f"r{next(runs)}")) for _ in range(3)
+    )
     print(f"\none core {one:.2f} s, two cores {two:.2f} s -> {one / two:.2f}x")
     assert one / two >= 1.8
 
@@ -229,7 +254,11 @@ def test_both_cores_against_one(corpus: Path, tmp_path: Path) -> None:
 def _kb_records(n: int, seed: int) -> list[dict[str, object]]:
     rng = random.Random(seed)
     return [
-        {"url": f"http://docs.example.com/{i}", "content": _text(rng, 1024), "metadata": {"author": "a"}}
+        {
+            "url": f"http://docs.example.com/{i}",
+            "content": _text(rng, 1024),
+            "metadata": {"author": "a"},
+        }
         for i in range(n)
     ]
 
@@ -257,13 +286,23 @@ def test_batch_api_records_per_second(tmp_path: Path, benchmark) -> None:  # typ
     def peer() -> None:
         out = []
         for r in peer_records:
-            meta = "".join(f"<meta name={quoteattr(k)} content={quoteattr(v)}/>" for k, v in sorted(r["metadata"].items()))  # type: ignore[attr-defined]
-            out.append(f"<record url={quoteattr(r['url'])} mimetype=\"text/plain\"><metadata>{meta}</metadata><content>{escape(r['content'])}</content></record>\n")  # type: ignore[index]
+            meta = "".join(
+                f"<meta name={quoteattr(k)} content={quoteattr(v)}/>"
+                for k, v in sorted(r["metadata"].items())
+            )  # type: ignore[attr-defined]
+            content = escape(r["content"])  # type: ignore[arg-type]
+            out.append(
+                f'<record url={quoteattr(r["url"])} mimetype="text/plain">'  # type: ignore[arg-type]
+                f"<metadata>{meta}</metadata><content>{content}</content></record>\n"
+            )
         (tmp_path / "peer.xml").write_text("".join(out))
 
     peer_s, _ = timed(peer)
     peer_rate = len(peer_records) / peer_s
-    print(f"\nbatch API: {rate:,.0f} records/s (plain Python {peer_rate:,.0f} records/s, {rate / peer_rate:.1f}x)")
+    print(
+        f"\nbatch API: {rate:,.0f} records/s "
+        f"(plain Python {peer_rate:,.0f} records/s, {rate / peer_rate:.1f}x)"
+    )
     benchmark.extra_info.update(records_per_second=rate)
     assert rate >= 200_000
 
@@ -272,11 +311,20 @@ def test_memory_flat_on_a_2_gb_corpus(tmp_path: Path) -> None:
     src = tmp_path / "big.jsonl"
     make_corpus(src, int(os.environ.get("FASTFEED_BENCH_MEMORY_MB", "2000")) * 1_000_000, seed=11)
     child = subprocess.Popen(
-        [sys.executable, "-m", "fastfeed.cli", "build", str(src), "--datasource", "big", "--out", str(tmp_path / "o")]
+        [
+            sys.executable,
+            "-m",
+            "fastfeed.cli",
+            "build",
+            str(src),
+            "--datasource",
+            "big",
+            "--out",
+            str(tmp_path / "o"),
+        ]
     )
     _, status, usage = os.wait4(child.pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     peak_mb = usage.ru_maxrss * 1024 / 1e6  # ru_maxrss is in KiB on Linux
     print(f"\nbuilding {src.stat().st_size / 1e9:.1f} GB of JSON Lines: peak RSS {peak_mb:.0f} MB")
     assert peak_mb < 150
-

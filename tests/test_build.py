@@ -11,11 +11,10 @@ from pathlib import Path
 
 import orjson
 import pytest
-from feeds import decode_file, decode_set
-
 from fastfeed import FeedError, FeedWarning, FeedWriter, RecordError, read_manifest
 from fastfeed.cli import main
 from fastfeed.validate import validate_file
+from feeds import decode_file, decode_set
 
 
 def write_jsonl(path: Path, records: list[object]) -> Path:
@@ -42,13 +41,33 @@ def build(tmp_path: Path, records: list[object], *args: str, out: str = "out") -
         (doc(1, authmethod="kerberos"), "incremental", "authmethod", "httpsso"),
         (doc(1, pagerank=101), "incremental", "pagerank", "68 to 100"),
         (doc(1, pagerank=True), "incremental", "pagerank", "integer"),
-        ({"url": "http://docs.example.com/1", "pagerank": 80}, "metadata-and-url", "pagerank", "content feeds only"),
+        (
+            {"url": "http://docs.example.com/1", "pagerank": 80},
+            "metadata-and-url",
+            "pagerank",
+            "content feeds only",
+        ),
         (doc(1), "metadata-and-url", "content", "metadata-and-url feed"),
-        ({"url": "http://docs.example.com/1", "metadata": {"a": "b"}}, "full", "metadata", "metadata alone"),
+        (
+            {"url": "http://docs.example.com/1", "metadata": {"a": "b"}},
+            "full",
+            "metadata",
+            "metadata alone",
+        ),
         (doc(1, metadata={"tags": ""}), "incremental", "metadata", "empty value"),
         (doc(1, content_base64="aGk="), "incremental", "content", "at most one"),
-        ({"url": "http://docs.example.com/1", "content_base64": "a$b"}, "incremental", "content_base64", "not valid base64"),
-        ({"url": "http://docs.example.com/1", "content_path": "/no/such/file"}, "incremental", "content_path", "cannot read"),
+        (
+            {"url": "http://docs.example.com/1", "content_base64": "a$b"},
+            "incremental",
+            "content_base64",
+            "not valid base64",
+        ),
+        (
+            {"url": "http://docs.example.com/1", "content_path": "/no/such/file"},
+            "incremental",
+            "content_path",
+            "cannot read",
+        ),
         (doc(1, last_modified="yesterday"), "incremental", "last_modified", "not a date"),
         (doc(1, lock="yes"), "incremental", "lock", "true or false"),
         (doc(1, action="delete"), "incremental", "content", "delete record carries no content"),
@@ -57,10 +76,17 @@ def build(tmp_path: Path, records: list[object], *args: str, out: str = "out") -
     ],
 )
 def test_a_refused_record_names_its_line_and_field_and_no_manifest_is_written(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], record: dict[str, object], feedtype: str, field: str | None, words: str
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    record: dict[str, object],
+    feedtype: str,
+    field: str | None,
+    words: str,
 ) -> None:
-    status = build(tmp_path, [doc(0), doc(1), record, doc(3)], "--feedtype", feedtype) if feedtype != "metadata-and-url" else build(
-        tmp_path, [{"url": "http://docs.example.com/0"}, record], "--feedtype", feedtype
+    status = (
+        build(tmp_path, [doc(0), doc(1), record, doc(3)], "--feedtype", feedtype)
+        if feedtype != "metadata-and-url"
+        else build(tmp_path, [{"url": "http://docs.example.com/0"}, record], "--feedtype", feedtype)
     )
     err = capsys.readouterr().err
     assert status == 1
@@ -71,10 +97,16 @@ def test_a_refused_record_names_its_line_and_field_and_no_manifest_is_written(
     assert not list((tmp_path / "out").glob("*.tmp"))
 
 
-def test_bad_json_and_bad_utf8_name_their_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_json_and_bad_utf8_name_their_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     src = tmp_path / "in.jsonl"
-    src.write_bytes(orjson.dumps(doc(0)) + b"\n\n" + b'{"url": "http://a.example.com/\xff"}\n' + b"[1]\n")
-    status = main(["build", str(src), "--datasource", "d", "--out", str(tmp_path / "o"), "--on-error", "skip"])
+    src.write_bytes(
+        orjson.dumps(doc(0)) + b"\n\n" + b'{"url": "http://a.example.com/\xff"}\n' + b"[1]\n"
+    )
+    status = main(
+        ["build", str(src), "--datasource", "d", "--out", str(tmp_path / "o"), "--on-error", "skip"]
+    )
     err = capsys.readouterr().err
     assert status == 1
     log = (tmp_path / "o" / "rejected.log").read_text()
@@ -82,14 +114,18 @@ def test_bad_json_and_bad_utf8_name_their_line(tmp_path: Path, capsys: pytest.Ca
     assert "in.jsonl:4: expected a JSON object" in log
     assert "2 records were refused" in err
     # The refused lines are kept byte for byte, to be fixed and fed again.
-    assert (tmp_path / "o" / "rejected.jsonl").read_bytes() == b'{"url": "http://a.example.com/\xff"}\n[1]\n'
+    assert (
+        tmp_path / "o" / "rejected.jsonl"
+    ).read_bytes() == b'{"url": "http://a.example.com/\xff"}\n[1]\n'
     assert [f.url for f in decode_set(tmp_path / "o")] == ["http://docs.example.com/0"]
 
 
 def test_skip_mode_keeps_every_good_record_in_order(tmp_path: Path) -> None:
     records = [doc(i) if i % 3 else doc(i, pagerank=1) for i in range(30)]
     assert build(tmp_path, records, "--on-error", "skip") == 1
-    assert [f.url for f in decode_set(tmp_path / "out")] == [r["url"] for r in records if "pagerank" not in r]
+    assert [f.url for f in decode_set(tmp_path / "out")] == [
+        r["url"] for r in records if "pagerank" not in r
+    ]
     assert len((tmp_path / "out" / "rejected.jsonl").read_bytes().splitlines()) == 10
 
 
@@ -107,10 +143,15 @@ def test_files_stay_under_the_cap_and_every_record_appears_once_in_order(tmp_pat
 
 
 def test_a_split_full_feed_replaces_only_with_its_first_file(tmp_path: Path) -> None:
-    assert build(tmp_path, [doc(i) for i in range(10)], "--feedtype", "full", "--max-records", "3") == 0
+    assert (
+        build(tmp_path, [doc(i) for i in range(10)], "--feedtype", "full", "--max-records", "3")
+        == 0
+    )
     manifest = read_manifest(tmp_path / "out")
     assert [e.feedtype for e in manifest] == ["full", "incremental", "incremental", "incremental"]
-    assert [decode_file(tmp_path / "out" / e.file)[1] for e in manifest] == [e.feedtype for e in manifest]
+    assert [decode_file(tmp_path / "out" / e.file)[1] for e in manifest] == [
+        e.feedtype for e in manifest
+    ]
 
 
 def test_manifest_describes_each_file(tmp_path: Path) -> None:
@@ -119,13 +160,20 @@ def test_manifest_describes_each_file(tmp_path: Path) -> None:
     assert build(tmp_path, [doc(i) for i in range(5)], "--max-records", "2") == 0
     for e in read_manifest(tmp_path / "out"):
         data = (tmp_path / "out" / e.file).read_bytes()
-        assert (e.datasource, e.bytes, e.sha256) == ("docs", len(data), hashlib.sha256(data).hexdigest())
+        assert (e.datasource, e.bytes, e.sha256) == (
+            "docs",
+            len(data),
+            hashlib.sha256(data).hexdigest(),
+        )
         assert data.startswith(
-            b'<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE gsafeed PUBLIC "-//Google//DTD GSA Feeds//EN" "">\n'
+            b'<?xml version="1.0" encoding="UTF-8"?>\n'
+            b'<!DOCTYPE gsafeed PUBLIC "-//Google//DTD GSA Feeds//EN" "">\n'
         )
 
 
-def test_a_record_over_the_cap_goes_alone_with_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_record_over_the_cap_goes_alone_with_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     records = [doc(0), doc(1, content="x" * 50_000), doc(2)]
     assert build(tmp_path, records, "--max-bytes", "10KB") == 0
     assert "in.jsonl:2: " in capsys.readouterr().err
@@ -139,7 +187,9 @@ def test_metadata_is_sorted_and_unchanged_documents_give_identical_bytes(tmp_pat
     b = doc(1, metadata={"mid": "m", "alpha": ["b", "a"], "zeta": "1"})
     build(tmp_path, [a], out="a")
     build(tmp_path, [b], out="b")
-    assert (tmp_path / "a" / "docs-000001.xml").read_bytes() == (tmp_path / "b" / "docs-000001.xml").read_bytes()
+    assert (tmp_path / "a" / "docs-000001.xml").read_bytes() == (
+        tmp_path / "b" / "docs-000001.xml"
+    ).read_bytes()
     fed = decode_set(tmp_path / "a")[0]
     assert fed.metadata == [(b"alpha", b"b"), (b"alpha", b"a"), (b"mid", b"m"), (b"zeta", b"1")]
 
@@ -182,16 +232,29 @@ def test_record_attributes_reach_the_feed(tmp_path: Path) -> None:
         "crawl-once": "true",
     }
     # The DTD requires a mimetype on every record, deletes included.
-    assert fed[1].attrs == {"url": "http://docs.example.com/2", "action": "delete", "mimetype": "text/plain"}
+    assert fed[1].attrs == {
+        "url": "http://docs.example.com/2",
+        "action": "delete",
+        "mimetype": "text/plain",
+    }
 
 
 def test_binary_content_is_compressed_only_when_it_shrinks(tmp_path: Path) -> None:
     noise = os.urandom(100_000)
     text_like = b"repeated words " * 10_000
     records = [
-        {"url": "http://d.example.com/noise.bin", "content_base64": base64.b64encode(noise).decode()},
-        {"url": "http://d.example.com/words.bin", "content_base64": base64.b64encode(text_like).decode()},
-        {"url": "http://d.example.com/zip.zip", "content_base64": base64.b64encode(b"PK\x03\x04" + text_like).decode()},
+        {
+            "url": "http://d.example.com/noise.bin",
+            "content_base64": base64.b64encode(noise).decode(),
+        },
+        {
+            "url": "http://d.example.com/words.bin",
+            "content_base64": base64.b64encode(text_like).decode(),
+        },
+        {
+            "url": "http://d.example.com/zip.zip",
+            "content_base64": base64.b64encode(b"PK\x03\x04" + text_like).decode(),
+        },
     ]
     assert build(tmp_path, records) == 0
     fed = decode_set(tmp_path / "out")
@@ -204,7 +267,16 @@ def test_compress_always_and_never(tmp_path: Path) -> None:
     assert build(tmp_path, [doc(1, content="text " * 100)], "--compress", "always", out="a") == 0
     assert decode_set(tmp_path / "a")[0].content_encoding == "base64compressed"
     data = base64.b64encode(b"\0" * 5000).decode()
-    assert build(tmp_path, [{"url": "http://d.example.com/z", "content_base64": data}], "--compress", "never", out="b") == 0
+    assert (
+        build(
+            tmp_path,
+            [{"url": "http://d.example.com/z", "content_base64": data}],
+            "--compress",
+            "never",
+            out="b",
+        )
+        == 0
+    )
     assert decode_set(tmp_path / "b")[0].content_encoding == "base64binary"
 
 
@@ -222,8 +294,18 @@ def test_a_directory_becomes_records_with_urls_types_and_content(tmp_path: Path)
     (root / "sub dir" / "b.pdf").write_bytes(b"%PDF-1.4 " + bytes(range(256)) * 40)
     (root / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
     status = main(
-        ["build", str(root), "--base-url", "http://files.example.com/share", "--datasource", "share",
-         "--feedtype", "full", "--out", str(tmp_path / "out")]
+        [
+            "build",
+            str(root),
+            "--base-url",
+            "http://files.example.com/share",
+            "--datasource",
+            "share",
+            "--feedtype",
+            "full",
+            "--out",
+            str(tmp_path / "out"),
+        ]
     )
     assert status == 0
     fed = {f.url: f for f in decode_set(tmp_path / "out")}
@@ -241,7 +323,9 @@ def test_a_directory_becomes_records_with_urls_types_and_content(tmp_path: Path)
 
 def test_a_directory_needs_a_base_url(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "d").mkdir()
-    assert main(["build", str(tmp_path / "d"), "--datasource", "x", "--out", str(tmp_path / "o")]) == 1
+    assert (
+        main(["build", str(tmp_path / "d"), "--datasource", "x", "--out", str(tmp_path / "o")]) == 1
+    )
     assert "--base-url" in capsys.readouterr().err
 
 
@@ -252,7 +336,9 @@ def test_an_empty_full_feed_is_written_because_it_empties_the_datasource(tmp_pat
     assert validate_file(tmp_path / "out" / entry.file) == []
 
 
-def test_refuses_to_mix_two_builds_in_one_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_refuses_to_mix_two_builds_in_one_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert build(tmp_path, [doc(1)]) == 0
     assert build(tmp_path, [doc(2)]) == 1
     assert "already holds a feed set" in capsys.readouterr().err
@@ -275,7 +361,9 @@ def test_bad_settings_are_refused_before_anything_is_written(
     assert not (tmp_path / "o" / "manifest.jsonl").exists()
 
 
-def test_web_feeds_carry_urls_not_content(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_web_feeds_carry_urls_not_content(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     src = write_jsonl(tmp_path / "in.jsonl", [doc(1)])
     assert main(["build", str(src), "--datasource", "web", "--out", str(tmp_path / "o")]) == 1
     assert "web feed" in capsys.readouterr().err
@@ -287,12 +375,22 @@ def test_python_api_takes_str_bytes_and_paths_and_reports_files(tmp_path: Path) 
     finished = []
     with FeedWriter(tmp_path / "out", "api", "full", max_records=2, on_file=finished.append) as w:
         w.add({"url": "http://a.example.com/1", "content": "text"})
-        w.add_batch([
-            {"url": "http://a.example.com/2", "content": b"\x00\x01"},
-            {"url": "http://a.example.com/3", "content_path": blob},
-        ])
-    assert [e.file for e in finished] == [e.file for e in w.manifest] == ["api-000001.xml", "api-000002.xml"]
-    assert [f.content for f in decode_set(tmp_path / "out")] == [b"text", b"\x00\x01", bytes(range(256))]
+        w.add_batch(
+            [
+                {"url": "http://a.example.com/2", "content": b"\x00\x01"},
+                {"url": "http://a.example.com/3", "content_path": blob},
+            ]
+        )
+    assert (
+        [e.file for e in finished]
+        == [e.file for e in w.manifest]
+        == ["api-000001.xml", "api-000002.xml"]
+    )
+    assert [f.content for f in decode_set(tmp_path / "out")] == [
+        b"text",
+        b"\x00\x01",
+        bytes(range(256)),
+    ]
 
 
 def test_python_api_error_points_at_the_record_and_the_batch_can_be_retried(tmp_path: Path) -> None:
@@ -315,7 +413,10 @@ def test_python_api_abandoned_on_exception_leaves_no_manifest(tmp_path: Path) ->
 
 
 def test_python_api_warns_about_oversized_records(tmp_path: Path) -> None:
-    with pytest.warns(FeedWarning, match="over the 1000 byte cap"), FeedWriter(tmp_path / "o", "api", max_bytes=1000) as w:
+    with (
+        pytest.warns(FeedWarning, match="over the 1000 byte cap"),
+        FeedWriter(tmp_path / "o", "api", max_bytes=1000) as w,
+    ):
         w.add(doc(1, content="y" * 5000))
 
 
@@ -328,11 +429,17 @@ def test_stdin_and_the_installed_command(tmp_path: Path) -> None:
     data = b"".join(orjson.dumps(doc(i)) + b"\n" for i in range(3))
     done = subprocess.run(
         ["fastfeed", "build", "-", "--datasource", "s", "--out", str(tmp_path / "o"), "--json"],
-        input=data, capture_output=True, check=False,
+        input=data,
+        capture_output=True,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     assert orjson.loads(done.stdout)["records"] == 3
-    assert [f.content for f in decode_set(tmp_path / "o")] == [b"document 0", b"document 1", b"document 2"]
+    assert [f.content for f in decode_set(tmp_path / "o")] == [
+        b"document 0",
+        b"document 1",
+        b"document 2",
+    ]
 
 
 def test_compressed_content_is_plain_zlib(tmp_path: Path) -> None:
@@ -343,5 +450,10 @@ def test_compressed_content_is_plain_zlib(tmp_path: Path) -> None:
 
 
 def test_help_teaches_by_example() -> None:
-    done = subprocess.run([sys.executable, "-m", "fastfeed.cli", "build", "--help"], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "fastfeed.cli", "build", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "examples:" in done.stdout and "--max-bytes" in done.stdout

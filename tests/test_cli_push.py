@@ -179,7 +179,7 @@ def test_run_does_not_let_the_builder_run_far_ahead_of_the_appliance(
 ) -> None:
     """With the appliance's backlog stuck above the high mark the push stops, and the builder
     stops too: it holds at most a few chunks of input (one encoding, one queued, one being
-    written) besides the files waiting for the pusher, so it waits far from the end of the corpus."""
+    written) besides the files waiting for the pusher, so it waits far from the end."""
     records, per_file = 20_000, 100
     corpus = tmp_path / "docs.jsonl"
     corpus.write_bytes(

@@ -5,21 +5,24 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
+from fastfeed import FeedWriter
+from fastfeed.validate import validate_file
 from feeds import decode_set
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fastfeed import FeedWriter
-from fastfeed.validate import validate_file
-
 # Text weighted towards what breaks XML writers, plus anything Unicode can hold except lone
 # surrogates (a Python str may hold them, but UTF-8 cannot: see test_build for that refusal).
-nasty = st.sampled_from(["]]>", "&<>\"'", "\r\n", "\r", "\t", "\n", "\x00\x01\x1f", "\ufffe\uffff", "😀𝄞", " "])
-text = st.lists(st.one_of(nasty, st.text(st.characters(blacklist_categories=["Cs"]))), max_size=6).map(
-    "".join
+nasty = st.sampled_from(
+    ["]]>", "&<>\"'", "\r\n", "\r", "\t", "\n", "\x00\x01\x1f", "\ufffe\uffff", "😀𝄞", " "]
 )
+text = st.lists(
+    st.one_of(nasty, st.text(st.characters(blacklist_categories=["Cs"]))), max_size=6
+).map("".join)
 nonempty = text.filter(bool)
-metadata = st.dictionaries(nonempty, st.one_of(nonempty, st.lists(nonempty, min_size=1, max_size=3)), max_size=4)
+metadata = st.dictionaries(
+    nonempty, st.one_of(nonempty, st.lists(nonempty, min_size=1, max_size=3)), max_size=4
+)
 content = st.one_of(
     st.none(),
     text.map(lambda t: ("content", t)),
@@ -52,7 +55,11 @@ def records(draw: st.DrawFn) -> list[dict[str, object]]:
 
 
 def expected_metadata(meta: dict[str, str | list[str]]) -> list[tuple[bytes, bytes]]:
-    pairs = [(k.encode(), v.encode()) for k, vs in meta.items() for v in ([vs] if isinstance(vs, str) else vs)]
+    pairs = [
+        (k.encode(), v.encode())
+        for k, vs in meta.items()
+        for v in ([vs] if isinstance(vs, str) else vs)
+    ]
     return sorted(pairs, key=lambda p: p[0])
 
 
@@ -63,7 +70,9 @@ def expected_content(rec: dict[str, object]) -> bytes | None:
     return c.encode() if isinstance(c, str) else c  # type: ignore[return-value]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(batch=records(), compress=st.sampled_from(["auto", "always", "never"]))
 def test_every_character_and_byte_round_trips(tmp_path_factory, batch, compress) -> None:  # type: ignore[no-untyped-def]
     out = Path(tmp_path_factory.mktemp("feeds"))
@@ -73,7 +82,7 @@ def test_every_character_and_byte_round_trips(tmp_path_factory, batch, compress)
         assert validate_file(out / entry.file) == []
     fed = decode_set(out)
     assert [f.url for f in fed] == [r["url"] for r in batch]
-    for f, rec in zip(fed, batch):
+    for f, rec in zip(fed, batch, strict=True):
         assert f.attrs.get("displayurl") == rec.get("displayurl")
         assert f.metadata == expected_metadata(rec["metadata"])  # type: ignore[arg-type]
         assert f.content == expected_content(rec)

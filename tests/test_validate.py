@@ -5,14 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from fastfeed.cli import main
 from fastfeed.validate import validate_file
 
-HEAD = '<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE gsafeed PUBLIC "-//Google//DTD GSA Feeds//EN" "">\n'
+HEAD = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n'
+    '<!DOCTYPE gsafeed PUBLIC "-//Google//DTD GSA Feeds//EN" "">\n'
+)
 
 # The guide's own example, "Web Feed with Base64 Encoded Metadata".
-GUIDE_EXAMPLE = HEAD + """<gsafeed>
+GUIDE_EXAMPLE = (
+    HEAD
+    + """<gsafeed>
   <header>
     <datasource>example3</datasource>
     <feedtype>metadata-and-url</feedtype>
@@ -26,13 +30,22 @@ GUIDE_EXAMPLE = HEAD + """<gsafeed>
   </group>
 </gsafeed>
 """
+)
 
 
-def feed(tmp_path: Path, body: str, datasource: str = "docs", feedtype: str = "incremental") -> Path:
+def rec(inner: str = "", attrs: str = "") -> str:
+    """A record line for http://a.example.com/ with the given children and extra attributes."""
+    return f'<record url="http://a.example.com/" mimetype="t"{attrs}>{inner}</record>\n'
+
+
+def feed(
+    tmp_path: Path, body: str, datasource: str = "docs", feedtype: str = "incremental"
+) -> Path:
+    """A feed file whose group opens on line 8, so that its records start on line 9."""
     path = tmp_path / "feed.xml"
+    header = f"<datasource>{datasource}</datasource>\n<feedtype>{feedtype}</feedtype>\n"
     path.write_text(
-        HEAD + f"<gsafeed>\n<header>\n<datasource>{datasource}</datasource>\n<feedtype>{feedtype}</feedtype>\n"
-        f"</header>\n<group>\n{body}</group>\n</gsafeed>\n",
+        HEAD + f"<gsafeed>\n<header>\n{header}</header>\n<group>\n{body}</group>\n</gsafeed>\n",
         encoding="utf-8",
     )
     return path
@@ -47,21 +60,67 @@ def test_the_guides_example_is_valid(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("body", "feedtype", "words"),
     [
-        ('<record url="http://a.example.com/"><content>x</content></record>\n', "incremental", "does not carry attribute mimetype"),
-        ('<record url="http://a.example.com/" mimetype="t" lock="maybe"/>\n', "incremental", "lock"),
+        (
+            '<record url="http://a.example.com/"><content>x</content></record>\n',
+            "incremental",
+            "does not carry attribute mimetype",
+        ),
+        (
+            rec(attrs=' lock="maybe"'),
+            "incremental",
+            "lock",
+        ),
         ('<record url="http://a/" mimetype="t"/>\n', "incremental", "not fully qualified"),
-        ('<record url="http://a.example.com/" mimetype="t" pagerank="40"/>\n', "incremental", "pagerank '40'"),
-        ('<record url="http://a.example.com/" mimetype="t"><content>x</content></record>\n', "metadata-and-url", "carries no content"),
-        ('<record url="http://a.example.com/" mimetype="t"><metadata><meta name="a" content=""/></metadata></record>\n', "incremental", "empty content"),
-        ('<record url="http://a.example.com/" mimetype="t"><metadata><meta name="a" content="b"/></metadata></record>\n', "full", "metadata alone"),
-        ('<record url="http://a.example.com/" mimetype="t"><content encoding="base64binary">a$b</content></record>\n', "incremental", "not valid base64binary"),
-        ('<record url="http://a.example.com/" mimetype="t"><content encoding="base64compressed">QUJD</content></record>\n', "incremental", "does not inflate"),
-        ('<record url="http://a.example.com/" mimetype="t" last-modified="soon"/>\n', "incremental", "RFC 822"),
-        ('<record url="http://a.example.com/" mimetype="t"><content>x</content><metadata/></record>\n', "incremental", "does not follow the DTD"),
+        (
+            rec(attrs=' pagerank="40"'),
+            "incremental",
+            "pagerank '40'",
+        ),
+        (
+            rec("<content>x</content>"),
+            "metadata-and-url",
+            "carries no content",
+        ),
+        (
+            rec('<metadata><meta name="a" content=""/></metadata>'),
+            "incremental",
+            "empty content",
+        ),
+        (
+            rec('<metadata><meta name="a" content="b"/></metadata>'),
+            "full",
+            "metadata alone",
+        ),
+        (
+            rec('<content encoding="base64binary">a$b</content>'),
+            "incremental",
+            "not valid base64binary",
+        ),
+        (
+            rec('<content encoding="base64compressed">QUJD</content>'),
+            "incremental",
+            "does not inflate",
+        ),
+        (
+            rec(attrs=' last-modified="soon"'),
+            "incremental",
+            "RFC 822",
+        ),
+        (
+            rec("<content>x</content><metadata/>"),
+            "incremental",
+            "does not follow the DTD",
+        ),
     ],
 )
-def test_each_problem_is_reported_with_its_line(tmp_path: Path, body: str, feedtype: str, words: str) -> None:
-    path = feed(tmp_path, '<record url="http://ok.example.com/" mimetype="text/plain"/>\n' + body, feedtype=feedtype)
+def test_each_problem_is_reported_with_its_line(
+    tmp_path: Path, body: str, feedtype: str, words: str
+) -> None:
+    path = feed(
+        tmp_path,
+        '<record url="http://ok.example.com/" mimetype="text/plain"/>\n' + body,
+        feedtype=feedtype,
+    )
     problems = validate_file(path)
     assert problems, body
     assert any(words in p.message for p in problems), problems
@@ -69,12 +128,12 @@ def test_each_problem_is_reported_with_its_line(tmp_path: Path, body: str, feedt
 
 
 def test_unpadded_base64_as_in_the_guide_is_accepted(tmp_path: Path) -> None:
-    body = '<record url="http://a.example.com/" mimetype="t"><content encoding="base64binary">Zm9vIGJhcgo</content></record>\n'
+    body = rec('<content encoding="base64binary">Zm9vIGJhcgo</content>')
     assert validate_file(feed(tmp_path, body)) == []
 
 
 def test_rules_follow_the_pushed_feed_type_over_the_header(tmp_path: Path) -> None:
-    path = feed(tmp_path, '<record url="http://a.example.com/" mimetype="t"><content>x</content></record>\n')
+    path = feed(tmp_path, rec("<content>x</content>"))
     assert validate_file(path) == []
     [problem] = validate_file(path, datasource="docs", feedtype="metadata-and-url")
     assert "carries no content" in problem.message
@@ -91,13 +150,18 @@ def test_not_well_formed_and_wrong_doctype(tmp_path: Path) -> None:
     path.write_text(HEAD + "<gsafeed>\n<header>\n</gsafeed>\n")
     [problem] = validate_file(path)
     assert problem.line == 5 and "not well-formed" in problem.message
-    path.write_text('<?xml version="1.0"?>\n<gsafeed><header><datasource>a</datasource><feedtype>full</feedtype></header><group/></gsafeed>')
+    path.write_text(
+        '<?xml version="1.0"?>\n<gsafeed><header><datasource>a</datasource>'
+        "<feedtype>full</feedtype></header><group/></gsafeed>"
+    )
     assert [p.message for p in validate_file(path)] == [
         'the DOCTYPE must be <!DOCTYPE gsafeed PUBLIC "-//Google//DTD GSA Feeds//EN" "">'
     ]
 
 
-def test_command_prints_problems_and_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_command_prints_problems_and_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     good = tmp_path / "good.xml"
     good.write_text(GUIDE_EXAMPLE)
     bad = feed(tmp_path, '<record url="http://a/" mimetype="t"/>\n')

@@ -23,7 +23,14 @@ import orjson
 from fastfeed.errors import FastfeedError, RecordError
 from fastfeed.manifest import ManifestEntry
 from fastfeed.progress import Progress, human_bytes
-from fastfeed.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES, Compress, FeedType, FeedWarning, FeedWriter
+from fastfeed.writer import (
+    DEFAULT_LEVEL,
+    DEFAULT_MAX_BYTES,
+    Compress,
+    FeedType,
+    FeedWarning,
+    FeedWriter,
+)
 
 OnError = Literal["stop", "skip"]
 

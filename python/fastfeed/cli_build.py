@@ -64,7 +64,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p = commands.add_parser(
         "build", help="build feed files from records", description=BUILD_HELP, formatter_class=fmt
     )
-    p.add_argument("inputs", nargs="+", metavar="INPUT", help="JSON Lines file, - (stdin) or directory")
+    p.add_argument(
+        "inputs", nargs="+", metavar="INPUT", help="JSON Lines file, - (stdin) or directory"
+    )
     p.add_argument("--datasource", required=True, help="datasource name: [a-zA-Z_][a-zA-Z0-9_-]*")
     p.add_argument(
         "--feedtype",
@@ -82,7 +84,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help=f"cap on each feed file (default {DEFAULT_MAX_BYTES // 1_000_000}MB, at most "
         f"{HARD_MAX_BYTES // 1_000_000}MB)",
     )
-    p.add_argument("--max-records", type=int, default=0, metavar="N", help="cap on records per file")
+    p.add_argument(
+        "--max-records", type=int, default=0, metavar="N", help="cap on records per file"
+    )
     p.add_argument(
         "--compress",
         choices=("auto", "always", "never"),
@@ -91,9 +95,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "every content; never: plain base64 for binary",
     )
     p.add_argument(
-        "--level", type=int, default=DEFAULT_LEVEL, help=f"zlib level, 1 to 12 (default {DEFAULT_LEVEL})"
+        "--level",
+        type=int,
+        default=DEFAULT_LEVEL,
+        help=f"zlib level, 1 to 12 (default {DEFAULT_LEVEL})",
     )
-    p.add_argument("--workers", type=int, default=0, help="encoding threads (default: one per core)")
+    p.add_argument(
+        "--workers", type=int, default=0, help="encoding threads (default: one per core)"
+    )
     p.add_argument("--base-url", metavar="URL", help="URL of a directory INPUT's root")
     p.add_argument(
         "--on-error",

@@ -132,15 +132,19 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     y.set_defaults(func=run_replay)
 
     b = commands.add_parser(
-        "backlog", help="print the appliance's feed backlog", description=BACKLOG_HELP,
+        "backlog",
+        help="print the appliance's feed backlog",
+        description=BACKLOG_HELP,
         formatter_class=fmt,
     )
     _connection_options(b)
-    b.add_argument("--json", action="store_true", help="print {\"backlog\": N} on stdout")
+    b.add_argument("--json", action="store_true", help='print {"backlog": N} on stdout')
     b.set_defaults(func=run_backlog)
 
     d = commands.add_parser(
-        "demo", help="try it all on a local emulated appliance", description=DEMO_HELP,
+        "demo",
+        help="try it all on a local emulated appliance",
+        description=DEMO_HELP,
         formatter_class=fmt,
     )
     d.add_argument("--out", metavar="DIR", help="where to keep the sample feed set")

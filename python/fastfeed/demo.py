@@ -114,4 +114,3 @@ def demo(out: str | None = None, as_json: bool = False) -> int:
             print(f"  {name}: {count} documents")
         print(f"feed sets kept in {kept} (push them to a real appliance with `fastfeed push`)")
     return ExitCode.OK if summary.ok else ExitCode.FAILED
-

@@ -198,9 +198,7 @@ def feed_files(paths: Iterable[str | os.PathLike[str]]) -> list[FeedFile]:
                     "only files of a built feed set can be pushed",
                     refused=True,
                 )
-        files.extend(
-            FeedFile(directory, e) for e in entries if names is None or e.file in names
-        )
+        files.extend(FeedFile(directory, e) for e in entries if names is None or e.file in names)
     return files
 
 
@@ -266,7 +264,7 @@ class _Multipart:
             for name, value in (("datasource", entry.datasource), ("feedtype", entry.feedtype))
         )
         head += (
-            f"--{boundary}\r\nContent-Disposition: form-data; name=\"data\"; "
+            f'--{boundary}\r\nContent-Disposition: form-data; name="data"; '
             f'filename="{_quote(entry.file)}"\r\nContent-Type: text/xml\r\n\r\n'
         )
         self._head = head.encode()
@@ -444,8 +442,10 @@ class Pusher:
                 if failed is not None:
                     reason = f"not sent: {failed.feed.entry.file} before it was not accepted"
                     self._finish(job, FileResult(job.feed, Outcome.BLOCKED, 0, reason))
-                elif may_start and running < self.settings.concurrency and self._may_start(
-                    job, before
+                elif (
+                    may_start
+                    and running < self.settings.concurrency
+                    and self._may_start(job, before)
                 ):
                     job.state = _State.RUNNING
                     running += 1

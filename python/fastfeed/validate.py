@@ -48,7 +48,9 @@ def _b64decode(text: str) -> bytes:
 
 
 class _Checker:
-    def __init__(self, file: str, max_problems: int, datasource: str | None, feedtype: str | None) -> None:
+    def __init__(
+        self, file: str, max_problems: int, datasource: str | None, feedtype: str | None
+    ) -> None:
         self.file = file
         self.max_problems = max_problems
         self.problems: list[Problem] = []
@@ -103,14 +105,22 @@ class _Checker:
                 self.report(line, f"last-modified '{date}' is not an RFC 822 date")
         contents = elem.findall("content")
         if contents and not self.carries_content:
-            self.report(line, f"a {self.feedtype} feed of datasource '{self.datasource}' carries no content")
+            self.report(
+                line, f"a {self.feedtype} feed of datasource '{self.datasource}' carries no content"
+            )
         for content in contents:
             self.content(content)
         metas = elem.findall("metadata/meta")
         for meta in metas:
             self.meta(meta)
         delete = elem.get("action") == "delete" or elem.getparent().get("action") == "delete"
-        if self.feedtype == "full" and self.carries_content and metas and not contents and not delete:
+        if (
+            self.feedtype == "full"
+            and self.carries_content
+            and metas
+            and not contents
+            and not delete
+        ):
             self.report(line, "a full feed cannot push metadata alone: the record needs content")
 
     def content(self, elem: etree._Element) -> None:
@@ -175,7 +185,9 @@ def validate_file(
                 if depth == 1:
                     root = elem
                     if elem.tag != "gsafeed":
-                        checker.report(elem.sourceline, f"the root element is <{elem.tag}>, not <gsafeed>")
+                        checker.report(
+                            elem.sourceline, f"the root element is <{elem.tag}>, not <gsafeed>"
+                        )
                         return checker.problems
                 continue
             depth -= 1
@@ -191,7 +203,9 @@ def validate_file(
                     checker.report(elem.sourceline, "<group> before <header>")
                 groups += 1
                 if elem.get("action") not in (None, "add", "delete"):
-                    checker.report(elem.sourceline, f"group action '{elem.get('action')}' is not add or delete")
+                    checker.report(
+                        elem.sourceline, f"group action '{elem.get('action')}' is not add or delete"
+                    )
             elif elem.tag == "record":
                 checker.record(elem)
             elif elem.tag == "acl":
@@ -213,9 +227,7 @@ def validate_file(
     if root is not None:
         info = root.getroottree().docinfo
         if info.public_id != PUBLIC_ID or info.root_name != "gsafeed":
-            checker.report(
-                1, f'the DOCTYPE must be <!DOCTYPE gsafeed PUBLIC "{PUBLIC_ID}" "">'
-            )
+            checker.report(1, f'the DOCTYPE must be <!DOCTYPE gsafeed PUBLIC "{PUBLIC_ID}" "">')
         if not seen_header:
             checker.report(None, "the feed has no <header>")
         if groups == 0:

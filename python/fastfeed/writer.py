@@ -6,7 +6,7 @@ import os
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Literal, TypedDict, Union
+from typing import Literal, TypedDict
 
 from fastfeed import _core
 from fastfeed.manifest import ManifestEntry
@@ -29,16 +29,16 @@ class Record(_RecordRequired, total=False):
     action: Literal["add", "delete"]
     mimetype: str
     displayurl: str
-    last_modified: Union[str, int, float]
+    last_modified: str | int | float
     lock: bool
     authmethod: Literal["none", "httpbasic", "ntlm", "httpsso"]
     pagerank: int
     crawl_immediately: bool
     crawl_once: bool
-    metadata: Mapping[str, Union[str, Sequence[str]]]
-    content: Union[str, bytes]
+    metadata: Mapping[str, str | Sequence[str]]
+    content: str | bytes
     content_base64: str
-    content_path: Union[str, os.PathLike[str]]
+    content_path: str | os.PathLike[str]
 
 
 class FeedWarning(UserWarning):

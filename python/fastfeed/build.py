@@ -36,7 +36,7 @@ OnError = Literal["stop", "skip"]
 
 #: JSON Lines go to the core in chunks of about this size; directory files in batches of at
 #: most this many bytes or DIR_BATCH files.
-CHUNK_BYTES = 8 * 1024 * 1024
+CHUNK_BYTES = 4 * 1024 * 1024
 DIR_BATCH = 1024
 
 REJECTED = "rejected.jsonl"

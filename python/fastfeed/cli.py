@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from fastfeed import config
+from fastfeed import cli_build, cli_emulator, cli_push, config
 from fastfeed.errors import ExitCode, FastfeedError, FeedError
 
 DESCRIPTION = """\
@@ -28,11 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    from fastfeed import cli_build, cli_push
-
     cli_build.register(commands)
-    from fastfeed.emulator import cli as cli_emulator
-
     cli_emulator.register(commands)
     cli_push.register(commands)  # last: it makes every command configurable (config.prepare)
     return parser

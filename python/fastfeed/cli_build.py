@@ -12,7 +12,6 @@ import orjson
 from fastfeed.build import InputError, build
 from fastfeed.errors import ExitCode
 from fastfeed.progress import Progress, human_bytes
-from fastfeed.validate import validate_file
 from fastfeed.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES, HARD_MAX_BYTES
 
 BUILD_HELP = f"""\
@@ -172,6 +171,8 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
+    from fastfeed.validate import validate_file  # lxml and the DTD, only for this command
+
     bad = 0
     for file in args.files:
         problems = validate_file(file)

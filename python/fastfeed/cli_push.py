@@ -9,17 +9,21 @@ import sys
 import time
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from fastfeed import config
-from fastfeed.backlog import BacklogError, fetch_backlog
 from fastfeed.build import InputError, build
 from fastfeed.errors import ExitCode, FastfeedError
 from fastfeed.progress import Progress
-from fastfeed.push import PushError, PushSummary, build_and_push, push
-from fastfeed.settings import HTTP_PORT, HTTPS_PORT, PushSettings, Secret, http_client
+from fastfeed.settings import HTTP_PORT, HTTPS_PORT, PushSettings, Secret
+
+if TYPE_CHECKING:
+    from fastfeed.push import PushSummary
+
+# The uploader (httpx) is imported by the commands that push, not here: every command pays for
+# what this module imports, `fastfeed build` and `validate` included.
 
 PUSH_HELP = f"""\
 Push feed sets (directories made by `fastfeed build`) or some of their files to an appliance.
@@ -307,6 +311,8 @@ def _report(command: str, summary: PushSummary, as_json: bool) -> int:
 
 def _stopped(command: str, exc: FastfeedError, as_json: bool) -> int:
     """A push that could not go on: says why, and what was done before."""
+    from fastfeed.push import PushError
+
     print(f"fastfeed {command}: error: {exc}", file=sys.stderr)
     summary = exc.summary if isinstance(exc, PushError) else None
     if summary is not None and summary.results:
@@ -320,6 +326,8 @@ def _stopped(command: str, exc: FastfeedError, as_json: bool) -> int:
 
 
 def _push_command(args: argparse.Namespace, *, replay: bool) -> int:
+    from fastfeed.push import push
+
     try:
         settings = settings_from_args(args)
         summary = push(args.paths, settings, progress=Progress(), replay=replay)
@@ -337,6 +345,8 @@ def run_replay(args: argparse.Namespace) -> int:
 
 
 def run_run(args: argparse.Namespace) -> int:
+    from fastfeed.push import build_and_push
+
     out = args.out or str(
         Path("fastfeed-feeds") / f"{args.datasource}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
@@ -372,6 +382,8 @@ def run_run(args: argparse.Namespace) -> int:
 
 
 def run_backlog(args: argparse.Namespace) -> int:
+    from fastfeed.backlog import BacklogError
+
     try:
         settings = settings_from_args(args)
         count = asyncio.run(_backlog(settings))
@@ -394,6 +406,9 @@ def run_backlog(args: argparse.Namespace) -> int:
 
 
 async def _backlog(settings: PushSettings) -> int | None:
+    from fastfeed.backlog import fetch_backlog
+    from fastfeed.settings import http_client
+
     async with http_client(settings) as client:
         return await fetch_backlog(client, settings)
 

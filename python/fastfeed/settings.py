@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass, field
-
-import httpx
+from typing import TYPE_CHECKING
 
 from fastfeed.errors import FastfeedError
+
+if TYPE_CHECKING:
+    import httpx
 
 #: Feedergate ports from the Feeds Protocol guide: plain HTTP and HTTPS.
 HTTP_PORT = 19900
@@ -145,6 +147,8 @@ class PushSettings:
 def http_client(settings: PushSettings, connections: int = 1) -> httpx.AsyncClient:
     """An HTTP client for the appliance: its verification, its timeouts, no proxy variables
     (a feed must reach the appliance itself, and HTTPS_PROXY is often set for the internet)."""
+    import httpx  # here, so that commands which push nothing do not pay for importing it
+
     return httpx.AsyncClient(
         verify=settings.ssl_context() if settings.https else False,
         timeout=httpx.Timeout(settings.timeout, connect=settings.connect_timeout),

@@ -12,10 +12,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import trustme
-
-from fastfeed.emulator.appliance import Emulator
 from fastfeed.errors import ExitCode, FastfeedError
+
+# The server (aiohttp) and trustme are imported when the emulator runs, not here: every fastfeed
+# command pays for what this module imports.
 
 HELP = """\
 Run a local search appliance that speaks the GSA feeds protocol, to try `fastfeed push` (or any
@@ -101,6 +101,8 @@ def _positive(text: str) -> float:
 
 def _certificate(data_dir: Path, bind: str) -> tuple[Path, Path, Path]:
     """Makes a test CA and a server certificate; returns (CA, certificate, key) files."""
+    import trustme
+
     directory = data_dir / "tls"
     directory.mkdir(parents=True, exist_ok=True)
     ca = trustme.CA(organization_name="fastfeed emulator")
@@ -116,6 +118,8 @@ def _certificate(data_dir: Path, bind: str) -> tuple[Path, Path, Path]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fastfeed.emulator.appliance import Emulator
+
     if (args.cert is None) != (args.key is None):
         raise FastfeedError("give both --cert and --key, or neither to use a generated test CA")
     try:

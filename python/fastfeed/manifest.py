@@ -16,7 +16,10 @@ MANIFEST = "manifest.jsonl"
 @dataclass(frozen=True)
 class ManifestEntry:
     """One feed file. Files must be pushed in manifest order: the first file of a split full
-    feed is `full` and replaces the datasource, the rest are `incremental` and add to it."""
+    feed is `full` and replaces the datasource, the rest are `incremental` and add to it.
+
+    `kind` is `feed` for content and web feeds (pushed to /xmlfeed) and `groups` for groups
+    feeds (pushed to /xmlgroups), whose `datasource` is the groupsource."""
 
     file: str
     datasource: str
@@ -24,6 +27,7 @@ class ManifestEntry:
     records: int
     bytes: int
     sha256: str
+    kind: str = "feed"
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)

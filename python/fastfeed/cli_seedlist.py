@@ -1,0 +1,191 @@
+"""`fastfeed seedlist load` and `fastfeed seedlist serve`."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import signal
+import sys
+import threading
+from types import FrameType
+
+import orjson
+
+from fastfeed.errors import ExitCode, FastfeedError
+
+# The store, the server (aiohttp) and lxml are imported by the commands that use them, not here:
+# every fastfeed command pays for what this module imports.
+
+HELP = """\
+Serve documents as IBM Connections seedlists: Atom feeds (with the wplc extension) that a
+search crawler pulls page by page, then pulls again for what changed since.
+
+  load   put JSON Lines records into a seedlist state file (SQLite); run it again with new
+         or changed records, or `"action": "delete"` ones: each change is numbered so that
+         the next incremental crawl reports it
+  serve  answer crawlers over HTTP(S) from that file
+
+examples:
+  fastfeed seedlist load docs.jsonl --db docs.sqlite
+  fastfeed seedlist serve docs.sqlite --port 9443 --cert cert.pem --key key.pem \\
+      --user crawler --password-env SEEDLIST_PASSWORD
+  # the crawler starts at https://HOST:9443/seedlist/myserver
+"""
+
+LOAD_HELP = """\
+Load JSON Lines records (the schema of `fastfeed build`, see the README) into a seedlist state
+file, created if missing. A record whose URL is new is inserted; one that differs from the
+stored document updates it; an identical one changes nothing (the crawler is not sent it
+again); `"action": "delete"` deletes the document and keeps a tombstone, so that incremental
+crawls report the deletion. Content (content, content_base64 or content_path, read now) is
+stored and served byte for byte.
+
+Each load is one transaction: a refused record (reported as file:line: field: reason) leaves
+the state file as it was. Refused besides what `fastfeed build` refuses: text XML 1.0 cannot
+carry in URLs, titles or metadata (a seedlist has no base64 form for them), ACLs with deny
+principals or inherit_from, and ACLs without principals (a seedlist entry without wplc:acl
+is public).
+
+examples:
+  fastfeed seedlist load docs.jsonl --db docs.sqlite
+  cat changes.jsonl | fastfeed seedlist load - --db docs.sqlite --json
+"""
+
+SERVE_HELP = """\
+Serve a seedlist state file to crawlers. The first page is /seedlist/myserver (parameters:
+Range, page size, default 100, at most 1000; Timestamp, the wplc:timestamp of the last page
+of the previous crawl, to get only what changed since). Each page links to the next with
+rel="next" (Range, Start, State); the last page carries wplc:timestamp. Binary and long text
+content is served at the atom:content src URL, /seedlist/content/ID. Loading records while
+serving is fine: a crawl reports what was loaded when it began, the next one the rest.
+
+Malformed Range, Start, State or Timestamp values are answered 400 with a message; stale ones
+(from a state file recreated since) 410: crawl again without Timestamp.
+
+examples:
+  fastfeed seedlist serve docs.sqlite --port 8080
+  SEEDLIST_PASSWORD=s3cret fastfeed seedlist serve docs.sqlite --port 9443 \\
+      --bind 0.0.0.0 --cert cert.pem --key key.pem --user crawler \\
+      --password-env SEEDLIST_PASSWORD
+  curl -u crawler:s3cret --cacert ca.pem 'https://localhost:9443/seedlist/myserver?Range=500'
+"""
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = commands.add_parser(
+        "seedlist",
+        help="serve documents as IBM Connections seedlists for crawlers",
+        description=HELP,
+        formatter_class=fmt,
+    )
+    actions = p.add_subparsers(dest="seedlist_command", required=True, metavar="ACTION")
+
+    load = actions.add_parser(
+        "load", help="load records into a state file", description=LOAD_HELP, formatter_class=fmt
+    )
+    load.add_argument("inputs", nargs="+", metavar="INPUT", help="JSON Lines file or - (stdin)")
+    load.add_argument("--db", required=True, metavar="STATE", help="the state file (SQLite)")
+    load.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    load.set_defaults(func=run_load)
+
+    serve = actions.add_parser(
+        "serve", help="serve a state file to crawlers", description=SERVE_HELP, formatter_class=fmt
+    )
+    serve.add_argument("state", metavar="STATE", help="a state file made by seedlist load")
+    serve.add_argument("--port", type=int, required=True, help="port to listen on (0: any free)")
+    serve.add_argument(
+        "--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
+    )
+    serve.add_argument("--cert", metavar="PEM", help="server certificate (chain): serve HTTPS")
+    serve.add_argument("--key", metavar="PEM", help="its private key")
+    serve.add_argument("--user", help="require HTTP basic authentication as this user")
+    serve.add_argument(
+        "--password-env",
+        metavar="VAR",
+        help="environment variable holding --user's password (never on the command line)",
+    )
+    serve.set_defaults(func=run_serve)
+
+
+def run_load(args: argparse.Namespace) -> int:
+    from fastfeed.seedlist import LoadError, SeedlistStore
+    from fastfeed.seedlist.inputs import read_jsonl
+
+    with SeedlistStore(args.db) as store:
+        try:
+            summary = store.load_located(read_jsonl(args.inputs))
+        except LoadError as exc:
+            print(f"fastfeed seedlist load: error: {exc}", file=sys.stderr)
+            print(
+                f"fastfeed seedlist load: nothing of this load was kept in {args.db}; fix the "
+                "record and load again",
+                file=sys.stderr,
+            )
+            return ExitCode.FAILED
+    counts = vars(summary)
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(counts) + b"\n")
+    print(
+        "loaded into {}: {inserted} inserted, {updated} updated, {deleted} deleted, "
+        "{unchanged} unchanged".format(args.db, **counts),
+        file=sys.stderr,
+    )
+    return ExitCode.OK
+
+
+def _credentials(args: argparse.Namespace) -> tuple[str, str] | None:
+    if args.user is None and args.password_env is None:
+        return None
+    if args.user is None or args.password_env is None:
+        raise FastfeedError("give both --user and --password-env, or neither (no authentication)")
+    password = os.environ.get(args.password_env)
+    if not password:
+        raise FastfeedError(
+            f"--password-env: the variable {args.password_env} is not set or empty; set it to "
+            f"{args.user}'s password"
+        )
+    return args.user, password
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from fastfeed.seedlist.server import SeedlistServer
+
+    if (args.cert is None) != (args.key is None):
+        raise FastfeedError("give both --cert and --key for HTTPS, or neither for plain HTTP")
+    try:
+        ipaddress.ip_address(args.bind)
+    except ValueError as exc:
+        raise FastfeedError(f"--bind: {exc}") from exc
+    credentials = _credentials(args)
+    server = SeedlistServer(
+        args.state,
+        host=args.bind,
+        port=args.port,
+        tls=None if args.cert is None else (args.cert, args.key),
+        credentials=credentials,
+    )
+    try:
+        server.start()
+    except OSError as exc:
+        raise FastfeedError(
+            f"cannot serve on {args.bind} port {args.port}: {exc.strerror or exc}"
+        ) from exc
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        auth = f"basic authentication as {credentials[0]}" if credentials else "no authentication"
+        print(f"fastfeed seedlist: serving {args.state} at {server.url} ({auth}); Ctrl-C to stop")
+        sys.stdout.flush()
+        stop.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        server.stop()
+    print("fastfeed seedlist: stopped")
+    return ExitCode.OK

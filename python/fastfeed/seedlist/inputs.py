@@ -1,0 +1,42 @@
+"""JSON Lines inputs read as `fastfeed build` reads them: files or `-` (standard input), blank
+lines skipped, each record located by file and line for messages."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from typing import IO, Any
+
+import orjson
+
+from fastfeed.errors import FastfeedError
+from fastfeed.seedlist.store import LoadError
+
+
+def read_jsonl(inputs: Sequence[str]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(location, record) for every record of `inputs`; raises LoadError on a line that is not
+    a JSON object, FastfeedError on a file that cannot be read."""
+    for name in inputs:
+        if name == "-":
+            yield from _lines(sys.stdin.buffer, "<stdin>")
+            continue
+        try:
+            stream = open(name, "rb")  # noqa: SIM115 - closed below, after the generator's use
+        except OSError as exc:
+            raise FastfeedError(f"cannot read {name}: {exc.strerror}") from None
+        with stream:
+            yield from _lines(stream, name)
+
+
+def _lines(stream: IO[bytes], name: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    for number, line in enumerate(stream, 1):
+        if not line.strip():
+            continue
+        location = f"{name}:{number}"
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise LoadError(location, None, f"invalid JSON: {exc}") from None
+        if not isinstance(record, dict):
+            raise LoadError(location, None, f"expected a JSON object, got {type(record).__name__}")
+        yield location, record

@@ -13,6 +13,7 @@ SQLite is read on executor threads, one connection each, so a slow page does not
 from __future__ import annotations
 
 import asyncio
+import base64
 import hmac
 import os
 import socket
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from aiohttp import BasicAuth, hdrs, web
+from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler, Middleware
 from yarl import URL
 
@@ -197,19 +198,29 @@ async def content(request: web.Request) -> web.Response:
     return web.Response(body=data, headers={"Content-Type": mimetype})
 
 
+def _credentials(header: str) -> tuple[bytes, bytes]:
+    """(user, password) of an `Authorization: Basic` header; empty if it is none."""
+    scheme, _, encoded = header.strip().partition(" ")
+    if scheme.lower() != "basic":
+        return b"", b""
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True)
+    except ValueError:
+        return b"", b""
+    login, _, password = decoded.partition(b":")
+    return login, password
+
+
 def basic_auth(user: str, password: str) -> Middleware:
     """Middleware refusing requests without these credentials (compared in constant time)."""
     expected = (user.encode(), password.encode())
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        try:
-            given = BasicAuth.decode(request.headers.get(hdrs.AUTHORIZATION, ""), "utf-8")
-        except ValueError:
-            given = BasicAuth("")
+        login, password = _credentials(request.headers.get(hdrs.AUTHORIZATION, ""))
         # Both compared, always: how long a refusal takes must not tell which one was wrong.
-        login_ok = hmac.compare_digest(given.login.encode(), expected[0])
-        password_ok = hmac.compare_digest(given.password.encode(), expected[1])
+        login_ok = hmac.compare_digest(login, expected[0])
+        password_ok = hmac.compare_digest(password, expected[1])
         if login_ok and password_ok:
             return await handler(request)
         response = _text(401, "this seedlist needs a user and password (HTTP basic)")

@@ -359,8 +359,10 @@ def test_content_of_a_deleted_document_is_gone(
         assert store.delete(record(10)["url"])
 
     response = client.get(src)
+    unknown = [client.get(src.rsplit("/", 1)[0] + f"/{n}") for n in ("2", "x", "²", "9" * 30)]
 
     assert response.status_code == 404 and "deleted" in response.text
+    assert [r.status_code for r in unknown] == [404] * 4
 
 
 # Protection
@@ -415,6 +417,9 @@ def _first_next(client: httpx.Client, url: str) -> str:
         ({"Start": "5"}, "without State"),
         ({"Start": "-1"}, "Start"),
         ({"Start": "abc"}, "Start"),
+        ({"Start": "²"}, "Start"),
+        ({"Range": "²"}, "Range"),
+        ({"Range": "9" * 30}, "Range"),
         ({"State": "Zm9v"}, "State"),
         ({"State": "WyJ4IiwyLDEsMCwwXQ"}, "State"),  # since after upto
         ({"Range": "0"}, "Range"),

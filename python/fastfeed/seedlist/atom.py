@@ -8,6 +8,7 @@ id, links, content, authors, title, updated, action, acls, fields, summary.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -101,7 +102,7 @@ def render(page: Page) -> bytes:
     kind = "changes" if page.incremental else "documents"
     _el(feed, ATOM, "title", f"fastfeed seedlist: {len(page.entries)} {kind}")
     newest = max((e.changed_at for e in page.entries), default=None)
-    _el(feed, ATOM, "updated", _rfc3339(newest if newest is not None else 0))
+    _el(feed, ATOM, "updated", _rfc3339(newest if newest is not None else time.time()))
     for field_id, name, field_type, sortable in _STANDARD_FIELDS:
         _field_info(feed, field_id, name, field_type, sortable)
     for name in page.fields:

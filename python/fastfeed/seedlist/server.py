@@ -79,16 +79,21 @@ class ServerState:
 STATE = web.AppKey("state", ServerState)
 
 
+def _number(text: str) -> bool:
+    """A whole number SQLite can hold (str.isdigit alone takes "²", which int() refuses)."""
+    return text.isascii() and text.isdigit() and len(text) <= 18
+
+
 def parse_query(query: dict[str, str]) -> Query:
     """The paging parameters, checked for form; raises Refused(400)."""
     action = query.get("Action", "GetDocuments")
     if action != "GetDocuments":
         raise Refused(400, f"Action={action} is not supported; this seedlist has GetDocuments")
     text = query.get("Range", str(DEFAULT_RANGE))
-    if not text.isdigit() or not 1 <= int(text) <= MAX_RANGE:
+    if not _number(text) or not 1 <= int(text) <= MAX_RANGE:
         raise Refused(400, f"Range={text} is not a whole number from 1 to {MAX_RANGE}")
     start_text = query.get("Start")
-    if start_text is not None and not start_text.isdigit():
+    if start_text is not None and not _number(start_text):
         raise Refused(400, f"Start={start_text} is not a whole number")
     try:
         state = tokens.decode_state(query["State"]) if "State" in query else None
@@ -188,7 +193,7 @@ async def content(request: web.Request) -> web.Response:
     state = request.app[STATE]
     text = request.match_info["id"]
     found = None
-    if text.isdigit():
+    if _number(text):
         found = await asyncio.get_running_loop().run_in_executor(
             None, lambda: state.store().content(int(text))
         )

@@ -1,0 +1,153 @@
+"""`fastfeed seedlist load` and `fastfeed seedlist serve` as a user runs them."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+from conftest import TLSFiles
+from fastfeed.cli import main
+from test_seedlist import crawl
+
+
+def write_jsonl(path: Path, *records: dict[str, object]) -> Path:
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    return path
+
+
+def test_load_reports_what_changed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "s.sqlite"
+    first = write_jsonl(tmp_path / "a.jsonl", {"url": "http://e.example.com/1", "content": "x"})
+    assert main(["seedlist", "load", str(first), "--db", str(db)]) == 0
+    changes = write_jsonl(
+        tmp_path / "b.jsonl",
+        {"url": "http://e.example.com/1", "action": "delete"},
+        {"url": "http://e.example.com/2", "content": "y"},
+    )
+    capsys.readouterr()
+
+    status = main(["seedlist", "load", str(changes), str(first), "--db", str(db), "--json"])
+
+    out, err = capsys.readouterr()
+    assert status == 0
+    assert orjson.loads(out) == {"inserted": 2, "updated": 0, "deleted": 1, "unchanged": 0}
+    assert "2 inserted, 0 updated, 1 deleted" in err
+
+
+def test_load_reads_standard_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = b'{"url": "http://e.example.com/1", "content": "x"}\n\n'
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(lines)))
+
+    assert main(["seedlist", "load", "-", "--db", str(tmp_path / "s.sqlite"), "--json"]) == 0
+
+    assert orjson.loads(capsys.readouterr().out)["inserted"] == 1
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (
+            b'{"url": "http://e.example.com/2", "metadata": {"k": "\\u0007"}}',
+            "docs.jsonl:3: metadata.k: holds U+0007",
+        ),
+        (b'{"url": "http://e.example.com/2", "content": "x"', "docs.jsonl:3: invalid JSON"),
+        (b'["url"]', "docs.jsonl:3: expected a JSON object, got list"),
+    ],
+)
+def test_load_names_file_line_and_field_and_keeps_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], line: bytes, message: str
+) -> None:
+    db = tmp_path / "s.sqlite"
+    docs = tmp_path / "docs.jsonl"
+    docs.write_bytes(b'{"url": "http://e.example.com/1", "content": "x"}\n\n' + line + b"\n")
+
+    status = main(["seedlist", "load", str(docs), "--db", str(db)])
+
+    err = capsys.readouterr().err
+    assert status == 1
+    assert f"{tmp_path}/{message}" in err
+    assert "nothing of this load was kept" in err
+    from fastfeed.seedlist import SeedlistStore
+
+    with SeedlistStore(db) as store:
+        assert store.position().change == 0
+
+
+def test_help_teaches_with_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    for command in (["seedlist"], ["seedlist", "load"], ["seedlist", "serve"]):
+        with pytest.raises(SystemExit):
+            main([*command, "--help"])
+        out = capsys.readouterr().out
+        assert "examples:" in out and "fastfeed seedlist" in out
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--user", "crawler"], "give both --user and --password-env"),
+        (["--user", "crawler", "--password-env", "FASTFEED_TEST_UNSET"], "is not set"),
+        (["--cert", "c.pem"], "give both --cert and --key"),
+        (["--bind", "localhost"], "--bind"),
+    ],
+)
+def test_serve_refuses_incomplete_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: list[str], message: str
+) -> None:
+    write_jsonl(tmp_path / "a.jsonl", {"url": "http://e.example.com/1"})
+    db = tmp_path / "s.sqlite"
+    assert main(["seedlist", "load", str(tmp_path / "a.jsonl"), "--db", str(db)]) == 0
+
+    assert main(["seedlist", "serve", str(db), "--port", "0", *options]) == 1
+
+    assert message in capsys.readouterr().err
+
+
+def test_serve_refuses_a_missing_state_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "none.sqlite"
+
+    assert main(["seedlist", "serve", str(missing), "--port", "0"]) == 1
+
+    assert "load records into it first" in capsys.readouterr().err
+    assert not missing.exists()
+
+
+def test_serve_over_https_with_basic_auth_until_interrupted(tmp_path: Path, tls: TLSFiles) -> None:
+    db = tmp_path / "s.sqlite"
+    docs = write_jsonl(tmp_path / "a.jsonl", {"url": "http://e.example.com/1", "content": "hi"})
+    assert main(["seedlist", "load", str(docs), "--db", str(db)]) == 0
+    password = "never-in-the-output"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fastfeed.cli", "seedlist", "serve", str(db), "--port", "0"]
+        + ["--cert", str(tls.cert_path), "--key", str(tls.key_path)]
+        + ["--user", "crawler", "--password-env", "SEEDLIST_PASSWORD"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "SEEDLIST_PASSWORD": password},
+    )
+    try:
+        assert process.stdout is not None
+        banner = process.stdout.readline()
+        assert "Ctrl-C to stop" in banner, banner
+        url = banner.split(" at ")[1].split(" ")[0]
+        with httpx.Client(verify=tls.client_context()) as anonymous:
+            assert anonymous.get(url).status_code == 401
+        with httpx.Client(verify=tls.client_context(), auth=("crawler", password)) as crawler:
+            assert [e["content"] for e in crawl(crawler, url).entries] == [b"hi"]
+    finally:
+        process.send_signal(signal.SIGINT)
+        out, _ = process.communicate(timeout=30)
+    assert process.returncode == 0
+    assert password not in banner + out
+    assert "stopped" in out

@@ -116,7 +116,6 @@ def parse(record: Mapping[str, Any]) -> Document | Deletion:
     problem = _core.url_problem(url)
     if problem:
         raise RecordProblem("url", problem)
-    _xml_text("url", url)
     action = fields.get("action", "add")
     if action not in ("add", "delete"):
         raise RecordProblem("action", f"{action!r} is not add or delete")

@@ -31,6 +31,7 @@ from fastfeed.seedlist.records import (
     TITLE,
     Deletion,
     Document,
+    RecordProblem,
     parse,
     xml_can_carry,
 )
@@ -155,9 +156,8 @@ class SeedlistStore:
             for location, record in records:
                 try:
                     item = parse(record)
-                except ValueError as exc:
-                    field = getattr(exc, "field", None)
-                    raise LoadError(location, field, getattr(exc, "reason", str(exc))) from None
+                except RecordProblem as exc:
+                    raise LoadError(location, exc.field, exc.reason) from None
                 outcome = self._apply(item)
                 setattr(summary, outcome, getattr(summary, outcome) + 1)
         return summary

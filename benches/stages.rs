@@ -6,7 +6,7 @@
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use fastfeed_core::encode::{base64_into, Compress, Deflater, Scratch};
 use fastfeed_core::escape::{escape_into, Context};
-use fastfeed_core::record::{EncodeOptions, FeedKind, FeedType};
+use fastfeed_core::record::{AclFormat, EncodeOptions, FeedKind, FeedType};
 use fastfeed_core::{Content, Record};
 
 /// Deterministic pseudo-random bytes (xorshift), so runs compare.
@@ -134,6 +134,7 @@ fn records(c: &mut Criterion) {
     };
     let opts = EncodeOptions {
         compress: Compress::Auto,
+        acl_format: AclFormat::PerUrl,
     };
     let rec = Record {
         url: "http://docs.example.com/a/b/c.html".into(),

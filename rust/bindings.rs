@@ -14,9 +14,12 @@ use pyo3::types::{
     PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple,
 };
 
+use crate::acl::AclInput;
 use crate::encode::Compress;
 use crate::error::Error;
-use crate::record::{check_url, Action, AuthMethod, Content, FeedType, Record, Timestamp};
+use crate::record::{
+    check_url, AclFormat, Action, AuthMethod, Content, FeedType, Record, Timestamp,
+};
 use crate::writer::{
     check_datasource, FeedWriter, ManifestEntry, Options, DEFAULT_LEVEL, DEFAULT_MAX_BYTES,
     HARD_MAX_BYTES,
@@ -268,6 +271,33 @@ impl<'py> Fields<'_, 'py> {
                         .extract::<PathBuf>()
                         .map_err(|_| self.wrong("content_path", "a file path", &value))?,
                 )),
+                "acl" => {
+                    // The same serde schema as JSON Lines, read straight from the Python objects.
+                    let input: AclInput = pythonize::depythonize(&value).map_err(|e| {
+                        Error::record(self.index, Some("acl"), e.to_string().replace('`', "'"))
+                    })?;
+                    r.acl = Some(
+                        input
+                            .into_acl()
+                            .map_err(|m| Error::record(self.index, Some("acl"), m))?,
+                    );
+                }
+                "overwrite_acls" => {
+                    r.overwrite_acls = Some(self.boolean("overwrite_acls", &value)?)
+                }
+                "kind" => {
+                    r.standalone_acl = match self.string("kind", &value)?.as_str() {
+                        "document" => false,
+                        "acl" => true,
+                        other => {
+                            return Err(Error::record(
+                                self.index,
+                                Some("kind"),
+                                format!("'{other}' is not document or acl"),
+                            ))
+                        }
+                    }
+                }
                 other => {
                     return Err(Error::record(
                         self.index,
@@ -275,7 +305,8 @@ impl<'py> Fields<'_, 'py> {
                         format!(
                             "unknown field '{other}' (fields: url, action, mimetype, displayurl, \
                              last_modified, lock, authmethod, pagerank, crawl_immediately, \
-                             crawl_once, metadata, content, content_base64, content_path)"
+                             crawl_once, metadata, content, content_base64, content_path, acl, \
+                             overwrite_acls, kind)"
                         ),
                     ))
                 }
@@ -301,6 +332,7 @@ fn entry_dict<'py>(py: Python<'py>, e: &ManifestEntry) -> PyResult<Bound<'py, Py
     d.set_item("records", e.records)?;
     d.set_item("bytes", e.bytes)?;
     d.set_item("sha256", &e.sha256)?;
+    d.set_item("kind", e.kind.as_str())?;
     Ok(d)
 }
 
@@ -329,18 +361,20 @@ impl PyFeedWriter {
 #[pymethods]
 impl PyFeedWriter {
     #[new]
-    #[pyo3(signature = (out_dir, datasource, feedtype, *, max_bytes=DEFAULT_MAX_BYTES, max_records=0, compress="auto", level=DEFAULT_LEVEL, workers=0))]
+    #[pyo3(signature = (out_dir, datasource, feedtype, *, kind="feed", max_bytes=DEFAULT_MAX_BYTES, max_records=0, compress="auto", level=DEFAULT_LEVEL, workers=0, acl_format="per-url"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         out_dir: PathBuf,
         datasource: &str,
         feedtype: &str,
+        kind: &str,
         max_bytes: u64,
         max_records: u64,
         compress: &str,
         level: u8,
         workers: usize,
+        acl_format: &str,
     ) -> PyResult<Self> {
         let feedtype = FeedType::parse(feedtype).ok_or_else(|| {
             FeedError::new_err(format!(
@@ -352,15 +386,31 @@ impl PyFeedWriter {
                 "compress '{compress}' is not one of auto, always, never"
             ))
         })?;
+        let acl_format = AclFormat::parse(acl_format).ok_or_else(|| {
+            FeedError::new_err(format!(
+                "acl format '{acl_format}' is not per-url or legacy"
+            ))
+        })?;
         let opts = Options {
             max_bytes,
             max_records,
             compress,
             level,
             workers,
+            acl_format,
         };
-        let datasource = datasource.to_owned();
-        let writer = py.allow_threads(|| FeedWriter::new(&out_dir, &datasource, feedtype, opts))?;
+        let source = datasource.to_owned();
+        let writer = match kind {
+            "feed" => py.allow_threads(|| FeedWriter::new(&out_dir, &source, feedtype, opts)),
+            "groups" => {
+                py.allow_threads(|| FeedWriter::new_groups(&out_dir, &source, feedtype, opts))
+            }
+            other => {
+                return Err(FeedError::new_err(format!(
+                    "kind '{other}' is not feed or groups"
+                )))
+            }
+        }?;
         Ok(PyFeedWriter {
             inner: Some(writer),
         })

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use crate::acl::AclInput;
 use crate::error::{Error, Result};
 use crate::record::{Action, AuthMethod, Content, Record, Timestamp};
 
@@ -28,6 +29,9 @@ const FIELDS: &[&str] = &[
     "content",
     "content_base64",
     "content_path",
+    "acl",
+    "overwrite_acls",
+    "kind",
 ];
 
 #[derive(Deserialize)]
@@ -71,6 +75,9 @@ struct RawRecord<'a> {
     #[serde(borrow)]
     content_base64: Option<Text<'a>>,
     content_path: Option<PathBuf>,
+    acl: Option<AclInput>,
+    overwrite_acls: Option<bool>,
+    kind: Option<Cow<'a, str>>,
 }
 
 /// serde's messages end with a position inside the line, which the caller already names.
@@ -80,6 +87,15 @@ fn without_position(message: &str) -> &str {
 
 /// Parses one line (not blank) of a JSON Lines input; `index` names it in errors.
 pub fn parse_line(index: usize, line: &[u8]) -> Result<Record<'_>> {
+    into_record(index, parse_object::<RawRecord<'_>>(index, line, FIELDS)?)
+}
+
+/// Parses a line holding one JSON object of type `T`, whose top-level `fields` name errors.
+pub(crate) fn parse_object<'a, T: Deserialize<'a>>(
+    index: usize,
+    line: &'a [u8],
+    fields: &[&'static str],
+) -> Result<T> {
     // serde would take a JSON array for a struct, field by field.
     if line.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(Error::record(
@@ -89,17 +105,24 @@ pub fn parse_line(index: usize, line: &[u8]) -> Result<Record<'_>> {
         ));
     }
     let mut de = serde_json::Deserializer::from_slice(line);
-    let raw: RawRecord<'_> = serde_path_to_error::deserialize(&mut de).map_err(|err| {
+    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|err| {
         let path = err.path().to_string();
-        json_error(index, line, &path, &err.into_inner())
+        json_error(index, line, &path, &err.into_inner(), fields)
     })?;
     // Trailing characters after the object make the line as a whole invalid.
-    de.end().map_err(|err| json_error(index, line, "", &err))?;
-    into_record(index, raw)
+    de.end()
+        .map_err(|err| json_error(index, line, "", &err, fields))?;
+    Ok(value)
 }
 
-/// Turns serde's error at `path` (like `metadata.tags[0]`) into one naming the record field.
-fn json_error(index: usize, line: &[u8], path: &str, err: &serde_json::Error) -> Error {
+/// Turns serde's error at `path` (like `metadata.tags[0]`) into one naming the top field.
+fn json_error(
+    index: usize,
+    line: &[u8],
+    path: &str,
+    err: &serde_json::Error,
+    fields: &[&'static str],
+) -> Error {
     let top = path.split(['.', '[']).next().unwrap_or("");
     let mut message = without_position(&err.to_string())
         .replace("expected i64", "expected an integer")
@@ -110,7 +133,7 @@ fn json_error(index: usize, line: &[u8], path: &str, err: &serde_json::Error) ->
         // serde says "invalid unicode code point"; say where the bad byte is.
         message = format!("not valid UTF-8 (byte {} of the line)", e.valid_up_to());
     }
-    if let Some(field) = FIELDS.iter().find(|f| **f == top) {
+    if let Some(field) = fields.iter().find(|f| **f == top) {
         let message = if message.contains("untagged enum RawTimestamp") {
             "expected a date string or a number".to_owned()
         } else if message.contains("untagged enum MetaValue") {
@@ -167,6 +190,16 @@ fn into_record(index: usize, raw: RawRecord<'_>) -> Result<Record<'_>> {
             )
         })?),
     };
+    let standalone_acl = match raw.kind.as_deref() {
+        None | Some("document") => false,
+        Some("acl") => true,
+        Some(other) => return Err(bad("kind", format!("'{other}' is not document or acl"))),
+    };
+    let acl = raw
+        .acl
+        .map(AclInput::into_acl)
+        .transpose()
+        .map_err(|m| bad("acl", m))?;
     let mut metadata = Vec::new();
     for (name, value) in raw.metadata.into_iter().flatten() {
         match value {
@@ -190,6 +223,9 @@ fn into_record(index: usize, raw: RawRecord<'_>) -> Result<Record<'_>> {
         crawl_once: raw.crawl_once,
         metadata,
         content: contents.pop(),
+        acl,
+        overwrite_acls: raw.overwrite_acls,
+        standalone_acl,
     })
 }
 

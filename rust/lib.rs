@@ -3,9 +3,11 @@
 //! Everything here is plain Rust; `bindings` (behind the `python` feature) is the only module
 //! that knows about Python.
 
+pub mod acl;
 pub mod encode;
 pub mod error;
 pub mod escape;
+pub mod groups;
 pub mod jsonl;
 pub mod record;
 pub mod writer;

@@ -4,6 +4,7 @@ use std::borrow::Cow;
 use std::io::Read;
 use std::path::PathBuf;
 
+use crate::acl::Acl;
 use crate::encode::{base64_into, decode_base64_into, Compress, Scratch};
 use crate::error::{Error, Result};
 use crate::escape::{escape_into, first_unrepresentable, Context};
@@ -89,6 +90,12 @@ pub struct Record<'a> {
     /// Name and value pairs; a name given several values appears several times, in input order.
     pub metadata: Vec<(String, String)>,
     pub content: Option<Content<'a>>,
+    pub acl: Option<Acl>,
+    /// `overwrite-acls` of the record's metadata.
+    pub overwrite_acls: Option<bool>,
+    /// `"kind": "acl"`: an ACL for a URL that is not a document (a folder, a share), written
+    /// as an `<acl url>` of the group; it carries only `url` and `acl`.
+    pub standalone_acl: bool,
 }
 
 /// What kind of feed a record goes into, which decides the rules it must follow.
@@ -132,10 +139,30 @@ impl FeedKind {
     }
 }
 
-/// How contents are encoded.
+/// How ACLs are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AclFormat {
+    /// The `<acl>` element of software 7.0 and later.
+    PerUrl,
+    /// The google:acl* meta names that appliances before 7.0 read.
+    Legacy,
+}
+
+impl AclFormat {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "per-url" => Some(AclFormat::PerUrl),
+            "legacy" => Some(AclFormat::Legacy),
+            _ => None,
+        }
+    }
+}
+
+/// How records are encoded.
 #[derive(Clone, Copy, Debug)]
 pub struct EncodeOptions {
     pub compress: Compress,
+    pub acl_format: AclFormat,
 }
 
 /// Whether a MIME type names text that may travel as XML text.
@@ -254,6 +281,24 @@ fn url_path(url: &str) -> &str {
     path.split(['?', '#']).next().unwrap_or("")
 }
 
+/// Refuses, naming the field, a character XML cannot carry in a field that has no base64 form.
+fn representable(index: usize, field: &'static str, value: &str) -> Result<()> {
+    match first_unrepresentable(value) {
+        None => Ok(()),
+        Some(at) => {
+            let c = value[at..].chars().next().unwrap_or_default();
+            Err(Error::record(
+                index,
+                Some(field),
+                format!(
+                    "contains U+{:04X} at byte {at}, a character XML cannot carry in this field",
+                    u32::from(c)
+                ),
+            ))
+        }
+    }
+}
+
 /// A record checked against its feed, ready to be written.
 struct Checked<'r, 'a> {
     record: &'r Record<'a>,
@@ -264,28 +309,71 @@ struct Checked<'r, 'a> {
 }
 
 impl<'a> Record<'a> {
-    /// Applies the protocol's rules; `index` names the record in errors.
-    fn check(&self, index: usize, kind: FeedKind) -> Result<Checked<'_, 'a>> {
-        let err = |field: &'static str, msg: String| Error::record(index, Some(field), msg);
-        let representable = |field: &'static str, value: &str| match first_unrepresentable(value) {
-            None => Ok(()),
-            Some(at) => {
-                let c = value[at..].chars().next().unwrap_or_default();
-                Err(err(
-                    field,
-                    format!(
-                        "contains U+{:04X} at byte {at}, a character XML cannot carry in this field",
-                        u32::from(c)
-                    ),
-                ))
-            }
-        };
-
+    fn check_url(&self, index: usize) -> Result<()> {
+        let err = |msg: String| Error::record(index, Some("url"), msg);
         if self.url.is_empty() {
-            return Err(err("url", "is required".into()));
+            return Err(err("is required".into()));
         }
-        representable("url", &self.url)?;
-        check_url(&self.url).map_err(|m| err("url", m))?;
+        representable(index, "url", &self.url)?;
+        check_url(&self.url).map_err(err)
+    }
+
+    /// The first field a standalone ACL must not carry, if any.
+    fn field_besides_acl(&self) -> Option<&'static str> {
+        [
+            ("action", self.action.is_some()),
+            ("mimetype", self.mimetype.is_some()),
+            ("displayurl", self.displayurl.is_some()),
+            ("last_modified", self.last_modified.is_some()),
+            ("lock", self.lock.is_some()),
+            ("authmethod", self.authmethod.is_some()),
+            ("pagerank", self.pagerank.is_some()),
+            ("crawl_immediately", self.crawl_immediately.is_some()),
+            ("crawl_once", self.crawl_once.is_some()),
+            ("metadata", !self.metadata.is_empty()),
+            ("content", self.content.is_some()),
+            ("overwrite_acls", self.overwrite_acls.is_some()),
+        ]
+        .into_iter()
+        .find_map(|(field, given)| given.then_some(field))
+    }
+
+    /// Checks and writes a standalone ACL: `<acl url=...>` in the group.
+    fn encode_standalone_acl(
+        &self,
+        index: usize,
+        opts: EncodeOptions,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        let err = |field: &'static str, msg: &str| Error::record(index, Some(field), msg);
+        self.check_url(index)?;
+        let Some(acl) = &self.acl else {
+            return Err(err("acl", "a standalone ACL (kind acl) needs an acl"));
+        };
+        if let Some(field) = self.field_besides_acl() {
+            return Err(err(
+                field,
+                "a standalone ACL (kind acl) carries only url and acl",
+            ));
+        }
+        if opts.acl_format == AclFormat::Legacy {
+            return Err(err(
+                "kind",
+                "the legacy ACL format is metadata of documents: it has no standalone ACLs",
+            ));
+        }
+        acl.check()
+            .map_err(|m| Error::record(index, Some("acl"), m))?;
+        acl.write(out, Some(&self.url));
+        Ok(())
+    }
+
+    /// Applies the protocol's rules; `index` names the record in errors.
+    fn check(&self, index: usize, kind: FeedKind, opts: EncodeOptions) -> Result<Checked<'_, 'a>> {
+        let err = |field: &'static str, msg: String| Error::record(index, Some(field), msg);
+        let representable = |field: &'static str, value: &str| representable(index, field, value);
+
+        self.check_url(index)?;
         if let Some(d) = &self.displayurl {
             representable("displayurl", d)?;
             if d.is_empty() {
@@ -298,6 +386,13 @@ impl<'a> Record<'a> {
             }
             if !(68..=100).contains(&rank) {
                 return Err(err("pagerank", format!("{rank} is outside 68 to 100")));
+            }
+        }
+        let mut legacy_acl = Vec::new();
+        if let Some(acl) = &self.acl {
+            acl.check().map_err(|m| err("acl", m))?;
+            if opts.acl_format == AclFormat::Legacy {
+                legacy_acl = acl.legacy_metadata().map_err(|m| err("acl", m))?;
             }
         }
         let delete = self.action == Some(Action::Delete);
@@ -316,12 +411,14 @@ impl<'a> Record<'a> {
             }
         } else if kind.feedtype == FeedType::Full
             && !delete
-            && !self.metadata.is_empty()
+            && (!self.metadata.is_empty() || !legacy_acl.is_empty())
             && !kind.web
         {
             return Err(err(
                 "metadata",
-                "a full feed cannot push metadata alone: give the record content too".into(),
+                "a full feed cannot push metadata alone (legacy ACLs are metadata too): give the \
+                 record content too"
+                    .into(),
             ));
         }
         for (name, value) in &self.metadata {
@@ -370,14 +467,15 @@ impl<'a> Record<'a> {
         };
         // Sorted so that unchanged documents give the same bytes; stable, so that repeated names
         // keep their input order.
-        let metadata: Cow<'_, [(String, String)]> = if self.metadata.is_sorted_by(|a, b| a.0 <= b.0)
-        {
-            Cow::Borrowed(&self.metadata)
-        } else {
-            let mut sorted = self.metadata.clone();
-            sorted.sort_by(|a, b| a.0.cmp(&b.0));
-            Cow::Owned(sorted)
-        };
+        let metadata: Cow<'_, [(String, String)]> =
+            if legacy_acl.is_empty() && self.metadata.is_sorted_by(|a, b| a.0 <= b.0) {
+                Cow::Borrowed(&self.metadata)
+            } else {
+                let mut sorted = self.metadata.clone();
+                sorted.append(&mut legacy_acl);
+                sorted.sort_by(|a, b| a.0.cmp(&b.0));
+                Cow::Owned(sorted)
+            };
         Ok(Checked {
             record: self,
             mimetype,
@@ -395,7 +493,10 @@ impl<'a> Record<'a> {
         scratch: &mut Scratch,
         out: &mut Vec<u8>,
     ) -> Result<()> {
-        let checked = self.check(index, kind)?;
+        if self.standalone_acl {
+            return self.encode_standalone_acl(index, opts, out);
+        }
+        let checked = self.check(index, kind, opts)?;
         let written = checked.write(index, opts, scratch, out);
         scratch.trim();
         written
@@ -454,13 +555,24 @@ impl Checked<'_, '_> {
         }
         flag(out, "crawl-immediately", r.crawl_immediately);
         flag(out, "crawl-once", r.crawl_once);
-        if self.metadata.is_empty() && r.content.is_none() {
+        let acl = r
+            .acl
+            .as_ref()
+            .filter(|_| opts.acl_format == AclFormat::PerUrl);
+        let metadata = !self.metadata.is_empty() || r.overwrite_acls.is_some();
+        if acl.is_none() && !metadata && r.content.is_none() {
             out.extend_from_slice(b"/>\n");
             return Ok(());
         }
         out.extend_from_slice(b">\n");
-        if !self.metadata.is_empty() {
-            out.extend_from_slice(b"<metadata>\n");
+        // The DTD's order: acl, metadata, content.
+        if let Some(acl) = acl {
+            acl.write(out, None);
+        }
+        if metadata {
+            out.extend_from_slice(b"<metadata");
+            flag(out, "overwrite-acls", r.overwrite_acls);
+            out.extend_from_slice(b">\n");
             for (name, value) in self.metadata.iter() {
                 write_meta(out, name, value);
             }

@@ -18,8 +18,9 @@ use sha2::{Digest, Sha256};
 use crate::encode::{Compress, Scratch};
 use crate::error::{Error, Result};
 use crate::escape::{escape_into, Context};
+use crate::groups::{self, Membership};
 use crate::jsonl;
-use crate::record::{EncodeOptions, FeedKind, FeedType, Record};
+use crate::record::{AclFormat, EncodeOptions, FeedKind, FeedType, Record};
 
 thread_local! {
     /// Each encoding thread's scratch, reused across records and batches.
@@ -53,6 +54,7 @@ pub struct Options {
     pub level: u8,
     /// Encoding threads; 0 means one per core.
     pub workers: usize,
+    pub acl_format: AclFormat,
 }
 
 impl Default for Options {
@@ -63,6 +65,25 @@ impl Default for Options {
             compress: Compress::Auto,
             level: DEFAULT_LEVEL,
             workers: 0,
+            acl_format: AclFormat::PerUrl,
+        }
+    }
+}
+
+/// What a set of files holds, which decides their form, their names and where they are pushed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetKind {
+    /// gsafeed files, for /xmlfeed.
+    Feed,
+    /// Groups feeds, for /xmlgroups; the set's source is the groupsource.
+    Groups,
+}
+
+impl SetKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SetKind::Feed => "feed",
+            SetKind::Groups => "groups",
         }
     }
 }
@@ -71,24 +92,27 @@ impl Default for Options {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ManifestEntry {
     pub file: String,
+    /// The datasource, or the groupsource of a groups feed.
     pub datasource: String,
     pub feedtype: FeedType,
     pub records: u64,
     pub bytes: u64,
     pub sha256: String,
+    pub kind: SetKind,
 }
 
 impl ManifestEntry {
     fn to_json(&self) -> String {
         // Every field is plain ASCII by construction (file names derive from the datasource).
         format!(
-            "{{\"file\":\"{}\",\"datasource\":\"{}\",\"feedtype\":\"{}\",\"records\":{},\"bytes\":{},\"sha256\":\"{}\"}}\n",
+            "{{\"file\":\"{}\",\"datasource\":\"{}\",\"feedtype\":\"{}\",\"records\":{},\"bytes\":{},\"sha256\":\"{}\",\"kind\":\"{}\"}}\n",
             self.file,
             self.datasource,
             self.feedtype.as_str(),
             self.records,
             self.bytes,
-            self.sha256
+            self.sha256,
+            self.kind.as_str()
         )
     }
 }
@@ -140,10 +164,11 @@ impl OpenFile {
     }
 }
 
-const FOOTER: &[u8] = b"</group>\n</gsafeed>\n";
+const XML_DECLARATION: &[u8] = b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
 
 /// Writes encoded records into numbered files under the cap: the sequential half of the writer.
 struct Files {
+    set: SetKind,
     dir: PathBuf,
     datasource: String,
     /// The set's feed type, which its first file carries.
@@ -157,9 +182,14 @@ struct Files {
 impl Files {
     fn header(&self, feedtype: FeedType) -> Vec<u8> {
         let mut h = Vec::with_capacity(256);
+        h.extend_from_slice(XML_DECLARATION);
+        if self.set == SetKind::Groups {
+            // The groupsource and feed type travel in the POST, as with feeds.
+            h.extend_from_slice(b"<xmlgroups>\n");
+            return h;
+        }
         h.extend_from_slice(
-            b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
-              <!DOCTYPE gsafeed PUBLIC \"-//Google//DTD GSA Feeds//EN\" \"\">\n\
+            b"<!DOCTYPE gsafeed PUBLIC \"-//Google//DTD GSA Feeds//EN\" \"\">\n\
               <gsafeed>\n<header>\n<datasource>",
         );
         escape_into(&mut h, &self.datasource, Context::Text).expect("datasource names are ASCII");
@@ -169,13 +199,20 @@ impl Files {
         h
     }
 
+    fn footer(&self) -> &'static [u8] {
+        match self.set {
+            SetKind::Feed => b"</group>\n</gsafeed>\n",
+            SetKind::Groups => b"</xmlgroups>\n",
+        }
+    }
+
     /// The most a file's header and footer take, whichever file it is.
     fn overhead(&self) -> u64 {
         let header = self
             .header(self.feedtype)
             .len()
             .max(self.header(FeedType::Incremental).len());
-        (header + FOOTER.len()) as u64
+        (header + self.footer().len()) as u64
     }
 
     /// Appends encoded records in order; returns the files finished meanwhile.
@@ -185,7 +222,7 @@ impl Files {
             let len = rec.len() as u64;
             let full = self.current.as_ref().is_some_and(|f| {
                 f.records > 0
-                    && (f.bytes + len + FOOTER.len() as u64 > self.max_bytes
+                    && (f.bytes + len + self.footer().len() as u64 > self.max_bytes
                         || (self.max_records > 0 && f.records >= self.max_records))
             });
             if full {
@@ -210,7 +247,10 @@ impl Files {
         } else {
             self.feedtype
         };
-        let name = format!("{}-{seq:06}.xml", self.datasource);
+        let name = match self.set {
+            SetKind::Feed => format!("{}-{seq:06}.xml", self.datasource),
+            SetKind::Groups => format!("{}-groups-{seq:06}.xml", self.datasource),
+        };
         let tmp = self.dir.join(format!("{name}.tmp"));
         let handle = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
         let mut file = OpenFile {
@@ -231,7 +271,7 @@ impl Files {
     fn close_current(&mut self) -> Result<ManifestEntry> {
         let mut file = self.current.take().expect("a file is open");
         let tmp = file.tmp.clone();
-        file.write(FOOTER).map_err(|e| Error::io(&tmp, e))?;
+        file.write(self.footer()).map_err(|e| Error::io(&tmp, e))?;
         let handle = file
             .out
             .into_inner()
@@ -247,6 +287,7 @@ impl Files {
             records: file.records,
             bytes: file.bytes,
             sha256: format!("{:x}", file.hash.finalize()),
+            kind: self.set,
         };
         self.entries.push(entry.clone());
         Ok(entry)
@@ -397,6 +438,7 @@ fn encode_all<T: Sync>(
 
 pub struct FeedWriter {
     dir: PathBuf,
+    set: SetKind,
     kind: FeedKind,
     opts: Options,
     limits: Limits,
@@ -414,16 +456,45 @@ pub struct FeedWriter {
 }
 
 impl FeedWriter {
+    /// A writer of gsafeed files for `datasource`.
     pub fn new(dir: &Path, datasource: &str, feedtype: FeedType, opts: Options) -> Result<Self> {
         check_datasource(datasource)?;
-        let web = datasource == "web";
-        if web && feedtype == FeedType::Full {
+        if datasource == "web" && feedtype == FeedType::Full {
             return Err(Error::Config(
                 "the 'web' datasource is a web feed, which is always incremental: use \
                  --feedtype incremental or metadata-and-url"
                     .into(),
             ));
         }
+        Self::open(dir, datasource, feedtype, SetKind::Feed, opts)
+    }
+
+    /// A writer of groups feeds for `groupsource`.
+    pub fn new_groups(
+        dir: &Path,
+        groupsource: &str,
+        feedtype: FeedType,
+        opts: Options,
+    ) -> Result<Self> {
+        check_datasource(groupsource).map_err(|_| {
+            Error::Config(format!(
+                "groupsource '{groupsource}' is not allowed: it must start with a letter or \
+                 underscore and hold only letters, digits, '_' and '-'"
+            ))
+        })?;
+        if feedtype == FeedType::MetadataAndUrl {
+            return Err(Error::Config("a groups feed is full or incremental".into()));
+        }
+        Self::open(dir, groupsource, feedtype, SetKind::Groups, opts)
+    }
+
+    fn open(
+        dir: &Path,
+        source: &str,
+        feedtype: FeedType,
+        set: SetKind,
+        opts: Options,
+    ) -> Result<Self> {
         if opts.max_bytes == 0 || opts.max_bytes > HARD_MAX_BYTES {
             return Err(Error::Config(format!(
                 "max bytes must be between 1 and {HARD_MAX_BYTES} (the protocol refuses feeds of 1 GB)"
@@ -457,8 +528,9 @@ impl FeedWriter {
             .build()
             .map_err(|e| Error::Config(format!("cannot start encoding threads: {e}")))?;
         let files = Files {
+            set,
             dir: dir.to_owned(),
-            datasource: datasource.to_owned(),
+            datasource: source.to_owned(),
             feedtype,
             max_bytes: opts.max_bytes,
             max_records: opts.max_records,
@@ -478,7 +550,11 @@ impl FeedWriter {
             .map_err(|e| Error::Config(format!("cannot start the writing thread: {e}")))?;
         Ok(FeedWriter {
             dir: dir.to_owned(),
-            kind: FeedKind { feedtype, web },
+            set,
+            kind: FeedKind {
+                feedtype,
+                web: set == SetKind::Feed && source == "web",
+            },
             opts,
             limits,
             pool,
@@ -562,6 +638,7 @@ impl FeedWriter {
         let (kind, level, limits) = (self.kind, self.opts.level, self.limits);
         let enc = EncodeOptions {
             compress: self.opts.compress,
+            acl_format: self.opts.acl_format,
         };
         let (encoded, warnings) = self.pool.install(|| {
             encode_all(items, level, limits, |index, item, scratch, out| {
@@ -581,6 +658,7 @@ impl FeedWriter {
     /// Checks, encodes and takes a batch of records; on error nothing of the batch is
     /// written, and the error's index is the record's position in `records`.
     pub fn add_batch(&mut self, records: &[Record<'_>]) -> Result<BatchReport> {
+        self.expect(SetKind::Feed)?;
         let indexed: Vec<(usize, &Record<'_>)> = records.iter().enumerate().collect();
         self.add(&indexed, |index, record, kind, opts, scratch, out| {
             record.encode_into(index, kind, opts, scratch, out)
@@ -592,11 +670,40 @@ impl FeedWriter {
     /// chunk, counting blank lines. The report's `lines` counts the chunk's lines.
     pub fn add_jsonl(&mut self, chunk: &[u8]) -> Result<BatchReport> {
         let (lines, count) = jsonl::lines(chunk);
-        let mut report = self.add(&lines, |index, line, kind, opts, scratch, out| {
-            jsonl::parse_line(index, line)?.encode_into(index, kind, opts, scratch, out)
-        })?;
+        let mut report = match self.set {
+            SetKind::Feed => self.add(&lines, |index, line, kind, opts, scratch, out| {
+                jsonl::parse_line(index, line)?.encode_into(index, kind, opts, scratch, out)
+            }),
+            SetKind::Groups => self.add(&lines, |index, line, _, _, _, out| {
+                groups::parse_line(index, line)?.encode_into(index, out)
+            }),
+        }?;
         report.lines = count;
         Ok(report)
+    }
+
+    /// Checks, encodes and takes a batch of group memberships, like `add_batch`.
+    pub fn add_memberships(&mut self, memberships: &[Membership]) -> Result<BatchReport> {
+        self.expect(SetKind::Groups)?;
+        let indexed: Vec<(usize, &Membership)> = memberships.iter().enumerate().collect();
+        self.add(&indexed, |index, membership, _, _, _, out| {
+            membership.encode_into(index, out)
+        })
+    }
+
+    fn expect(&self, set: SetKind) -> Result<()> {
+        if self.set == set {
+            Ok(())
+        } else {
+            Err(Error::Config(format!(
+                "this writer writes {} files: it takes no {}",
+                self.set.as_str(),
+                match set {
+                    SetKind::Feed => "document records",
+                    SetKind::Groups => "group memberships",
+                }
+            )))
+        }
     }
 
     /// Writes what is queued, closes the last file and writes the manifest. Returns every

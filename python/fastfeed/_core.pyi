@@ -25,11 +25,13 @@ class FeedWriter:
         datasource: str,
         feedtype: str,
         *,
+        kind: str = "feed",
         max_bytes: int = ...,
         max_records: int = 0,
         compress: str = "auto",
         level: int = ...,
         workers: int = 0,
+        acl_format: str = "per-url",
     ) -> None: ...
     def add_batch(
         self, records: Iterable[Mapping[str, Any]]

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Literal
 from urllib.parse import quote
 
 import orjson
@@ -26,10 +26,12 @@ from fastfeed.progress import Progress, human_bytes
 from fastfeed.writer import (
     DEFAULT_LEVEL,
     DEFAULT_MAX_BYTES,
+    AclFormat,
     Compress,
     FeedType,
     FeedWarning,
     FeedWriter,
+    SetWriter,
 )
 
 OnError = Literal["stop", "skip"]
@@ -79,9 +81,9 @@ def _chunks(stream: IO[bytes]) -> Iterator[bytes]:
         yield rest
 
 
-def _directory_batches(root: Path, base_url: str) -> Iterator[list[tuple[str, dict[str, Any]]]]:
+def _directory_batches(root: Path, base_url: str) -> Iterator[list[tuple[str, dict[str, object]]]]:
     base = base_url if base_url.endswith("/") else base_url + "/"
-    batch: list[tuple[str, dict[str, Any]]] = []
+    batch: list[tuple[str, dict[str, object]]] = []
     size = 0
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
@@ -105,6 +107,17 @@ def _directory_batches(root: Path, base_url: str) -> Iterator[list[tuple[str, di
         yield batch
 
 
+@dataclass(frozen=True)
+class _LineOf:
+    """Names line `i` of a chunk that starts at line `first` of file `name`."""
+
+    name: str
+    first: int
+
+    def __call__(self, i: int) -> str:
+        return f"{self.name}:{self.first + i}"
+
+
 class _Builder:
     """Feeds inputs to a writer, keeping what a refused record needs: its place and its bytes."""
 
@@ -112,10 +125,11 @@ class _Builder:
         self.on_error = on_error
         self.progress = progress
         self.rejected: list[tuple[str, bytes, str]] = []
-        #: Names the record at an index of the chunk or batch being written.
-        self.where: Callable[[int], str] = str
+        # The chunk being written: what names its lines, and how many were already done.
+        self._locate: Callable[[int], str] = str
+        self._done = 0
 
-    def start(self, writer: FeedWriter) -> None:
+    def start(self, writer: SetWriter) -> None:
         self.writer = writer
 
     def refuse(self, location: str, raw: bytes, exc: RecordError) -> None:
@@ -124,18 +138,31 @@ class _Builder:
             raise InputError(location, reason)
         self.rejected.append((location, raw, reason))
 
+    def where(self, index: int) -> str:
+        """Names the line at `index` of what the writer was last given."""
+        return self._locate(self._done + index)
+
     def jsonl(self, stream: IO[bytes], name: str) -> None:
-        first_line = 1
+        first = 1
         for chunk in _chunks(stream):
-            first_line = self._jsonl_chunk(chunk, name, first_line)
+            first += self._write(chunk, _LineOf(name, first))
             self.show()
 
-    def _jsonl_chunk(self, chunk: bytes, name: str, first_line: int) -> int:
-        """Writes a chunk whose first line is `first_line`; returns the next chunk's."""
+    def directory(self, root: Path, base_url: str) -> None:
+        # The files' records go as JSON Lines too: one way into the core, one way to refuse.
+        for batch in _directory_batches(root, base_url):
+            paths = [path for path, _ in batch]
+            chunk = b"".join(orjson.dumps(record) + b"\n" for _, record in batch)
+            self._write(chunk, paths.__getitem__)
+            self.show()
+
+    def _write(self, chunk: bytes, locate: Callable[[int], str]) -> int:
+        """Writes a chunk of JSON Lines whose line `i` is named by `locate(i)`; returns how
+        many lines it held."""
+        self._locate, self._done = locate, 0
         while chunk:
-            self.where = lambda index: f"{name}:{first_line + index}"  # noqa: B023
             try:
-                return first_line + self.writer.add_jsonl(chunk)
+                return self._done + self.writer.add_jsonl(chunk)
             except RecordError as exc:
                 # Nothing of the chunk was written, and the lines before the bad one are good:
                 # write them, set the bad line aside, and go on after it.
@@ -148,20 +175,8 @@ class _Builder:
                 if start:
                     self.writer.add_jsonl(chunk[:start])
                 chunk = chunk[end:]
-                first_line += exc.index + 1
-        return first_line
-
-    def directory(self, root: Path, base_url: str) -> None:
-        for batch in _directory_batches(root, base_url):
-            while batch:
-                self.where = lambda index: batch[index][0]  # noqa: B023
-                try:
-                    self.writer.add_batch([record for _, record in batch])  # type: ignore[misc]
-                    break
-                except RecordError as exc:
-                    location, record = batch.pop(exc.index)
-                    self.refuse(location, orjson.dumps(record), exc)
-            self.show()
+                self._done += exc.index + 1
+        return self._done
 
     def show(self) -> None:
         if self.progress is None:
@@ -186,6 +201,7 @@ def build(
     compress: Compress = "auto",
     level: int = DEFAULT_LEVEL,
     workers: int = 0,
+    acl_format: AclFormat = "per-url",
     on_error: OnError = "stop",
     on_file: Callable[[ManifestEntry], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
@@ -198,16 +214,46 @@ def build(
     written. With `"skip"`, refused records are saved byte for byte to `rejected.jsonl` (with
     the reasons in `rejected.log`) so that they can be fixed and fed again; none is lost.
     """
-    started = time.monotonic()
     for name in inputs:
         if name != "-" and Path(name).is_dir() and not base_url:
             raise FastfeedError(
                 f"{name} is a directory: give --base-url to map its files to URLs "
                 "(e.g. --base-url http://docs.example.com/share/)"
             )
+
+    def writer(warn: Callable[[FeedWarning], None]) -> SetWriter:
+        return FeedWriter(
+            out_dir,
+            datasource,
+            feedtype,
+            max_bytes=max_bytes,
+            max_records=max_records,
+            compress=compress,
+            level=level,
+            workers=workers,
+            acl_format=acl_format,
+            on_file=on_file,
+            on_warning=warn,
+        )
+
+    return write_set(inputs, out_dir, writer, base_url, on_error, on_warning, progress)
+
+
+def write_set(
+    inputs: Sequence[str],
+    out_dir: str | os.PathLike[str],
+    make_writer: Callable[[Callable[[FeedWarning], None]], SetWriter],
+    base_url: str | None,
+    on_error: OnError,
+    on_warning: Callable[[str], None] | None,
+    progress: Progress | None,
+) -> BuildSummary:
+    """Feeds `inputs` to the writer `make_writer` returns (given the warning handler it must
+    use), and saves the refused records; the part of a build that does not depend on what the
+    set holds."""
+    started = time.monotonic()
     out = Path(out_dir)
     warned = 0
-
     builder = _Builder(on_error, progress)
 
     def warn(warning: FeedWarning) -> None:
@@ -219,18 +265,7 @@ def build(
         else:
             on_warning(message)
 
-    writer = FeedWriter(
-        out,
-        datasource,
-        feedtype,
-        max_bytes=max_bytes,
-        max_records=max_records,
-        compress=compress,
-        level=level,
-        workers=workers,
-        on_file=on_file,
-        on_warning=warn,
-    )
+    writer = make_writer(warn)
     builder.start(writer)
     with writer:
         for name in inputs:

@@ -102,6 +102,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument(
         "--workers", type=int, default=0, help="encoding threads (default: one per core)"
     )
+    p.add_argument(
+        "--acl-format",
+        choices=("per-url", "legacy"),
+        default="per-url",
+        help="per-url: <acl> elements (software 7.0 and later, default); legacy: google:acl* "
+        "meta names, for older appliances (no namespaces, no standalone ACLs)",
+    )
     p.add_argument("--base-url", metavar="URL", help="URL of a directory INPUT's root")
     p.add_argument(
         "--on-error",
@@ -133,6 +140,7 @@ def run_build(args: argparse.Namespace) -> int:
             compress=args.compress,
             level=args.level,
             workers=args.workers,
+            acl_format=args.acl_format,
             on_error=args.on_error,
             progress=Progress(),
         )

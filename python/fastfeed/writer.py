@@ -1,4 +1,4 @@
-"""The Python API for building feeds: `FeedWriter`."""
+"""The Python API for building feeds: `FeedWriter` (and the base it shares with `GroupsWriter`)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,33 @@ from fastfeed.manifest import ManifestEntry
 
 FeedType = Literal["full", "incremental", "metadata-and-url"]
 Compress = Literal["auto", "always", "never"]
+AclFormat = Literal["per-url", "legacy"]
 
 DEFAULT_MAX_BYTES: int = _core.DEFAULT_MAX_BYTES
 HARD_MAX_BYTES: int = _core.HARD_MAX_BYTES
 DEFAULT_LEVEL: int = _core.DEFAULT_LEVEL
+
+
+class _PrincipalRequired(TypedDict):
+    name: str
+    scope: Literal["user", "group"]
+
+
+class Principal(_PrincipalRequired, total=False):
+    """A user or group: in an ACL (with `access`), or a member of a group (without)."""
+
+    access: Literal["permit", "deny"]
+    namespace: str
+    case_sensitive: bool
+    principal_type: Literal["unqualified"]
+
+
+class Acl(TypedDict, total=False):
+    """A per-URL ACL: who may or may not see the document, and what it inherits."""
+
+    principals: Sequence[Principal]
+    inheritance_type: Literal["child-overrides", "parent-overrides", "and-both-permit", "leaf-node"]
+    inherit_from: str
 
 
 class _RecordRequired(TypedDict):
@@ -24,8 +47,12 @@ class _RecordRequired(TypedDict):
 
 
 class Record(_RecordRequired, total=False):
-    """One document, as in the JSON Lines schema (see the README). At most one content field."""
+    """One document, as in the JSON Lines schema (see the README). At most one content field.
 
+    With `kind="acl"` it is instead an ACL for a URL that is not a document (a folder, a share)
+    and carries only `url` and `acl`."""
+
+    kind: Literal["document", "acl"]
     action: Literal["add", "delete"]
     mimetype: str
     displayurl: str
@@ -39,6 +66,8 @@ class Record(_RecordRequired, total=False):
     content: str | bytes
     content_base64: str
     content_path: str | os.PathLike[str]
+    acl: Acl
+    overwrite_acls: bool
 
 
 class FeedWarning(UserWarning):
@@ -49,63 +78,25 @@ class FeedWarning(UserWarning):
         self.index = index
 
 
-class FeedWriter:
-    """Writes records into numbered, size-capped feed files in `out_dir`, and `manifest.jsonl`.
-
-    Use it as a context manager; leaving the block closes the last file and writes the manifest,
-    unless an exception escapes it, in which case no manifest is written and the unfinished file
-    is removed, so that an incomplete set is never pushed::
-
-        with FeedWriter("feeds", "docs", "full") as writer:
-            writer.add_batch(records)
-        print(writer.manifest)
-
-    `add_batch` is the fast path: the whole batch crosses into Rust in one call and is encoded on
-    `workers` threads without the GIL. A bad record raises `RecordError` (with `.index` and
-    `.field`) and nothing of its batch is written, so the batch can be retried without it.
-    """
+class SetWriter:
+    """What every writer of a set of size-capped files shares: the JSON Lines fast path, the
+    manifest, and closing as a context manager (see `FeedWriter`)."""
 
     def __init__(
         self,
+        core: _core.FeedWriter,
         out_dir: str | os.PathLike[str],
-        datasource: str,
-        feedtype: FeedType = "incremental",
-        *,
-        max_bytes: int = DEFAULT_MAX_BYTES,
-        max_records: int = 0,
-        compress: Compress = "auto",
-        level: int = DEFAULT_LEVEL,
-        workers: int = 0,
-        on_file: Callable[[ManifestEntry], None] | None = None,
-        on_warning: Callable[[FeedWarning], None] | None = None,
+        on_file: Callable[[ManifestEntry], None] | None,
+        on_warning: Callable[[FeedWarning], None] | None,
     ) -> None:
-        self._core = _core.FeedWriter(
-            os.fspath(out_dir),
-            datasource,
-            feedtype,
-            max_bytes=max_bytes,
-            max_records=max_records,
-            compress=compress,
-            level=level,
-            workers=workers,
-        )
+        self._core = core
         self.out_dir = os.fspath(out_dir)
         self._on_file = on_file
         self._on_warning = on_warning
         self._manifest: list[ManifestEntry] | None = None
 
-    def add(self, record: Record) -> None:
-        """Adds one record. Prefer `add_batch` for many: each call crosses into Rust once."""
-        self.add_batch((record,))
-
-    def add_batch(self, records: Iterable[Record]) -> None:
-        """Adds records in order; nothing of the batch is written if one of them is refused."""
-        batch = records if isinstance(records, (list, tuple)) else list(records)
-        problems, finished = self._core.add_batch(batch)
-        self._report(problems, finished)
-
     def add_jsonl(self, chunk: bytes) -> int:
-        """Adds the records of a chunk of JSON Lines (whole lines only), parsed in Rust on the
+        """Adds the items of a chunk of JSON Lines (whole lines only), parsed in Rust on the
         worker threads, and returns how many lines the chunk held. A bad line raises
         `RecordError` whose `.index` is its line in the chunk (blank lines counted); nothing of
         the chunk is written then."""
@@ -154,7 +145,7 @@ class FeedWriter:
             for entry in finished:
                 self._on_file(ManifestEntry(**entry))  # type: ignore[arg-type]
 
-    def __enter__(self) -> FeedWriter:
+    def __enter__(self) -> SetWriter:
         return self
 
     def __exit__(
@@ -167,3 +158,62 @@ class FeedWriter:
             self.close()
         else:
             self.abort()
+
+
+class FeedWriter(SetWriter):
+    """Writes records into numbered, size-capped feed files in `out_dir`, and `manifest.jsonl`.
+
+    Use it as a context manager; leaving the block closes the last file and writes the manifest,
+    unless an exception escapes it, in which case no manifest is written and the unfinished file
+    is removed, so that an incomplete set is never pushed::
+
+        with FeedWriter("feeds", "docs", "full") as writer:
+            writer.add_batch(records)
+        print(writer.manifest)
+
+    `add_batch` is the fast path: the whole batch crosses into Rust in one call and is encoded on
+    `workers` threads without the GIL. A bad record raises `RecordError` (with `.index` and
+    `.field`) and nothing of its batch is written, so the batch can be retried without it.
+    `acl_format="legacy"` writes ACLs as the google:acl* meta names of appliances before 7.0.
+    """
+
+    def __init__(
+        self,
+        out_dir: str | os.PathLike[str],
+        datasource: str,
+        feedtype: FeedType = "incremental",
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_records: int = 0,
+        compress: Compress = "auto",
+        level: int = DEFAULT_LEVEL,
+        workers: int = 0,
+        acl_format: AclFormat = "per-url",
+        on_file: Callable[[ManifestEntry], None] | None = None,
+        on_warning: Callable[[FeedWarning], None] | None = None,
+    ) -> None:
+        core = _core.FeedWriter(
+            os.fspath(out_dir),
+            datasource,
+            feedtype,
+            max_bytes=max_bytes,
+            max_records=max_records,
+            compress=compress,
+            level=level,
+            workers=workers,
+            acl_format=acl_format,
+        )
+        super().__init__(core, out_dir, on_file, on_warning)
+
+    def add(self, record: Record) -> None:
+        """Adds one record. Prefer `add_batch` for many: each call crosses into Rust once."""
+        self.add_batch((record,))
+
+    def add_batch(self, records: Iterable[Record]) -> None:
+        """Adds records in order; nothing of the batch is written if one of them is refused."""
+        batch = records if isinstance(records, (list, tuple)) else list(records)
+        problems, finished = self._core.add_batch(batch)
+        self._report(problems, finished)
+
+    def __enter__(self) -> FeedWriter:
+        return self

@@ -1,0 +1,117 @@
+"""Groups feeds: the members of each group, pushed to the appliance's /xmlgroups so that it
+resolves a user's groups without asking the directory at query time.
+
+One group per JSON Lines line (see the README)::
+
+    {"group": "eng", "namespace": "Default", "members": [{"name": "alice", "scope": "user"}]}
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Literal, TypedDict
+
+import orjson
+
+from fastfeed import _core
+from fastfeed.build import BuildSummary, OnError, write_set
+from fastfeed.errors import FastfeedError
+from fastfeed.manifest import ManifestEntry
+from fastfeed.progress import Progress
+from fastfeed.writer import DEFAULT_MAX_BYTES, FeedWarning, Principal, SetWriter
+
+GroupsFeedType = Literal["full", "incremental"]
+
+
+class _MembershipRequired(TypedDict):
+    group: str
+
+
+class Membership(_MembershipRequired, total=False):
+    """A group (its name, namespace, case sensitivity) and its members (users and groups)."""
+
+    namespace: str
+    case_sensitive: bool
+    principal_type: Literal["unqualified"]
+    members: Sequence[Principal]
+
+
+class GroupsWriter(SetWriter):
+    """Writes memberships into numbered, size-capped groups feed files in `out_dir`, and
+    `manifest.jsonl` (entries of kind `groups`, whose `datasource` is the groupsource).
+
+    Used like `FeedWriter`. A full groups feed replaces the groups of every source on the
+    appliance; split, only its first file is full."""
+
+    def __init__(
+        self,
+        out_dir: str | os.PathLike[str],
+        groupsource: str,
+        feedtype: GroupsFeedType = "incremental",
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_records: int = 0,
+        workers: int = 0,
+        on_file: Callable[[ManifestEntry], None] | None = None,
+        on_warning: Callable[[FeedWarning], None] | None = None,
+    ) -> None:
+        core = _core.FeedWriter(
+            os.fspath(out_dir),
+            groupsource,
+            feedtype,
+            kind="groups",
+            max_bytes=max_bytes,
+            max_records=max_records,
+            workers=workers,
+        )
+        super().__init__(core, out_dir, on_file, on_warning)
+
+    def add(self, membership: Membership) -> None:
+        self.add_batch((membership,))
+
+    def add_batch(self, memberships: Iterable[Membership]) -> None:
+        """Adds memberships in order; nothing of the batch is written if one is refused.
+
+        They cross as JSON Lines: names are small, and so the core reads one schema."""
+        self.add_jsonl(b"".join(orjson.dumps(m) + b"\n" for m in memberships))
+
+    def __enter__(self) -> GroupsWriter:
+        return self
+
+
+def build_groups(
+    inputs: Sequence[str],
+    out_dir: str | os.PathLike[str],
+    groupsource: str,
+    feedtype: GroupsFeedType = "incremental",
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_records: int = 0,
+    workers: int = 0,
+    on_error: OnError = "stop",
+    on_file: Callable[[ManifestEntry], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
+) -> BuildSummary:
+    """Builds a groups feed set from JSON Lines `inputs` (`-` for standard input), like
+    `fastfeed.build.build`: refused lines stop the build, or with `on_error="skip"` go to
+    `rejected.jsonl`."""
+    for name in inputs:
+        if name != "-" and Path(name).is_dir():
+            raise FastfeedError(f"{name} is a directory: groups come from JSON Lines files")
+
+    def writer(warn: Callable[[FeedWarning], None]) -> SetWriter:
+        return GroupsWriter(
+            out_dir,
+            groupsource,
+            feedtype,
+            max_bytes=max_bytes,
+            max_records=max_records,
+            workers=workers,
+            on_file=on_file,
+            on_warning=warn,
+        )
+
+    return write_set(inputs, out_dir, writer, None, on_error, on_warning, progress)

@@ -1,0 +1,135 @@
+//! Groups feeds (`/xmlgroups`): which users and groups each group holds, so that the appliance
+//! resolves a user's groups without asking the directory at query time.
+
+use serde::Deserialize;
+
+use crate::acl::{parse_principal_type, Dialect, Principal, PrincipalInput, Scope};
+use crate::error::{Error, Result};
+use crate::jsonl::parse_object;
+
+/// One group and its members: a `<membership>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Membership {
+    pub group: Principal,
+    pub members: Vec<Principal>,
+}
+
+/// The fields of a groups JSON Lines line, for naming them in errors.
+const FIELDS: &[&str] = &[
+    "group",
+    "namespace",
+    "case_sensitive",
+    "principal_type",
+    "members",
+];
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MembershipInput {
+    group: String,
+    namespace: Option<String>,
+    case_sensitive: Option<bool>,
+    principal_type: Option<String>,
+    #[serde(default)]
+    members: Vec<PrincipalInput>,
+}
+
+/// Parses one line (not blank) of a groups JSON Lines input; `index` names it in errors.
+pub fn parse_line(index: usize, line: &[u8]) -> Result<Membership> {
+    let input: MembershipInput = parse_object(index, line, FIELDS)?;
+    let bad = |field: &'static str| move |m: String| Error::record(index, Some(field), m);
+    let unqualified = input
+        .principal_type
+        .as_deref()
+        .map(parse_principal_type)
+        .transpose()
+        .map_err(bad("principal_type"))?
+        .unwrap_or(false);
+    let members = input
+        .members
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| m.into_principal(&format!("members[{i}]"), Dialect::Groups))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(bad("members"))?;
+    Ok(Membership {
+        group: Principal {
+            name: input.group,
+            scope: Scope::Group,
+            access: None,
+            namespace: input.namespace,
+            case_sensitive: input.case_sensitive,
+            unqualified,
+        },
+        members,
+    })
+}
+
+impl Membership {
+    /// Checks the membership and appends its XML form to `out`.
+    pub fn encode_into(&self, index: usize, out: &mut Vec<u8>) -> Result<()> {
+        self.group
+            .check("the group")
+            .map_err(|m| Error::record(index, Some("group"), m))?;
+        for (i, member) in self.members.iter().enumerate() {
+            member
+                .check(&format!("members[{i}]"))
+                .map_err(|m| Error::record(index, Some("members"), m))?;
+        }
+        out.extend_from_slice(b"<membership>\n");
+        self.group.write(out, Dialect::Groups);
+        out.extend_from_slice(b"<members>\n");
+        for member in &self.members {
+            member.write(out, Dialect::Groups);
+        }
+        out.extend_from_slice(b"</members>\n</membership>\n");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encode(line: &str) -> Result<String> {
+        let mut out = Vec::new();
+        parse_line(0, line.as_bytes())?.encode_into(0, &mut out)?;
+        Ok(String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn a_group_with_members_in_the_groups_dialect() {
+        let xml = encode(
+            r#"{"group": "eng", "namespace": "Default", "members": [
+                {"name": "CORP\\alice", "scope": "user", "case_sensitive": false},
+                {"name": "qa", "scope": "group"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            xml,
+            "<membership>\n<principal scope=\"GROUP\" namespace=\"Default\">eng</principal>\n\
+             <members>\n<principal scope=\"USER\" \
+             case-sensitivity-type=\"EVERYTHING_CASE_INSENSITIVE\">CORP\\alice</principal>\n\
+             <principal scope=\"GROUP\">qa</principal>\n</members>\n</membership>\n"
+        );
+    }
+
+    #[test]
+    fn bad_members_are_refused_naming_the_field() {
+        let err = |line: &str| encode(line).unwrap_err().to_string();
+        assert!(
+            err(r#"{"group": "g", "members": [{"name": "a", "scope": "role"}]}"#)
+                .contains("field 'members': members[0]: scope 'role' is not user or group")
+        );
+        assert!(
+            err(r#"{"group": "g", "members": [{"name": " ", "scope": "user"}]}"#)
+                .contains("would be lost")
+        );
+        assert!(err(
+            r#"{"group": "g", "members": [{"name": "a", "scope": "user", "access": "permit"}]}"#
+        )
+        .contains("no access"));
+        assert!(err(r#"{"group": " ", "members": []}"#).contains("field 'group'"));
+        assert!(err(r#"{"members": []}"#).contains("missing field 'group'"));
+    }
+}

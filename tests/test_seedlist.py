@@ -300,6 +300,27 @@ def test_documents_loaded_during_a_crawl_come_with_the_next_one(
     assert {e["action"] for e in delta.entries} == {"insert", "update", "delete"}
 
 
+def test_pages_are_served_while_a_load_is_in_progress(
+    db: Path, serve: Callable[..., SeedlistServer], client: httpx.Client
+) -> None:
+    with SeedlistStore(db) as store:
+        store.load(record(i) for i in range(1, 4))
+    server = serve(db)
+    during: list[Crawl] = []
+
+    def records() -> Iterator[dict[str, Any]]:
+        yield record(4)
+        during.append(crawl(client, server.url))  # the load's transaction is open here
+        yield record(5)
+
+    with SeedlistStore(db) as store:
+        store.load(records())
+    after = crawl(client, server.url, timestamp=during[0].timestamp)
+
+    assert len(during[0].entries) == 3
+    assert set(after.by_action("insert")) == {record(4)["url"], record(5)["url"]}
+
+
 def test_text_and_markup_arrive_exactly_and_binary_or_unsafe_content_by_src(
     db: Path, serve: Callable[..., SeedlistServer], client: httpx.Client
 ) -> None:

@@ -123,13 +123,16 @@ class SeedlistStore:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._db = sqlite3.connect(self.path, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA busy_timeout=30000")
-        self._db.executescript(SCHEMA)
-        self._db.execute(
-            "INSERT OR IGNORE INTO meta VALUES ('store', ?), ('change', 0), ('horizon', 0)",
-            (secrets.token_hex(8),),
-        )
+        # Only a new file is set up: that takes a write lock, which would make a server's
+        # reader wait for a load in progress.
+        if not self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.executescript(SCHEMA)
+            self._db.execute(
+                "INSERT OR IGNORE INTO meta VALUES ('store', ?), ('change', 0), ('horizon', 0)",
+                (secrets.token_hex(8),),
+            )
 
     def close(self) -> None:
         self._db.close()

@@ -61,7 +61,8 @@ content is served at the atom:content src URL, /seedlist/content/ID. Loading rec
 serving is fine: a crawl reports what was loaded when it began, the next one the rest.
 
 Malformed Range, Start, State or Timestamp values are answered 400 with a message; stale ones
-(from a state file recreated since) 410: crawl again without Timestamp.
+(from another or a recreated state file, newer than a restored backup, or older than purged
+deletions) 410: crawl again without Timestamp.
 
 examples:
   fastfeed seedlist serve docs.sqlite --port 8080

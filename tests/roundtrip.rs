@@ -270,3 +270,100 @@ fn a_bad_record_leaves_nothing_of_its_batch() {
     let (entries, _) = w.finish().unwrap();
     assert_eq!(entries[0].records, 1);
 }
+
+/// Names and namespaces of principals: anything XML can carry, without the leading or trailing
+/// white space the appliance strips (those are refused, see `acl.rs`).
+fn principal_name() -> impl Strategy<Value = String> {
+    nasty_text().prop_map(|s| {
+        let kept: String = s
+            .chars()
+            .filter(|c| fastfeed_core::escape::is_representable(&c.to_string()))
+            .collect();
+        let trimmed = kept.trim();
+        if trimmed.is_empty() {
+            "x".to_owned()
+        } else {
+            trimmed.to_owned()
+        }
+    })
+}
+
+/// The text of every `<principal>` of a file, decoded, with its attributes.
+fn principals(xml: &[u8]) -> Vec<(String, Vec<(String, String)>)> {
+    let mut reader = Reader::from_reader(xml);
+    let mut buf = Vec::new();
+    let mut out = Vec::new();
+    let mut open: Option<(String, Vec<(String, String)>)> = None;
+    loop {
+        match reader.read_event_into(&mut buf).unwrap() {
+            Event::Start(e) if e.name().as_ref() == b"principal" => {
+                let attrs = e
+                    .attributes()
+                    .map(|a| {
+                        let a = a.unwrap();
+                        let key = String::from_utf8(a.key.as_ref().to_vec()).unwrap();
+                        let value = attr(&e, &key).unwrap();
+                        (key, value)
+                    })
+                    .collect();
+                open = Some((String::new(), attrs));
+            }
+            Event::Text(t) => {
+                if let Some((name, _)) = open.as_mut() {
+                    assert!(!t.as_ref().contains(&b'\r'), "raw CR in a principal");
+                    name.push_str(&t.unescape().unwrap());
+                }
+            }
+            Event::End(e) if e.name().as_ref() == b"principal" => out.push(open.take().unwrap()),
+            Event::Eof => break,
+            _ => {}
+        }
+        buf.clear();
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(100))]
+
+    #[test]
+    fn principal_names_survive_in_acls_and_groups(names in prop::collection::vec(principal_name(), 1..6), ns in principal_name()) {
+        use fastfeed_core::acl::{Access, Acl, Principal, Scope};
+        use fastfeed_core::groups::Membership;
+        let principal = |name: &String, access| Principal {
+            name: name.clone(),
+            scope: Scope::User,
+            access,
+            namespace: Some(ns.clone()),
+            case_sensitive: Some(false),
+            unqualified: false,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let acl = Acl { principals: names.iter().map(|n| principal(n, Some(Access::Deny))).collect(), ..Acl::default() };
+        let record = Record { url: "http://h.example.com/doc".into(), acl: Some(acl), ..Default::default() };
+        let mut w = FeedWriter::new(&dir.path().join("f"), "ds", FeedType::Incremental, Options::default()).unwrap();
+        w.add_batch(&[record]).unwrap();
+        let (entries, _) = w.finish().unwrap();
+        let xml = std::fs::read(dir.path().join("f").join(&entries[0].file)).unwrap();
+        let got = principals(&xml);
+        prop_assert_eq!(got.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(), names.clone());
+        for (_, attrs) in &got {
+            prop_assert!(attrs.contains(&("namespace".to_owned(), ns.clone())));
+            prop_assert!(attrs.contains(&("case-sensitivity-type".to_owned(), "everything-case-insensitive".to_owned())));
+        }
+
+        let membership = Membership {
+            group: Principal { scope: Scope::Group, ..principal(&names[0], None) },
+            members: names.iter().map(|n| principal(n, None)).collect(),
+        };
+        let mut g = FeedWriter::new_groups(&dir.path().join("g"), "ldap", FeedType::Incremental, Options::default()).unwrap();
+        g.add_memberships(&[membership]).unwrap();
+        let (entries, _) = g.finish().unwrap();
+        let xml = std::fs::read(dir.path().join("g").join(&entries[0].file)).unwrap();
+        let got = principals(&xml);
+        let mut want = vec![names[0].clone()];
+        want.extend(names.iter().cloned());
+        prop_assert_eq!(got.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(), want);
+        prop_assert!(got[1..].iter().all(|(_, a)| a.contains(&("scope".to_owned(), "USER".to_owned()))));
+    }
+}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
+import fastfeed
 from fastfeed import FeedWriter
 from fastfeed.validate import validate_file
 from feeds import decode_set
@@ -86,3 +87,68 @@ def test_every_character_and_byte_round_trips(tmp_path_factory, batch, compress)
         assert f.attrs.get("displayurl") == rec.get("displayurl")
         assert f.metadata == expected_metadata(rec["metadata"])  # type: ignore[arg-type]
         assert f.content == expected_content(rec)
+
+
+# Principal names: anything XML carries, without the edge white space the appliance strips.
+principal_name = text.map(lambda s: "".join(filter(xml_char, s)).strip() or "x")
+principals = st.lists(
+    st.fixed_dictionaries(
+        {
+            "name": principal_name,
+            "scope": st.sampled_from(["user", "group"]),
+            "access": st.sampled_from(["permit", "deny"]),
+        },
+        optional={"namespace": principal_name, "case_sensitive": st.booleans()},
+    ),
+    max_size=5,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(principals=principals, group_name=principal_name)
+def test_principal_names_round_trip_in_acls_and_groups_feeds(
+    tmp_path_factory, principals, group_name
+) -> None:  # type: ignore[no-untyped-def]
+    from fastfeed.groups import GroupsWriter
+    from lxml import etree
+
+    out = Path(tmp_path_factory.mktemp("acl"))
+    acl = {"principals": principals, "inheritance_type": "and-both-permit"}
+    with FeedWriter(out / "feed", "ds") as w:
+        w.add({"url": "http://h.example.com/doc", "content": "x", "acl": acl})
+        w.add({"kind": "acl", "url": "http://h.example.com/dir/", "acl": acl})
+    feed = out / "feed" / w.manifest[0].file
+    assert validate_file(feed) == []
+    root = etree.parse(str(feed)).getroot()
+    for element in (root.find("group/record/acl"), root.find("group/acl")):
+        assert element.get("inheritance-type") == "and-both-permit"
+        got = [
+            {k: v for k, v in p.attrib.items()} | {"name": p.text or ""}
+            for p in element.iterfind("principal")
+        ]
+        want = []
+        for p in principals:
+            attrs = {"scope": p["scope"], "access": p["access"], "name": p["name"]}
+            if "namespace" in p:
+                attrs["namespace"] = p["namespace"]
+            if "case_sensitive" in p:
+                sensitive = "sensitive" if p["case_sensitive"] else "insensitive"
+                attrs["case-sensitivity-type"] = f"everything-case-{sensitive}"
+            want.append(attrs)
+        assert got == want
+    assert root.find("group/acl").get("url") == "http://h.example.com/dir/"
+
+    members = [{k: v for k, v in p.items() if k != "access"} for p in principals]
+    with GroupsWriter(out / "groups", "ldap") as g:
+        g.add({"group": group_name, "members": members})
+    groups = etree.parse(str(out / "groups" / g.manifest[0].file))
+    dtd = etree.DTD(str(Path(fastfeed.__file__).parent / "xmlgroups.dtd"))
+    assert dtd.validate(groups), dtd.error_log
+    membership = groups.getroot().find("membership")
+    assert membership.find("principal").text == group_name
+    assert [p.text for p in membership.iterfind("members/principal")] == [
+        p["name"] for p in principals
+    ]
+    assert [p.get("scope") for p in membership.iterfind("members/principal")] == [
+        p["scope"].upper() for p in principals
+    ]

@@ -30,6 +30,10 @@ POST /_emulator/faults, a JSON object or list, e.g. {"kind": "http_status", "sta
 drop_connection ("after_bytes"). POST /_emulator/settings {"feeder_paused": true} holds the
 backlog; {"backlog_unsupported": true} makes /getbacklogcount answer 404.
 
+It also receives data for Thunderstone Search Appliance profiles: POST
+/texis/dowalk/recvdata.xml (profile, data) applies the items at once and answers a
+ThunderstoneReplicationResult; untrusted IPs get `Not Allowed`, unknown profiles `No Profile`.
+
 Without --cert/--key, a certificate for 127.0.0.1 and localhost is made at startup, signed by a
 new test CA written to DATA_DIR/tls/ca.pem; give that file to clients (--cacert).
 
@@ -70,6 +74,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         type=_positive,
         metavar="FILES_PER_S",
         help="feed files the feeder applies per second (default: each as soon as it arrives)",
+    )
+    p.add_argument(
+        "--thunderstone-profile",
+        action=_Append,
+        metavar="NAME",
+        help="a Thunderstone profile that exists at /texis/dowalk/recvdata.xml (repeatable); "
+        "data for others is answered No Profile; default: every name exists",
     )
     p.set_defaults(func=run)
 
@@ -139,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
         http_port=args.http_port,
         trusted_ips=args.trusted_ip,
         drain_per_second=args.drain_rate,
+        thunderstone_profiles=args.thunderstone_profile,
     )
     try:
         emulator.start()
@@ -157,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"fastfeed emulator: data in {args.data_dir.resolve()}")
         print(f"  feeds over HTTP:  {emulator.http_url}/xmlfeed")
         print(f"  feeds over HTTPS: {emulator.url}/xmlfeed")
+        print(f"  Thunderstone:     {emulator.url}/texis/dowalk/recvdata.xml")
         print(f"  status page:      {emulator.http_url}/status")
         if ca_file is not None:
             print(f"  test CA (give clients --cacert): {ca_file.resolve()}")

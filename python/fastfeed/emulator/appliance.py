@@ -18,11 +18,13 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from fastfeed.emulator import thunderstone
 from fastfeed.emulator.faults import Fault
 from fastfeed.emulator.feeder import Feeder
 from fastfeed.emulator.index import Document, Index, Push
 from fastfeed.emulator.server import State, make_app
 from fastfeed.emulator.status import snapshot
+from fastfeed.emulator.thunderstone import ThunderstoneDocument, ThunderstoneRequest
 
 T = TypeVar("T")
 STARTUP_TIMEOUT = 30.0
@@ -34,6 +36,8 @@ class Emulator:
     `tls` is a (certificate file, key file) pair: given, the server speaks HTTPS on `port`, and
     `http_port` (if given) adds a plain HTTP listener, as the appliance's 19902 and 19900.
     `port=0` picks a free port. `drain_per_second=None` applies feeds as soon as they arrive.
+    It also receives Thunderstone data at /texis/dowalk/recvdata.xml: `thunderstone_profiles`
+    lists the profiles that exist there (None: any name is accepted).
     """
 
     def __init__(
@@ -45,6 +49,7 @@ class Emulator:
         trusted_ips: Sequence[str] | None = None,
         drain_per_second: float | None = None,
         http_port: int | None = None,
+        thunderstone_profiles: Sequence[str] | None = None,
     ) -> None:
         if drain_per_second is not None and drain_per_second <= 0:
             raise ValueError(f"drain_per_second must be positive or None, not {drain_per_second}")
@@ -52,6 +57,7 @@ class Emulator:
         self.host = host
         self.trusted_ips = None if trusted_ips is None else frozenset(trusted_ips)
         self.drain_per_second = drain_per_second
+        self.thunderstone_profiles = thunderstone_profiles
         self._tls = tls
         self._requested = (port, http_port)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -97,7 +103,9 @@ class Emulator:
         for push in await asyncio.get_running_loop().run_in_executor(None, index.pushes):
             if push.outcome == "accepted" and push.path and Path(push.path).exists():
                 feeder.enqueue(push)
-        self._runner = web.AppRunner(make_app(self._state), access_log=None)
+        app = make_app(self._state)
+        thunderstone.register(app, self.thunderstone_profiles)
+        self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         port, http_port = self._requested
         self.port = await self._listen(port, self._ssl_context())
@@ -221,6 +229,14 @@ class Emulator:
     def pushes(self) -> list[Push]:
         """Every POST /xmlfeed received, in arrival order, with its outcome so far."""
         return self.state.index.pushes()
+
+    def thunderstone_documents(self, profile: str) -> dict[str, ThunderstoneDocument]:
+        """A Thunderstone profile's documents by URL, as recvdata.xml left them."""
+        return thunderstone.documents(self.state.index, profile)
+
+    def thunderstone_requests(self) -> list[ThunderstoneRequest]:
+        """Every POST to recvdata.xml, in arrival order, with its items' statuses."""
+        return thunderstone.requests(self.state.index)
 
     def status(self) -> dict[str, Any]:
         """The data of /status.json."""

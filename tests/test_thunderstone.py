@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +20,7 @@ import pytest
 from conftest import TLSFiles
 from fastfeed.cli import main
 from fastfeed.emulator import Emulator, Fault
+from fastfeed.journal import JOURNAL
 from fastfeed.push import Outcome, PushError
 from fastfeed.settings import PushSettings
 from fastfeed.thunderstone import (
@@ -97,6 +103,12 @@ def settings(tls: TLSFiles) -> Callable[..., PushSettings]:
 
 def outcomes(summary: Any) -> list[tuple[str, Outcome]]:
     return [(r.feed.entry.file, r.outcome) for r in summary.results]
+
+
+def journaled(set_dir: Path) -> int:
+    """Files (or UI requests) the journal records as accepted."""
+    path = set_dir / JOURNAL
+    return path.read_bytes().count(b'"accepted"') if path.exists() else 0
 
 
 def ui_requests(emulator: Emulator) -> int:
@@ -379,3 +391,39 @@ def test_tls_failure_and_wrong_url_are_refused(
     with pytest.raises(PushError, match="HTTP 404") as not_found:
         push(set_dir, wrong, url_settings(wrong, cacert=settings(emulator).cacert))
     assert not_found.value.refused
+
+
+def test_a_push_killed_mid_set_resumes_and_sends_ui_once(
+    tmp_path: Path, emulator: Emulator, tls: TLSFiles, settings: Callable[..., PushSettings]
+) -> None:
+    set_dir = write_set(tmp_path / "set", "docs", [[insert(1)], [insert(2)], [insert(3)]])
+    emulator.add_fault(Fault.slow(0))
+    # Holds the second file while the push is killed (which the test's end waits for).
+    emulator.add_fault(Fault.slow(1.5))
+    argv = [sys.executable, "-m", "fastfeed.cli", "thunderstone", "push", str(set_dir)]
+    argv += ["--url", recv_url(emulator), "--cacert", str(tls.ca_path)]
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while not journaled(set_dir):
+            assert child.poll() is None, child.communicate()
+            assert time.monotonic() < deadline, "the first file was never accepted"
+            time.sleep(0.02)
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.communicate()
+    emulator.clear_faults()
+
+    resumed = push(set_dir, recv_url(emulator), settings(emulator))
+
+    assert resumed.ok
+    assert outcomes(resumed)[0] == ("docs-000001.xml", Outcome.SKIPPED)
+    assert outcomes(resumed)[-1] == (UPDATE_INDEXES, Outcome.ACCEPTED)
+    first_file = [
+        r
+        for r in emulator.thunderstone_requests()
+        if r.items[:1] == [("I", "http://docs.example.com/1", "OK")]
+    ]
+    assert len(first_file) == 1
+    assert ui_requests(emulator) == 1
+    assert len(emulator.thunderstone_documents("docs")) == 3

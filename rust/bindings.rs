@@ -18,7 +18,7 @@ use crate::acl::AclInput;
 use crate::encode::Compress;
 use crate::error::Error;
 use crate::record::{
-    check_url, AclFormat, Action, AuthMethod, Content, FeedType, Record, Timestamp,
+    self, check_url, AclFormat, Action, AuthMethod, Content, FeedType, Record, Timestamp,
 };
 use crate::writer::{
     check_datasource, FeedWriter, ManifestEntry, Options, DEFAULT_LEVEL, DEFAULT_MAX_BYTES,
@@ -198,17 +198,10 @@ impl<'py> Fields<'_, 'py> {
             match key.as_str() {
                 "url" => r.url = self.string("url", &value)?,
                 "action" => {
-                    r.action = Some(match self.string("action", &value)?.as_str() {
-                        "add" => Action::Add,
-                        "delete" => Action::Delete,
-                        other => {
-                            return Err(Error::record(
-                                self.index,
-                                Some("action"),
-                                format!("'{other}' is not an action: use add or delete"),
-                            ))
-                        }
-                    })
+                    let action = self.string("action", &value)?;
+                    r.action = Some(Action::parse(&action).ok_or_else(|| {
+                        Error::record(self.index, Some("action"), record::action_error(&action))
+                    })?)
                 }
                 "mimetype" => r.mimetype = Some(self.string("mimetype", &value)?),
                 "displayurl" => r.displayurl = Some(self.string("displayurl", &value)?),
@@ -405,9 +398,12 @@ impl PyFeedWriter {
             "groups" => {
                 py.allow_threads(|| FeedWriter::new_groups(&out_dir, &source, feedtype, opts))
             }
+            "thunderstone" => {
+                py.allow_threads(|| FeedWriter::new_thunderstone(&out_dir, &source, opts))
+            }
             other => {
                 return Err(FeedError::new_err(format!(
-                    "kind '{other}' is not feed or groups"
+                    "kind '{other}' is not feed, groups or thunderstone"
                 )))
             }
         }?;

@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use crate::acl::AclInput;
 use crate::error::{Error, Result};
-use crate::record::{Action, AuthMethod, Content, Record, Timestamp};
+use crate::record::{action_error, Action, AuthMethod, Content, Record, Timestamp};
 
 /// The record fields, for naming them in errors with a `'static` name.
 const FIELDS: &[&str] = &[
@@ -172,14 +172,7 @@ fn into_record(index: usize, raw: RawRecord<'_>) -> Result<Record<'_>> {
     }
     let action = match raw.action.as_deref() {
         None => None,
-        Some("add") => Some(Action::Add),
-        Some("delete") => Some(Action::Delete),
-        Some(other) => {
-            return Err(bad(
-                "action",
-                format!("'{other}' is not an action: use add or delete"),
-            ))
-        }
+        Some(a) => Some(Action::parse(a).ok_or_else(|| bad("action", action_error(a)))?),
     };
     let authmethod = match raw.authmethod.as_deref() {
         None => None,

@@ -10,6 +10,7 @@ pub mod escape;
 pub mod groups;
 pub mod jsonl;
 pub mod record;
+pub mod thunderstone;
 pub mod writer;
 
 #[cfg(feature = "python")]

@@ -1,6 +1,8 @@
 //! A feed record: the JSON Lines schema, its protocol rules, and its XML form.
 
 use std::borrow::Cow;
+
+use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use std::io::Read;
 use std::path::PathBuf;
 
@@ -13,6 +15,30 @@ use crate::escape::{escape_into, first_unrepresentable, Context};
 pub enum Action {
     Add,
     Delete,
+    /// Thunderstone only: update the fields given, leave the others.
+    Update,
+    /// Thunderstone only: delete every URL the pattern (with `*`) matches.
+    DeletePattern,
+}
+
+/// Why `s` is not an action.
+pub fn action_error(s: &str) -> String {
+    format!(
+        "'{s}' is not an action: use add or delete (Thunderstone feeds also take update and \
+         delete-pattern)"
+    )
+}
+
+impl Action {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "add" => Some(Action::Add),
+            "delete" => Some(Action::Delete),
+            "update" => Some(Action::Update),
+            "delete-pattern" => Some(Action::DeletePattern),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +91,42 @@ impl Content<'_> {
             Content::Base64(_) => "content_base64",
             Content::Path(_) => "content_path",
         }
+    }
+
+    /// The bytes to send, and their text when they may travel as XML text. `buf` receives
+    /// decoded base64 or a file's bytes.
+    pub(crate) fn resolve<'s>(
+        &'s self,
+        index: usize,
+        mimetype: &str,
+        buf: &'s mut Vec<u8>,
+    ) -> Result<(&'s [u8], Option<&'s str>)> {
+        let field = self.field();
+        Ok(match self {
+            Content::Text(s) => (s.as_bytes(), Some(s)),
+            Content::Bytes(b) => (b, None),
+            Content::Base64(s) => {
+                decode_base64_into(s, buf).map_err(|m| Error::record(index, Some(field), m))?;
+                (buf, None)
+            }
+            Content::Path(p) => {
+                buf.clear();
+                std::fs::File::open(p)
+                    .and_then(|mut f| f.read_to_end(buf))
+                    .map_err(|e| {
+                        Error::record(
+                            index,
+                            Some(field),
+                            format!("cannot read {}: {e}", p.display()),
+                        )
+                    })?;
+                // A file is text when its type says so and its bytes are UTF-8.
+                let text = is_textual(mimetype)
+                    .then(|| std::str::from_utf8(buf).ok())
+                    .flatten();
+                (buf, text)
+            }
+        })
     }
 }
 
@@ -218,17 +280,17 @@ pub fn check_url(url: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// RFC 822 dates pass through as given; ISO 8601 and epoch seconds become RFC 822 in GMT.
-fn normalize_date(ts: &Timestamp) -> std::result::Result<String, String> {
-    use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
-    const RFC822: &str = "%a, %d %b %Y %H:%M:%S GMT";
+/// The moment `last_modified` names, and its text when it was given in RFC 822 (which a GSA
+/// feed passes through as given).
+pub(crate) fn parse_date(
+    ts: &Timestamp,
+) -> std::result::Result<(DateTime<Utc>, Option<&str>), String> {
     let from_epoch = |secs: f64| {
         if !secs.is_finite() {
             return Err(format!("{secs} is not a time"));
         }
-        let whole = secs.floor();
-        DateTime::<Utc>::from_timestamp(whole as i64, 0)
-            .map(|t| t.format(RFC822).to_string())
+        DateTime::<Utc>::from_timestamp(secs.floor() as i64, 0)
+            .map(|t| (t, None))
             .ok_or_else(|| format!("{secs} seconds since the epoch is out of range"))
     };
     let text = match ts {
@@ -240,11 +302,11 @@ fn normalize_date(ts: &Timestamp) -> std::result::Result<String, String> {
             return from_epoch(secs);
         }
     }
-    if DateTime::parse_from_rfc2822(text).is_ok() {
-        return Ok(text.to_owned());
+    if let Ok(t) = DateTime::parse_from_rfc2822(text) {
+        return Ok((t.with_timezone(&Utc), Some(text)));
     }
     if let Ok(t) = DateTime::parse_from_rfc3339(text) {
-        return Ok(t.with_timezone(&Utc).format(RFC822).to_string());
+        return Ok((t.with_timezone(&Utc), None));
     }
     // ISO 8601 without an offset is taken as UTC.
     for fmt in [
@@ -253,21 +315,24 @@ fn normalize_date(ts: &Timestamp) -> std::result::Result<String, String> {
         "%Y-%m-%dT%H:%M",
     ] {
         if let Ok(t) = NaiveDateTime::parse_from_str(text, fmt) {
-            return Ok(t.and_utc().format(RFC822).to_string());
+            return Ok((t.and_utc(), None));
         }
     }
     if let Ok(d) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
-        return Ok(d
-            .and_hms_opt(0, 0, 0)
-            .expect("midnight")
-            .and_utc()
-            .format(RFC822)
-            .to_string());
+        return Ok((d.and_hms_opt(0, 0, 0).expect("midnight").and_utc(), None));
     }
     Err(format!(
         "'{text}' is not a date: use RFC 822 (Tue, 6 Nov 2007 12:45:26 GMT), \
          ISO 8601 (2007-11-06T12:45:26Z) or seconds since the epoch"
     ))
+}
+
+/// `last_modified` for a GSA feed: RFC 822 as given, or converted to it in GMT.
+fn normalize_date(ts: &Timestamp) -> std::result::Result<String, String> {
+    Ok(match parse_date(ts)? {
+        (_, Some(rfc822)) => rfc822.to_owned(),
+        (t, None) => t.format("%a, %d %b %Y %H:%M:%S GMT").to_string(),
+    })
 }
 
 fn guess_mimetype(path: &str) -> Option<&'static str> {
@@ -309,7 +374,30 @@ struct Checked<'r, 'a> {
 }
 
 impl<'a> Record<'a> {
-    fn check_url(&self, index: usize) -> Result<()> {
+    /// The record's MIME type: given, or guessed from its file or URL, or from its content.
+    pub(crate) fn mimetype(&self, index: usize) -> Result<&str> {
+        if let Some(m) = &self.mimetype {
+            representable(index, "mimetype", m)?;
+            if m.trim().is_empty() {
+                return Err(Error::record(index, Some("mimetype"), "is empty"));
+            }
+            return Ok(m);
+        }
+        let guessed = match &self.content {
+            Some(Content::Path(p)) => guess_mimetype(&p.to_string_lossy()),
+            _ => None,
+        };
+        Ok(guessed
+            .or_else(|| guess_mimetype(url_path(&self.url)))
+            .unwrap_or(match &self.content {
+                Some(Content::Bytes(_) | Content::Base64(_) | Content::Path(_)) => {
+                    "application/octet-stream"
+                }
+                _ => "text/plain",
+            }))
+    }
+
+    pub(crate) fn check_url(&self, index: usize) -> Result<()> {
         let err = |msg: String| Error::record(index, Some("url"), msg);
         if self.url.is_empty() {
             return Err(err("is required".into()));
@@ -395,6 +483,17 @@ impl<'a> Record<'a> {
                 legacy_acl = acl.legacy_metadata().map_err(|m| err("acl", m))?;
             }
         }
+        if let Some(action @ (Action::Update | Action::DeletePattern)) = self.action {
+            let name = if action == Action::Update {
+                "update"
+            } else {
+                "delete-pattern"
+            };
+            return Err(err(
+                "action",
+                format!("'{name}' exists only in Thunderstone feeds (--format thunderstone)"),
+            ));
+        }
         let delete = self.action == Some(Action::Delete);
         if let Some(content) = &self.content {
             let field = content.field();
@@ -434,29 +533,7 @@ impl<'a> Record<'a> {
                 ));
             }
         }
-        let mimetype = match &self.mimetype {
-            Some(m) => {
-                representable("mimetype", m)?;
-                if m.trim().is_empty() {
-                    return Err(err("mimetype", "is empty".into()));
-                }
-                m.as_str()
-            }
-            None => {
-                let guessed = match &self.content {
-                    Some(Content::Path(p)) => guess_mimetype(&p.to_string_lossy()),
-                    _ => None,
-                };
-                guessed
-                    .or_else(|| guess_mimetype(url_path(&self.url)))
-                    .unwrap_or(match &self.content {
-                        Some(Content::Bytes(_) | Content::Base64(_) | Content::Path(_)) => {
-                            "application/octet-stream"
-                        }
-                        _ => "text/plain",
-                    })
-            }
-        };
+        let mimetype = self.mimetype(index)?;
         let last_modified = match &self.last_modified {
             Some(ts) => {
                 let date = normalize_date(ts).map_err(|m| err("last_modified", m))?;
@@ -531,16 +608,10 @@ impl Checked<'_, '_> {
         if let Some(d) = &r.displayurl {
             attr(out, "displayurl", d);
         }
-        if let Some(action) = r.action {
-            attr(
-                out,
-                "action",
-                if action == Action::Add {
-                    "add"
-                } else {
-                    "delete"
-                },
-            );
+        match r.action {
+            Some(Action::Add) => attr(out, "action", "add"),
+            Some(Action::Delete) => attr(out, "action", "delete"),
+            _ => {}
         }
         attr(out, "mimetype", self.mimetype);
         if let Some(date) = &self.last_modified {
@@ -593,37 +664,11 @@ impl Checked<'_, '_> {
         scratch: &mut Scratch,
         out: &mut Vec<u8>,
     ) -> Result<()> {
-        let field = content.field();
         let Scratch {
             deflater,
             bytes: buf,
         } = scratch;
-        // The bytes to send, and their text when they may travel as XML text.
-        let (bytes, text): (&[u8], Option<&str>) = match content {
-            Content::Text(s) => (s.as_bytes(), Some(s)),
-            Content::Bytes(b) => (b, None),
-            Content::Base64(s) => {
-                decode_base64_into(s, buf).map_err(|m| Error::record(index, Some(field), m))?;
-                (buf, None)
-            }
-            Content::Path(p) => {
-                buf.clear();
-                std::fs::File::open(p)
-                    .and_then(|mut f| f.read_to_end(buf))
-                    .map_err(|e| {
-                        Error::record(
-                            index,
-                            Some(field),
-                            format!("cannot read {}: {e}", p.display()),
-                        )
-                    })?;
-                // A file is text when its type says so and its bytes are UTF-8.
-                let text = is_textual(self.mimetype)
-                    .then(|| std::str::from_utf8(buf).ok())
-                    .flatten();
-                (buf, text)
-            }
-        };
+        let (bytes, text) = content.resolve(index, self.mimetype, buf)?;
         if let Some(s) = text.filter(|_| opts.compress != Compress::Always) {
             let mark = out.len();
             out.reserve(s.len() + s.len() / 8 + 32);

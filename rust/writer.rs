@@ -21,6 +21,7 @@ use crate::escape::{escape_into, Context};
 use crate::groups::{self, Membership};
 use crate::jsonl;
 use crate::record::{AclFormat, EncodeOptions, FeedKind, FeedType, Record};
+use crate::thunderstone;
 
 thread_local! {
     /// Each encoding thread's scratch, reused across records and batches.
@@ -77,6 +78,8 @@ pub enum SetKind {
     Feed,
     /// Groups feeds, for /xmlgroups; the set's source is the groupsource.
     Groups,
+    /// Thunderstone `recvdata.xml` data; the set's source is the profile.
+    Thunderstone,
 }
 
 impl SetKind {
@@ -84,6 +87,7 @@ impl SetKind {
         match self {
             SetKind::Feed => "feed",
             SetKind::Groups => "groups",
+            SetKind::Thunderstone => "thunderstone",
         }
     }
 }
@@ -182,12 +186,13 @@ struct Files {
 impl Files {
     fn header(&self, feedtype: FeedType) -> Vec<u8> {
         let mut h = Vec::with_capacity(256);
-        h.extend_from_slice(XML_DECLARATION);
-        if self.set == SetKind::Groups {
+        match self.set {
+            SetKind::Feed => {}
             // The groupsource and feed type travel in the POST, as with feeds.
-            h.extend_from_slice(b"<xmlgroups>\n");
-            return h;
+            SetKind::Groups => return [XML_DECLARATION, b"<xmlgroups>\n"].concat(),
+            SetKind::Thunderstone => return thunderstone::HEADER.to_vec(),
         }
+        h.extend_from_slice(XML_DECLARATION);
         h.extend_from_slice(
             b"<!DOCTYPE gsafeed PUBLIC \"-//Google//DTD GSA Feeds//EN\" \"\">\n\
               <gsafeed>\n<header>\n<datasource>",
@@ -203,6 +208,7 @@ impl Files {
         match self.set {
             SetKind::Feed => b"</group>\n</gsafeed>\n",
             SetKind::Groups => b"</xmlgroups>\n",
+            SetKind::Thunderstone => thunderstone::FOOTER,
         }
     }
 
@@ -250,6 +256,7 @@ impl Files {
         let name = match self.set {
             SetKind::Feed => format!("{}-{seq:06}.xml", self.datasource),
             SetKind::Groups => format!("{}-groups-{seq:06}.xml", self.datasource),
+            SetKind::Thunderstone => format!("{}-thunderstone-{seq:06}.xml", self.datasource),
         };
         let tmp = self.dir.join(format!("{name}.tmp"));
         let handle = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
@@ -488,6 +495,24 @@ impl FeedWriter {
         Self::open(dir, groupsource, feedtype, SetKind::Groups, opts)
     }
 
+    /// A writer of Thunderstone data for `profile`; there is no feed type (the manifest says
+    /// incremental).
+    pub fn new_thunderstone(dir: &Path, profile: &str, opts: Options) -> Result<Self> {
+        check_datasource(profile).map_err(|_| {
+            Error::Config(format!(
+                "profile '{profile}' is not allowed: it must start with a letter or underscore \
+                 and hold only letters, digits, '_' and '-'"
+            ))
+        })?;
+        Self::open(
+            dir,
+            profile,
+            FeedType::Incremental,
+            SetKind::Thunderstone,
+            opts,
+        )
+    }
+
     fn open(
         dir: &Path,
         source: &str,
@@ -658,11 +683,16 @@ impl FeedWriter {
     /// Checks, encodes and takes a batch of records; on error nothing of the batch is
     /// written, and the error's index is the record's position in `records`.
     pub fn add_batch(&mut self, records: &[Record<'_>]) -> Result<BatchReport> {
-        self.expect(SetKind::Feed)?;
         let indexed: Vec<(usize, &Record<'_>)> = records.iter().enumerate().collect();
-        self.add(&indexed, |index, record, kind, opts, scratch, out| {
-            record.encode_into(index, kind, opts, scratch, out)
-        })
+        match self.set {
+            SetKind::Feed => self.add(&indexed, |index, record, kind, opts, scratch, out| {
+                record.encode_into(index, kind, opts, scratch, out)
+            }),
+            SetKind::Thunderstone => self.add(&indexed, |index, record, _, _, scratch, out| {
+                thunderstone::encode_item(record, index, scratch, out)
+            }),
+            SetKind::Groups => Err(self.refuse("document records")),
+        }
     }
 
     /// Parses, checks, encodes and takes a chunk of JSON Lines (whole lines only); on error
@@ -677,6 +707,9 @@ impl FeedWriter {
             SetKind::Groups => self.add(&lines, |index, line, _, _, _, out| {
                 groups::parse_line(index, line)?.encode_into(index, out)
             }),
+            SetKind::Thunderstone => self.add(&lines, |index, line, _, _, scratch, out| {
+                thunderstone::encode_item(&jsonl::parse_line(index, line)?, index, scratch, out)
+            }),
         }?;
         report.lines = count;
         Ok(report)
@@ -684,26 +717,20 @@ impl FeedWriter {
 
     /// Checks, encodes and takes a batch of group memberships, like `add_batch`.
     pub fn add_memberships(&mut self, memberships: &[Membership]) -> Result<BatchReport> {
-        self.expect(SetKind::Groups)?;
+        if self.set != SetKind::Groups {
+            return Err(self.refuse("group memberships"));
+        }
         let indexed: Vec<(usize, &Membership)> = memberships.iter().enumerate().collect();
         self.add(&indexed, |index, membership, _, _, _, out| {
             membership.encode_into(index, out)
         })
     }
 
-    fn expect(&self, set: SetKind) -> Result<()> {
-        if self.set == set {
-            Ok(())
-        } else {
-            Err(Error::Config(format!(
-                "this writer writes {} files: it takes no {}",
-                self.set.as_str(),
-                match set {
-                    SetKind::Feed => "document records",
-                    SetKind::Groups => "group memberships",
-                }
-            )))
-        }
+    fn refuse(&self, what: &str) -> Error {
+        Error::Config(format!(
+            "this writer writes {} files: it takes no {what}",
+            self.set.as_str()
+        ))
     }
 
     /// Writes what is queued, closes the last file and writes the manifest. Returns every

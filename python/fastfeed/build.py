@@ -32,6 +32,7 @@ from fastfeed.writer import (
     FeedWarning,
     FeedWriter,
     SetWriter,
+    ThunderstoneWriter,
 )
 
 OnError = Literal["stop", "skip"]
@@ -214,12 +215,7 @@ def build(
     written. With `"skip"`, refused records are saved byte for byte to `rejected.jsonl` (with
     the reasons in `rejected.log`) so that they can be fixed and fed again; none is lost.
     """
-    for name in inputs:
-        if name != "-" and Path(name).is_dir() and not base_url:
-            raise FastfeedError(
-                f"{name} is a directory: give --base-url to map its files to URLs "
-                "(e.g. --base-url http://docs.example.com/share/)"
-            )
+    _check_directories(inputs, base_url)
 
     def writer(warn: Callable[[FeedWarning], None]) -> SetWriter:
         return FeedWriter(
@@ -237,6 +233,46 @@ def build(
         )
 
     return write_set(inputs, out_dir, writer, base_url, on_error, on_warning, progress)
+
+
+def build_thunderstone(
+    inputs: Sequence[str],
+    out_dir: str | os.PathLike[str],
+    profile: str,
+    *,
+    base_url: str | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_records: int = 0,
+    workers: int = 0,
+    on_error: OnError = "stop",
+    on_file: Callable[[ManifestEntry], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
+) -> BuildSummary:
+    """Builds Thunderstone data for `profile` from the same inputs as `build`."""
+    _check_directories(inputs, base_url)
+
+    def writer(warn: Callable[[FeedWarning], None]) -> SetWriter:
+        return ThunderstoneWriter(
+            out_dir,
+            profile,
+            max_bytes=max_bytes,
+            max_records=max_records,
+            workers=workers,
+            on_file=on_file,
+            on_warning=warn,
+        )
+
+    return write_set(inputs, out_dir, writer, base_url, on_error, on_warning, progress)
+
+
+def _check_directories(inputs: Sequence[str], base_url: str | None) -> None:
+    for name in inputs:
+        if name != "-" and Path(name).is_dir() and not base_url:
+            raise FastfeedError(
+                f"{name} is a directory: give --base-url to map its files to URLs "
+                "(e.g. --base-url http://docs.example.com/share/)"
+            )
 
 
 def write_set(

@@ -9,8 +9,8 @@ from typing import Any
 
 import orjson
 
-from fastfeed.build import InputError, build
-from fastfeed.errors import ExitCode
+from fastfeed.build import InputError, build, build_thunderstone
+from fastfeed.errors import ExitCode, FastfeedError
 from fastfeed.progress import Progress, human_bytes
 from fastfeed.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES, HARD_MAX_BYTES
 
@@ -66,7 +66,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument(
         "inputs", nargs="+", metavar="INPUT", help="JSON Lines file, - (stdin) or directory"
     )
-    p.add_argument("--datasource", required=True, help="datasource name: [a-zA-Z_][a-zA-Z0-9_-]*")
+    p.add_argument(
+        "--datasource",
+        help="datasource name, [a-zA-Z_][a-zA-Z0-9_-]* (required for GSA feeds)",
+    )
     p.add_argument(
         "--feedtype",
         choices=("full", "incremental", "metadata-and-url"),
@@ -117,6 +120,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="stop at the first refused record (default, no manifest written), or skip it into "
         "DIR/rejected.jsonl and go on",
     )
+    p.add_argument(
+        "--format",
+        choices=("gsa", "thunderstone"),
+        default="gsa",
+        help="gsa: Google Search Appliance feeds (default); thunderstone: ThunderstoneReplication "
+        "data for a Thunderstone Search Appliance profile (give --profile)",
+    )
+    p.add_argument("--profile", help="the Thunderstone profile that receives the data")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     p.set_defaults(func=run_build)
 
@@ -128,22 +139,32 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def run_build(args: argparse.Namespace) -> int:
+    if args.format == "thunderstone" and not args.profile:
+        raise FastfeedError("--format thunderstone needs --profile, the receiving profile's name")
+    if args.format == "gsa":
+        require_datasource(args)
+    common: dict[str, Any] = {
+        "base_url": args.base_url,
+        "max_bytes": args.max_bytes,
+        "max_records": args.max_records,
+        "workers": args.workers,
+        "on_error": args.on_error,
+        "progress": Progress(),
+    }
     try:
-        summary = build(
-            args.inputs,
-            args.out,
-            args.datasource,
-            args.feedtype,
-            base_url=args.base_url,
-            max_bytes=args.max_bytes,
-            max_records=args.max_records,
-            compress=args.compress,
-            level=args.level,
-            workers=args.workers,
-            acl_format=args.acl_format,
-            on_error=args.on_error,
-            progress=Progress(),
-        )
+        if args.format == "thunderstone":
+            summary = build_thunderstone(args.inputs, args.out, args.profile, **common)
+        else:
+            summary = build(
+                args.inputs,
+                args.out,
+                args.datasource,
+                args.feedtype,
+                compress=args.compress,
+                level=args.level,
+                acl_format=args.acl_format,
+                **common,
+            )
     except InputError as exc:
         print(f"fastfeed build: error: {exc}", file=sys.stderr)
         print(
@@ -176,6 +197,15 @@ def run_build(args: argparse.Namespace) -> int:
         )
         return ExitCode.FAILED
     return ExitCode.OK
+
+
+def require_datasource(args: argparse.Namespace) -> None:
+    """GSA feeds need --datasource; it is optional to argparse only because Thunderstone data
+    takes --profile instead."""
+    if not args.datasource:
+        raise FastfeedError(
+            "--datasource is required (or FASTFEED_DATASOURCE, or datasource in fastfeed.toml)"
+        )
 
 
 def run_validate(args: argparse.Namespace) -> int:

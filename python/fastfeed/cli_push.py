@@ -15,6 +15,7 @@ import orjson
 
 from fastfeed import config
 from fastfeed.build import InputError, build
+from fastfeed.cli_build import require_datasource
 from fastfeed.errors import ExitCode, FastfeedError
 from fastfeed.progress import Progress
 from fastfeed.settings import HTTP_PORT, HTTPS_PORT, PushSettings, Secret
@@ -274,7 +275,8 @@ def _build_options(run: argparse.ArgumentParser, build_parser: argparse.Argument
     """Gives `run` the options of `build`, shared rather than copied so they never drift."""
     g = run.add_argument_group("building (as `fastfeed build`)")
     for action in build_parser._actions:
-        if action.dest in ("help", "out", "json"):
+        # `run` pushes GSA feeds: Thunderstone data goes through `fastfeed thunderstone push`.
+        if action.dest in ("help", "out", "json", "format", "profile"):
             continue
         if action.option_strings:
             g._add_action(action)
@@ -347,6 +349,7 @@ def run_replay(args: argparse.Namespace) -> int:
 def run_run(args: argparse.Namespace) -> int:
     from fastfeed.push import build_and_push
 
+    require_datasource(args)
     out = args.out or str(
         Path("fastfeed-feeds") / f"{args.datasource}-{time.strftime('%Y%m%d-%H%M%S')}"
     )

@@ -53,7 +53,7 @@ class Record(_RecordRequired, total=False):
     and carries only `url` and `acl`."""
 
     kind: Literal["document", "acl"]
-    action: Literal["add", "delete"]
+    action: Literal["add", "delete", "update", "delete-pattern"]
     mimetype: str
     displayurl: str
     last_modified: str | int | float
@@ -160,7 +160,21 @@ class SetWriter:
             self.abort()
 
 
-class FeedWriter(SetWriter):
+class _RecordWriter(SetWriter):
+    """A writer that takes document records (see `FeedWriter`)."""
+
+    def add(self, record: Record) -> None:
+        """Adds one record. Prefer `add_batch` for many: each call crosses into Rust once."""
+        self.add_batch((record,))
+
+    def add_batch(self, records: Iterable[Record]) -> None:
+        """Adds records in order; nothing of the batch is written if one of them is refused."""
+        batch = records if isinstance(records, (list, tuple)) else list(records)
+        problems, finished = self._core.add_batch(batch)
+        self._report(problems, finished)
+
+
+class FeedWriter(_RecordWriter):
     """Writes records into numbered, size-capped feed files in `out_dir`, and `manifest.jsonl`.
 
     Use it as a context manager; leaving the block closes the last file and writes the manifest,
@@ -205,15 +219,38 @@ class FeedWriter(SetWriter):
         )
         super().__init__(core, out_dir, on_file, on_warning)
 
-    def add(self, record: Record) -> None:
-        """Adds one record. Prefer `add_batch` for many: each call crosses into Rust once."""
-        self.add_batch((record,))
-
-    def add_batch(self, records: Iterable[Record]) -> None:
-        """Adds records in order; nothing of the batch is written if one of them is refused."""
-        batch = records if isinstance(records, (list, tuple)) else list(records)
-        problems, finished = self._core.add_batch(batch)
-        self._report(problems, finished)
-
     def __enter__(self) -> FeedWriter:
+        return self
+
+
+class ThunderstoneWriter(_RecordWriter):
+    """Writes records as `ThunderstoneReplication` items for a Thunderstone Search Appliance
+    `profile`, in numbered size-capped files and `manifest.jsonl` (entries of kind
+    `thunderstone`, whose `datasource` is the profile). Used like `FeedWriter`; the README
+    says how record fields map onto items, and `action` may also be `update` or
+    `delete-pattern`."""
+
+    def __init__(
+        self,
+        out_dir: str | os.PathLike[str],
+        profile: str,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_records: int = 0,
+        workers: int = 0,
+        on_file: Callable[[ManifestEntry], None] | None = None,
+        on_warning: Callable[[FeedWarning], None] | None = None,
+    ) -> None:
+        core = _core.FeedWriter(
+            os.fspath(out_dir),
+            profile,
+            "incremental",
+            kind="thunderstone",
+            max_bytes=max_bytes,
+            max_records=max_records,
+            workers=workers,
+        )
+        super().__init__(core, out_dir, on_file, on_warning)
+
+    def __enter__(self) -> ThunderstoneWriter:
         return self

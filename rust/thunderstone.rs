@@ -1,0 +1,306 @@
+//! Thunderstone Search Appliance data (`recvdata.xml`): a `ThunderstoneReplication` document
+//! with one `<Item>` per record.
+//!
+//! Fields map as follows: `action` gives `Type` (add `I`, delete `D`, delete-pattern `DP`,
+//! update `U`); metadata `title`, `description` and `category` (one value each) give `Title`,
+//! `Description` and `Category`; `keywords` gives `Keywords`, values joined with ", "; every
+//! other metadata value gives a `name: value` line of `Meta`, sorted by name. Text content is
+//! `Body` (UTF-8), binary content `RawData`. Any text XML cannot carry goes as base64 with
+//! `dt:dt="bin.base64"`, so nothing is dropped.
+
+use crate::encode::{base64_into, Scratch};
+use crate::error::{Error, Result};
+use crate::escape::{escape_into, Context};
+use crate::record::{parse_date, Action, Record};
+
+pub const HEADER: &[u8] = b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
+    <ThunderstoneReplication xmlns:dt=\"urn:schemas-microsoft-com:datatypes\">\n";
+pub const FOOTER: &[u8] = b"</ThunderstoneReplication>\n";
+
+/// Writes `<Name>text</Name>`, or its base64 with `dt:dt="bin.base64"` when XML cannot
+/// carry the text.
+fn element(out: &mut Vec<u8>, name: &str, text: &str) {
+    let mark = out.len();
+    out.push(b'<');
+    out.extend_from_slice(name.as_bytes());
+    out.push(b'>');
+    if escape_into(out, text, Context::Text).is_err() {
+        out.truncate(mark);
+        binary(out, name, text.as_bytes());
+        return;
+    }
+    close(out, name);
+}
+
+fn binary(out: &mut Vec<u8>, name: &str, bytes: &[u8]) {
+    out.push(b'<');
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b" dt:dt=\"bin.base64\">");
+    base64_into(out, bytes);
+    close(out, name);
+}
+
+fn close(out: &mut Vec<u8>, name: &str) {
+    out.extend_from_slice(b"</");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b">\n");
+}
+
+/// Record fields a Thunderstone item has no place for: refused rather than dropped.
+fn unsupported(r: &Record<'_>) -> Option<&'static str> {
+    [
+        ("displayurl", r.displayurl.is_some()),
+        ("lock", r.lock.is_some()),
+        ("authmethod", r.authmethod.is_some()),
+        ("pagerank", r.pagerank.is_some()),
+        ("crawl_immediately", r.crawl_immediately.is_some()),
+        ("crawl_once", r.crawl_once.is_some()),
+        ("acl", r.acl.is_some()),
+        ("overwrite_acls", r.overwrite_acls.is_some()),
+        ("kind", r.standalone_acl),
+    ]
+    .into_iter()
+    .find_map(|(field, given)| given.then_some(field))
+}
+
+/// The one value of a metadata name that maps onto a single element.
+fn single<'r>(index: usize, values: &[&'r str], name: &str) -> Result<Option<&'r str>> {
+    match values {
+        [] => Ok(None),
+        [one] => Ok(Some(one)),
+        _ => Err(Error::record(
+            index,
+            Some("metadata"),
+            format!(
+                "'{name}' fills one Thunderstone field and takes one value, not {}",
+                values.len()
+            ),
+        )),
+    }
+}
+
+/// Checks a record for a Thunderstone item and appends the item to `out`.
+pub fn encode_item(
+    record: &Record<'_>,
+    index: usize,
+    scratch: &mut Scratch,
+    out: &mut Vec<u8>,
+) -> Result<()> {
+    let err = |field: &'static str, msg: String| Error::record(index, Some(field), msg);
+    if let Some(field) = unsupported(record) {
+        return Err(err(
+            field,
+            "has no counterpart in a Thunderstone item".into(),
+        ));
+    }
+    record.check_url(index)?;
+    let action = record.action.unwrap_or(Action::Add);
+    let deleting = matches!(action, Action::Delete | Action::DeletePattern);
+    if deleting && (record.content.is_some() || !record.metadata.is_empty()) {
+        return Err(err(
+            "action",
+            "a delete carries only the URL (or URL pattern)".into(),
+        ));
+    }
+    let mut by_name: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for (name, value) in &record.metadata {
+        if name.is_empty() || value.is_empty() {
+            return Err(err("metadata", "names and values must not be empty".into()));
+        }
+        by_name.entry(name).or_default().push(value);
+    }
+    let mut take = |name: &str| by_name.remove(name).unwrap_or_default();
+    let title = single(index, &take("title"), "title")?;
+    let description = single(index, &take("description"), "description")?;
+    let category = single(index, &take("category"), "category")?;
+    let keywords = take("keywords");
+    if keywords.iter().any(|k| k.contains(',')) {
+        return Err(err(
+            "metadata",
+            "Thunderstone keywords are comma-separated: a keyword holding ',' would be split"
+                .into(),
+        ));
+    }
+    let mut meta = String::new();
+    for (name, values) in &by_name {
+        if name.contains([':', '\n', '\r']) || values.iter().any(|v| v.contains(['\n', '\r'])) {
+            return Err(err(
+                "metadata",
+                format!(
+                    "'{name}' goes into Meta as 'name: value' lines, so neither may hold a line \
+                     break, nor the name a ':'"
+                ),
+            ));
+        }
+        for value in values {
+            meta.push_str(name);
+            meta.push_str(": ");
+            meta.push_str(value);
+            meta.push('\n');
+        }
+    }
+    let modified = match &record.last_modified {
+        Some(ts) => Some(
+            parse_date(ts)
+                .map_err(|m| err("last_modified", m))?
+                .0
+                .format("%Y-%m-%d %H:%M:%S")
+                .to_string(),
+        ),
+        None => None,
+    };
+
+    out.extend_from_slice(b"<Item>\n<Type>");
+    out.extend_from_slice(match action {
+        Action::Add => b"I",
+        Action::Delete => b"D",
+        Action::DeletePattern => b"DP",
+        Action::Update => b"U",
+    });
+    out.extend_from_slice(b"</Type>\n");
+    let resolved = match &record.content {
+        Some(content) => {
+            let mimetype = record.mimetype(index)?;
+            let Scratch { bytes: buf, .. } = scratch;
+            Some((content.resolve(index, mimetype, buf)?, mimetype))
+        }
+        None => None,
+    };
+    if let Some(((bytes, _), _)) = &resolved {
+        element(out, "Size", &bytes.len().to_string());
+    }
+    element(out, "Url", &record.url);
+    if let Some(title) = title {
+        element(out, "Title", title);
+    }
+    if let Some(((_, Some(text)), _)) = &resolved {
+        element(out, "Body", text);
+    }
+    if !keywords.is_empty() {
+        element(out, "Keywords", &keywords.join(", "));
+    }
+    if let Some(description) = description {
+        element(out, "Description", description);
+    }
+    if !meta.is_empty() {
+        element(out, "Meta", &meta);
+    }
+    if let Some(category) = category {
+        element(out, "Category", category);
+    }
+    if let Some(modified) = &modified {
+        element(out, "Modified", modified);
+    }
+    if !deleting {
+        if let Some(mimetype) = record
+            .mimetype
+            .as_deref()
+            .or(resolved.as_ref().map(|r| r.1))
+        {
+            element(out, "MimeType", mimetype);
+        }
+    }
+    match &resolved {
+        Some(((_, Some(_)), _)) => element(out, "Charset", "UTF-8"),
+        Some(((bytes, None), _)) => binary(out, "RawData", bytes),
+        None => {}
+    }
+    out.extend_from_slice(b"</Item>\n");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Content, Timestamp};
+
+    fn item(r: &Record<'_>) -> Result<String> {
+        let mut out = Vec::new();
+        encode_item(r, 0, &mut Scratch::new(1), &mut out)?;
+        Ok(String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn fields_map_onto_an_item() {
+        let r = Record {
+            url: "http://www.example.com/dir/page.html".into(),
+            metadata: vec![
+                ("title".into(), "Sprocket <Specifications>".into()),
+                ("keywords".into(), "sprockets".into()),
+                ("keywords".into(), "gears".into()),
+                ("author".into(), "Ann".into()),
+                ("category".into(), "Mechanical".into()),
+            ],
+            last_modified: Some(Timestamp::Text("2005-10-25T11:21:07Z".into())),
+            content: Some(Content::Text("caf\u{e9} & more".into())),
+            mimetype: Some("text/html".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            item(&r).unwrap(),
+            "<Item>\n<Type>I</Type>\n<Size>12</Size>\n<Url>http://www.example.com/dir/page.html</Url>\n\
+             <Title>Sprocket &lt;Specifications&gt;</Title>\n<Body>caf\u{e9} &amp; more</Body>\n\
+             <Keywords>sprockets, gears</Keywords>\n<Meta>author: Ann\n</Meta>\n\
+             <Category>Mechanical</Category>\n<Modified>2005-10-25 11:21:07</Modified>\n\
+             <MimeType>text/html</MimeType>\n<Charset>UTF-8</Charset>\n</Item>\n"
+        );
+    }
+
+    #[test]
+    fn binary_and_unsafe_text_go_base64() {
+        let r = Record {
+            url: "http://h.example.com/a.bin".into(),
+            metadata: vec![("title".into(), "bell\u{7}".into())],
+            content: Some(Content::Bytes(vec![0, 159, 255].into())),
+            ..Default::default()
+        };
+        let xml = item(&r).unwrap();
+        assert!(
+            xml.contains("<Title dt:dt=\"bin.base64\">YmVsbAc=</Title>"),
+            "{xml}"
+        );
+        assert!(
+            xml.contains("<RawData dt:dt=\"bin.base64\">AJ//</RawData>"),
+            "{xml}"
+        );
+        assert!(
+            xml.contains("<MimeType>application/octet-stream</MimeType>"),
+            "{xml}"
+        );
+    }
+
+    #[test]
+    fn deletes_and_patterns_carry_only_the_url() {
+        let r = Record {
+            url: "http://www.example.com/dir/*".into(),
+            action: Some(Action::DeletePattern),
+            ..Default::default()
+        };
+        assert_eq!(
+            item(&r).unwrap(),
+            "<Item>\n<Type>DP</Type>\n<Url>http://www.example.com/dir/*</Url>\n</Item>\n"
+        );
+    }
+
+    #[test]
+    fn what_an_item_cannot_hold_is_refused() {
+        let r = Record {
+            url: "http://h.example.com/".into(),
+            pagerank: Some(80),
+            ..Default::default()
+        };
+        assert!(item(&r)
+            .unwrap_err()
+            .to_string()
+            .contains("field 'pagerank'"));
+        let two_titles = Record {
+            url: "http://h.example.com/".into(),
+            metadata: vec![("title".into(), "a".into()), ("title".into(), "b".into())],
+            ..Default::default()
+        };
+        assert!(item(&two_titles)
+            .unwrap_err()
+            .to_string()
+            .contains("one value"));
+    }
+}

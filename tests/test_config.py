@@ -128,3 +128,27 @@ def test_a_bad_environment_value_names_the_variable(
         parse(["build", "x", "--datasource", "d", "--out", "o"])
 
     assert "FASTFEED_MAX_BYTES" in capsys.readouterr().err
+
+
+def test_actions_of_a_command_take_their_own_tables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "fastfeed.toml").write_text(
+        '[seedlist]\nbind = "0.0.0.0"\n[seedlist.load]\ndb = "docs.sqlite"\n'
+        "[seedlist.serve]\nport = 9443\n"
+    )
+    load = parse(["seedlist", "load", "docs.jsonl"])
+    assert load.db == "docs.sqlite"  # required, and satisfied by [seedlist.load]
+    serve = parse(["seedlist", "serve", "docs.sqlite"])
+    assert (serve.port, serve.bind) == (9443, "0.0.0.0")  # [seedlist] applies to every action
+    monkeypatch.setenv("FASTFEED_PORT", "8443")
+    assert parse(["seedlist", "serve", "docs.sqlite"]).port == 8443
+
+
+def test_a_misspelt_action_table_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "fastfeed.toml").write_text("[seedlist.lode]\ndb = 'x'\n")
+    with pytest.raises(SystemExit):
+        parse(["seedlist", "load", "docs.jsonl", "--db", "x"])
+    assert "[seedlist.lode] is not a fastfeed command" in capsys.readouterr().err

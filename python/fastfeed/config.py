@@ -4,8 +4,10 @@ Every option of every command can be set in three places besides its flag:
 
 * a TOML file, `--config PATH` or else `fastfeed.toml` in the working directory. Top-level keys
   apply to every command that has the option; a table named for a command (`[push]`, `[build]`,
-  `[run]`...) applies to that command only and wins over the top level. Keys are the long
-  option names, with `-` or `_`: `max-bytes = "50MB"`, `concurrency = 8`, `insecure = true`.
+  `[run]`...) applies to that command only and wins over the top level; a command with actions
+  of its own takes a table per action (`[seedlist.serve]`), which wins over the command's
+  table (`[seedlist]`). Keys are the long option names, with `-` or `_`:
+  `max-bytes = "50MB"`, `concurrency = 8`, `insecure = true`.
 * environment variables `FASTFEED_` + the option name in capitals with `_`: `FASTFEED_HOST`,
   `FASTFEED_MAX_BYTES=50MB`, `FASTFEED_INSECURE=1` (booleans: 1/0, true/false, yes/no, on/off).
 * the option's default.
@@ -50,7 +52,13 @@ class _File:
 
 def prepare(command: argparse.ArgumentParser) -> None:
     """Makes a command configurable: adds `--config`, and lets required options be satisfied by
-    the environment or the file (`apply` checks them once every layer is known)."""
+    the environment or the file (`apply` checks them once every layer is known). A command with
+    actions of its own (`seedlist load`) has each of them prepared instead."""
+    actions = _commands(command)
+    if actions:
+        for action_parser in actions.values():
+            prepare(action_parser)
+        return
     if any("--config" in a.option_strings for a in command._actions):
         return
     command.add_argument(
@@ -68,10 +76,10 @@ def prepare(command: argparse.ArgumentParser) -> None:
 def apply(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Sequence[str]) -> None:
     """Fills the options not given on the command line from the environment and the TOML file."""
     commands = _commands(parser)
-    command = commands.get(getattr(args, "command", None) or "")
+    name = _chosen(parser, args)
+    command = commands.get(name)
     if command is None:
         return
-    name = args.command
     given = _given(parser, command, argv)
     settings = _load(command, getattr(args, "config", None))
     known = set().union(*(_dests(c) for c in commands.values()))
@@ -79,12 +87,19 @@ def apply(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Seque
         if key not in known:
             command.error(f"{settings.path}: unknown setting {key!r}")
     for table, keys in settings.tables.items():
-        if table not in commands:
-            command.error(f"{settings.path}: [{table}] is not a fastfeed command")
+        # A table names a command, or a command with actions (its keys apply to all of them).
+        scope = [c for n, c in commands.items() if n == table or n.startswith(table + " ")]
+        where = f"{settings.path}: [{table.replace(' ', '.')}]"
+        if not scope:
+            command.error(f"{where} is not a fastfeed command")
         for key in keys:
-            if key not in _dests(commands[table]):
-                command.error(f"{settings.path}: [{table}] has no setting {key!r}")
-    section = settings.tables.get(name, {})
+            if not any(key in _dests(c) for c in scope):
+                command.error(f"{where} has no setting {key!r}")
+    # The command's own table wins over the table of the command it is an action of.
+    section: dict[str, Any] = {}
+    words = name.split()
+    for depth in range(1, len(words) + 1):
+        section.update(settings.tables.get(" ".join(words[:depth]), {}))
     for action in _options(command):
         if action.dest in given:
             continue
@@ -108,11 +123,37 @@ def apply(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Seque
             )
 
 
-def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+def _subcommands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any] | None:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)
-    return {}
+            return action
+    return None
+
+
+def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The commands under `parser` that take options, by their words: `build`, `seedlist load`."""
+    sub = _subcommands(parser)
+    found: dict[str, argparse.ArgumentParser] = {}
+    for name, command in sub.choices.items() if sub else ():
+        nested = _commands(command)
+        if nested:
+            found.update({f"{name} {inner}": c for inner, c in nested.items()})
+        else:
+            found[name] = command
+    return found
+
+
+def _chosen(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """The words of the command the arguments chose."""
+    words = []
+    sub = _subcommands(parser)
+    while sub is not None:
+        word = getattr(args, sub.dest, None)
+        if word is None:
+            break
+        words.append(word)
+        sub = _subcommands(sub.choices[word])
+    return " ".join(words)
 
 
 def _options(command: argparse.ArgumentParser) -> Iterator[argparse.Action]:
@@ -160,10 +201,15 @@ def _load(command: argparse.ArgumentParser, path: str | None) -> _File:
         command.error(f"{path} is not valid TOML: {exc}")
     loaded = _File(path)
     for key, value in data.items():
-        if isinstance(value, dict):
-            loaded.tables[key] = {k.replace("-", "_"): v for k, v in value.items()}
-        else:
+        if not isinstance(value, dict):
             loaded.top[key.replace("-", "_")] = value
+            continue
+        table = loaded.tables.setdefault(key, {})
+        for k, v in value.items():
+            if isinstance(v, dict):  # [seedlist.serve]: a table of one action of a command
+                loaded.tables[f"{key} {k}"] = {k2.replace("-", "_"): v2 for k2, v2 in v.items()}
+            else:
+                table[k.replace("-", "_")] = v
     return loaded
 
 

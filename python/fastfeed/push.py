@@ -18,6 +18,11 @@ Ordering rule (why a push may be slower than `--concurrency` suggests):
     feed replaces the whole datasource.
   * When a file of a datasource fails, the later files of that datasource are not sent
     ("blocked"): the next run resumes from the failed file, in order.
+  * Groups feeds (manifest kind `groups`, POSTed to /xmlgroups) follow the same rule with their
+    groupsource in place of the datasource, in lanes apart from the feeds'. A `full` groups feed
+    replaces the groups of every groupsource on the appliance, not only its own: it waits for
+    every earlier groups file and every later one waits for it. Sending one needs
+    `allow_full_groups`, so that it is never done by mistake.
 """
 
 from __future__ import annotations
@@ -55,12 +60,22 @@ __all__ = [
     "PushError",
     "PushSummary",
     "Pusher",
+    "FULL_GROUPS_WARNING",
     "build_and_push",
     "build_and_push_async",
     "feed_files",
+    "full_groups",
     "push",
     "push_async",
 ]
+
+#: Where each kind of manifest entry is POSTed, and the form field that names its source.
+ENDPOINTS = {"feed": ("/xmlfeed", "datasource"), "groups": ("/xmlgroups", "groupsource")}
+
+FULL_GROUPS_WARNING = (
+    "a full groups feed replaces the groups of EVERY groupsource on the appliance, not only of "
+    "its own: groups fed by other sources (connectors, other groupsources) are deleted"
+)
 
 UNAUTHORIZED_HELP = (
     "add this machine's IP address in the appliance's Admin Console, under "
@@ -109,6 +124,7 @@ class FileResult:
     def to_dict(self) -> dict[str, object]:
         return {
             "file": str(self.feed.path),
+            "kind": self.feed.entry.kind,
             "datasource": self.feed.entry.datasource,
             "feedtype": self.feed.entry.feedtype,
             "records": self.feed.entry.records,
@@ -190,6 +206,13 @@ def feed_files(paths: Iterable[str | os.PathLike[str]]) -> list[FeedFile]:
             entries = read_manifest(directory)
         except FastfeedError as exc:
             raise PushError(str(exc), refused=True) from None
+        unknown = {e.kind for e in entries} - ENDPOINTS.keys()
+        if unknown:
+            raise PushError(
+                f"{directory}/manifest.jsonl has entries of kind {', '.join(sorted(unknown))}, "
+                f"which this version cannot push (known: {', '.join(ENDPOINTS)})",
+                refused=True,
+            )
         if names is not None:
             missing = names - {e.file for e in entries}
             if missing:
@@ -246,22 +269,28 @@ def _quote(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\r", "").replace("\n", "")
 
 
+def full_groups(files: Iterable[FeedFile]) -> list[FeedFile]:
+    """The full groups feeds among `files`: each replaces the groups of every groupsource."""
+    return [f for f in files if f.entry.kind == "groups" and f.entry.feedtype == "full"]
+
+
 class _Multipart:
-    """The `/xmlfeed` form, streamed from disk with a known length.
+    """The `/xmlfeed` (or `/xmlgroups`) form, streamed from disk with a known length.
 
     Built by hand rather than with httpx's `files=`: this yields the fields in the order the
-    guide shows (datasource, feedtype, data), reads the file in large chunks (fewer, bigger
-    writes), and stops with an error if the file is shorter than the manifest says, so a file
-    changed after the check can never be sent cut short as if it were complete.
+    guide shows (datasource or groupsource, feedtype, data), reads the file in large chunks
+    (fewer, bigger writes), and stops with an error if the file is shorter than the manifest
+    says, so a file changed after the check can never be sent cut short as if it were complete.
     """
 
     def __init__(self, feed: FeedFile, chunk_size: int, on_chunk: Callable[[int], None]) -> None:
         boundary = f"fastfeed-{uuid.uuid4().hex}"
         self.content_type = f"multipart/form-data; boundary={boundary}"
         entry = feed.entry
+        source_field = ENDPOINTS[entry.kind][1]
         head = "".join(
             f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'
-            for name, value in (("datasource", entry.datasource), ("feedtype", entry.feedtype))
+            for name, value in ((source_field, entry.datasource), ("feedtype", entry.feedtype))
         )
         head += (
             f'--{boundary}\r\nContent-Disposition: form-data; name="data"; '
@@ -319,6 +348,15 @@ class _Job:
     @property
     def replaces(self) -> bool:
         return self.feed.entry.feedtype == "full"
+
+    @property
+    def lane(self) -> tuple[str, str]:
+        """Files of one lane go in order: a datasource's feeds, or a groupsource's groups."""
+        return self.feed.entry.kind, self.feed.entry.datasource
+
+    @property
+    def replaces_all_groups(self) -> bool:
+        return self.replaces and self.feed.entry.kind == "groups"
 
     @property
     def accepted(self) -> bool:
@@ -434,9 +472,15 @@ class Pusher:
             if j.state is _State.PENDING and j.check is not None and not j.check.done()
         )
         may_start = not self._gate.paused and time.monotonic() >= self._hold_until
-        earlier: dict[str, list[_Job]] = {}
+        earlier: dict[tuple[str, str], list[_Job]] = {}
+        full_groups: list[_Job] = []  # every groups lane, even one not seen yet, waits for these
         for job in self._jobs:
-            before = earlier.setdefault(job.feed.entry.datasource, [])
+            if job.lane not in earlier:
+                earlier[job.lane] = list(full_groups) if job.lane[0] == "groups" else []
+            before = earlier[job.lane]
+            if job.replaces_all_groups:
+                # Replaces every groupsource's groups: after all earlier groups files, alone.
+                before = [e for lane, jobs in earlier.items() if lane[0] == "groups" for e in jobs]
             if job.state is _State.PENDING:
                 failed = next((e for e in before if _failed(e)), None)
                 if failed is not None:
@@ -458,7 +502,13 @@ class Pusher:
                     # Next in line behind files being sent: hash it meanwhile, so that strictly
                     # ordered files go out back to back instead of waiting for their check.
                     early += int(not self._check(job).done())
-            before.append(job)
+            if job.replaces_all_groups:
+                full_groups.append(job)
+                for lane, jobs in earlier.items():
+                    if lane[0] == "groups":
+                        jobs.append(job)
+            else:
+                before.append(job)
 
     def _check(self, job: _Job) -> asyncio.Future[None]:
         if job.check is None:
@@ -563,7 +613,7 @@ class Pusher:
         assert self._client is not None
         body = _Multipart(feed, self.settings.chunk_size, self._count_bytes)
         response = await self._client.post(
-            self.settings.base_url + "/xmlfeed",
+            self.settings.base_url + ENDPOINTS[feed.entry.kind][0],
             content=body,
             headers={"Content-Type": body.content_type, "Content-Length": str(body.length)},
         )
@@ -621,15 +671,26 @@ async def push_async(
     *,
     progress: Progress | None = None,
     replay: bool = False,
+    allow_full_groups: bool = False,
 ) -> PushSummary:
     """Pushes feed sets (directories) or files of them; see `feed_files` for the order.
 
     Files the journal says this target accepted are skipped, so running the same push again
     after an interruption sends only what is missing. With `replay`, the journal is reset for
-    this target first, and everything is sent again.
+    this target first, and everything is sent again. Groups sets are pushed like feed sets, but
+    a full groups feed is refused (nothing is sent) unless `allow_full_groups`: see
+    `FULL_GROUPS_WARNING`.
     Raises `PushError` (with `.refused` and `.summary`) when the push cannot go on at all.
     """
     files = feed_files(paths)
+    full = full_groups(files)
+    if full and not allow_full_groups:
+        raise PushError(
+            f"{full[0].path} is a full groups feed; {FULL_GROUPS_WARNING}. Nothing was sent. "
+            "To send it anyway: `fastfeed groups push --allow-full` (Python: "
+            "allow_full_groups=True); to add or update groups, build an incremental groups feed",
+            refused=True,
+        )
     with contextlib.ExitStack() as stack:
         journals: dict[Path, Journal] = {}
         for directory in dict.fromkeys(f.directory for f in files):
@@ -650,11 +711,20 @@ def push(
     *,
     progress: Progress | None = None,
     replay: bool = False,
+    allow_full_groups: bool = False,
 ) -> PushSummary:
     """Synchronous `push_async`: `push("feeds/", PushSettings(host="gsa.example.com"))`."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    return asyncio.run(push_async(paths, settings, progress=progress, replay=replay))
+    return asyncio.run(
+        push_async(
+            paths,
+            settings,
+            progress=progress,
+            replay=replay,
+            allow_full_groups=allow_full_groups,
+        )
+    )
 
 
 async def build_and_push_async(

@@ -1,7 +1,8 @@
-"""Checks feed files against the gsafeed DTD and the protocol's rules (`fastfeed validate`).
+"""Checks feed files against the gsafeed DTD and the protocol's rules (`fastfeed validate`),
+and groups feed files (root `xmlgroups`) against the groups DTD.
 
-Files are streamed: each record is DTD-validated as its subtree ends and then freed, so a feed
-near the protocol's 1 GB limit is checked in little memory.
+Files are streamed: each record (or membership) is DTD-validated as its subtree ends and then
+freed, so a feed near the protocol's 1 GB limit is checked in little memory.
 """
 
 from __future__ import annotations
@@ -33,12 +34,17 @@ class Problem:
         return f"{where}: {self.message}"
 
 
-def _load_dtd() -> etree.DTD:
-    with resources.files("fastfeed").joinpath("gsafeed.dtd").open("rb") as f:
+def _load_dtd(name: str) -> etree.DTD:
+    with resources.files("fastfeed").joinpath(name).open("rb") as f:
         return etree.DTD(f)
 
 
-_DTD = _load_dtd()
+_DTD = _load_dtd("gsafeed.dtd")
+_GROUPS_DTD = _load_dtd("xmlgroups.dtd")
+
+#: The root element of each kind of file, as `ManifestEntry.kind` names the kinds.
+ROOTS = {"feed": "gsafeed", "groups": "xmlgroups"}
+INHERITANCE_TYPES = ("child-overrides", "parent-overrides", "and-both-permit", "leaf-node")
 
 
 def _b64decode(text: str) -> bytes:
@@ -67,10 +73,30 @@ class _Checker:
     def carries_content(self) -> bool:
         return self.datasource != "web" and self.feedtype != "metadata-and-url"
 
-    def dtd(self, elem: etree._Element) -> None:
-        if not _DTD.validate(elem):
-            for err in _DTD.error_log:
+    def dtd(self, elem: etree._Element, dtd: etree.DTD = _DTD) -> None:
+        if not dtd.validate(elem):
+            for err in dtd.error_log:
                 self.report(err.line, err.message)
+
+    def acl(self, elem: etree._Element, *, standalone: bool) -> None:
+        """The guide's "Approaches to Using the acl Element": a child of <group> names its URL
+        (a folder or share, not a document); a child of <record> is the record's, so no url."""
+        url = elem.get("url")
+        if standalone and url is None:
+            self.report(elem.sourceline, "an <acl> outside a record needs a url attribute")
+        elif not standalone and url is not None:
+            self.report(elem.sourceline, "an <acl> inside a record cannot have a url attribute")
+        elif url is not None and (problem := _core.url_problem(url)):
+            self.report(elem.sourceline, f"acl url: {problem}")
+        self.principals(elem)
+
+    def principals(self, elem: etree._Element) -> None:
+        for principal in elem.iter("principal"):
+            if not (principal.text or "").strip():
+                self.report(
+                    principal.sourceline,
+                    "empty principal: the appliance skips it, so it grants or denies nothing",
+                )
 
     def header(self, elem: etree._Element) -> None:
         self.dtd(elem)
@@ -110,6 +136,9 @@ class _Checker:
             )
         for content in contents:
             self.content(content)
+        acl = elem.find("acl")
+        if acl is not None:
+            self.acl(acl, standalone=False)
         metas = elem.findall("metadata/meta")
         for meta in metas:
             self.meta(meta)
@@ -150,6 +179,11 @@ class _Checker:
                 elem.sourceline,
                 f"meta '{name}' has empty content, which makes the appliance reject the record",
             )
+        elif name == "google:aclinheritancetype" and content not in INHERITANCE_TYPES:
+            self.report(
+                elem.sourceline,
+                f"google:aclinheritancetype '{content}' is not one of {INHERITANCE_TYPES}",
+            )
 
 
 def validate_file(
@@ -158,14 +192,18 @@ def validate_file(
     datasource: str | None = None,
     feedtype: str | None = None,
     max_problems: int = 100,
+    kind: str | None = None,
 ) -> list[Problem]:
     """Returns the problems of one feed file (empty when it is valid), at most `max_problems`.
 
     `datasource` and `feedtype` are those the file is (or will be) pushed with; the rules follow
     them rather than the header, as the appliance does. By default the header's are used.
+    `kind` ("feed" or "groups") is what the file must be; by default its root element decides:
+    <gsafeed> for a feed, <xmlgroups> for a groups feed.
     """
     file = os.fspath(path)
     checker = _Checker(file, max_problems, datasource, feedtype)
+    expected = ROOTS.values() if kind is None else [ROOTS[kind]]
     context = etree.iterparse(
         file,
         events=("start", "end"),
@@ -184,11 +222,14 @@ def validate_file(
                 depth += 1
                 if depth == 1:
                     root = elem
-                    if elem.tag != "gsafeed":
+                    if elem.tag not in expected:
+                        roots = " or ".join(f"<{name}>" for name in expected)
                         checker.report(
-                            elem.sourceline, f"the root element is <{elem.tag}>, not <gsafeed>"
+                            elem.sourceline, f"the root element is <{elem.tag}>, not {roots}"
                         )
                         return checker.problems
+                    if elem.tag == "xmlgroups":
+                        return _validate_groups(context, checker)
                 continue
             depth -= 1
             if depth != 1 and not (depth == 2 and elem.tag in ("record", "acl")):
@@ -210,6 +251,7 @@ def validate_file(
                 checker.record(elem)
             elif elem.tag == "acl":
                 checker.dtd(elem)
+                checker.acl(elem, standalone=True)
             else:
                 checker.report(elem.sourceline, f"<{elem.tag}> is not allowed here")
             # Free what has been checked; keep the element itself, which iterparse still holds.
@@ -232,4 +274,34 @@ def validate_file(
             checker.report(None, "the feed has no <header>")
         if groups == 0:
             checker.report(None, "the feed has no <group> (the DTD requires at least one)")
+    return checker.problems
+
+
+def _validate_groups(
+    context: etree.iterparse[tuple[str, etree._Element]], checker: _Checker
+) -> list[Problem]:
+    """The rest of a groups feed, its <xmlgroups> start already read: each <membership> is
+    checked against the groups DTD as it ends, then freed."""
+    depth = 1
+    try:
+        for event, elem in context:
+            if event == "start":
+                depth += 1
+                continue
+            depth -= 1
+            if depth != 1:
+                continue
+            if elem.tag == "membership":
+                checker.dtd(elem, _GROUPS_DTD)
+                checker.principals(elem)
+            else:
+                checker.report(elem.sourceline, f"<{elem.tag}> is not allowed in <xmlgroups>")
+            elem.clear(keep_tail=False)
+            parent = elem.getparent()
+            while parent is not None and elem.getprevious() is not None:
+                del parent[0]
+    except etree.XMLSyntaxError as exc:
+        checker.report(exc.lineno, f"not well-formed XML: {exc.msg}")
+    except OSError as exc:
+        checker.report(None, f"cannot read: {exc}")
     return checker.problems

@@ -4,10 +4,12 @@ from fastfeed.emulator import Emulator, Fault
 
 with Emulator(data_dir=tmp_path) as emu:
     ...  # push to f"{emu.url}/xmlfeed", then emu.wait_idle() and check emu.documents("ds")
+    ...  # emu.acls("ds") holds per-URL ACLs; emu.groups() what /xmlgroups fed
 """
 
 from fastfeed.emulator.appliance import Emulator
 from fastfeed.emulator.faults import Fault
 from fastfeed.emulator.index import Document, Push
+from fastfeed.emulator.security import Acl, Membership, Principal
 
-__all__ = ["Document", "Emulator", "Fault", "Push"]
+__all__ = ["Acl", "Document", "Emulator", "Fault", "Membership", "Principal", "Push"]

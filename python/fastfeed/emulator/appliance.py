@@ -22,6 +22,7 @@ from fastfeed.emulator import thunderstone
 from fastfeed.emulator.faults import Fault
 from fastfeed.emulator.feeder import Feeder
 from fastfeed.emulator.index import Document, Index, Push
+from fastfeed.emulator.security import Acl, Membership
 from fastfeed.emulator.server import State, make_app
 from fastfeed.emulator.status import snapshot
 from fastfeed.emulator.thunderstone import ThunderstoneDocument, ThunderstoneRequest
@@ -31,7 +32,8 @@ STARTUP_TIMEOUT = 30.0
 
 
 class Emulator:
-    """A GSA feedergate on loopback: POST /xmlfeed, GET /getbacklogcount, /status(.json).
+    """A GSA feedergate on loopback: POST /xmlfeed and /xmlgroups, GET /getbacklogcount,
+    /status(.json).
 
     `tls` is a (certificate file, key file) pair: given, the server speaks HTTPS on `port`, and
     `http_port` (if given) adds a plain HTTP listener, as the appliance's 19902 and 19900.
@@ -226,8 +228,19 @@ class Emulator:
         """The datasource's documents by URL, as the index holds them now."""
         return self.state.index.documents(datasource)
 
+    def acls(self, datasource: str) -> dict[str, Acl]:
+        """The datasource's per-URL ACLs by URL: those of its documents, and those fed alone
+        (`<acl url=...>`, `Acl.standalone`) for folders and shares, which are no documents."""
+        return self.state.index.acls(datasource)
+
+    def groups(self, groupsource: str | None = None) -> dict[tuple[str, str], Membership]:
+        """The groups fed by groups feeds, by (namespace, group name): of one groupsource, or
+        of all. A group is one entry whichever source fed it; the last feed wins."""
+        return self.state.index.groups(groupsource)
+
     def pushes(self) -> list[Push]:
-        """Every POST /xmlfeed received, in arrival order, with its outcome so far."""
+        """Every POST /xmlfeed and /xmlgroups received, in arrival order, with its outcome so
+        far (`Push.kind` tells which)."""
         return self.state.index.pushes()
 
     def thunderstone_documents(self, profile: str) -> dict[str, ThunderstoneDocument]:

@@ -1,7 +1,7 @@
 """Scripted misbehaviour of the emulated feedergate, so uploader tests can meet every failure.
 
-Faults wait in a FIFO queue; each /xmlfeed request takes the head fault, which stays at the head
-until it has been used `times` times.
+Faults wait in a FIFO queue; each /xmlfeed (or /xmlgroups) request takes the head fault, which
+stays at the head until it has been used `times` times.
 """
 
 from __future__ import annotations

@@ -14,11 +14,13 @@ import sqlite3
 import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from lxml import etree
 
 from fastfeed.emulator.index import Changes, Index, Push
+from fastfeed.emulator.security import Acl, acl_principals, legacy_acl, membership
 from fastfeed.validate import validate_file
 
 #: How many validation problems the feed log keeps for a failed feed.
@@ -58,11 +60,35 @@ def _decode_meta(elem: etree._Element) -> tuple[str, str]:
 class _Applier:
     """Applies the records of one feed inside one transaction."""
 
-    def __init__(self, db: sqlite3.Connection, push: Push) -> None:
+    def __init__(self, index: Index, db: sqlite3.Connection, push: Push) -> None:
+        self.index = index
         self.db = db
         self.push = push
         self.kind = feed_kind(push.datasource, push.feedtype)
         self.changes = Changes()
+
+    def acl(self, elem: etree._Element, group_action: str) -> None:
+        """A standalone <acl url=...>: the ACL of a folder or share, not a document."""
+        url = elem.get("url", "")
+        if group_action == "delete":
+            self.db.execute(
+                "DELETE FROM acls WHERE datasource = ? AND url = ?", (self.push.datasource, url)
+            )
+            return
+        self._put_acl(self._acl(url, elem, standalone=True))
+
+    def _acl(self, url: str, elem: etree._Element, *, standalone: bool = False) -> Acl:
+        return Acl(
+            url,
+            acl_principals(elem),
+            elem.get("inheritance-type", "leaf-node"),
+            elem.get("inherit-from"),
+            standalone,
+        )
+
+    def _put_acl(self, acl: Acl) -> None:
+        acl = replace(acl, datasource=self.push.datasource, push_id=self.push.id)
+        self.index.put_acl(self.db, acl)
 
     def record(self, elem: etree._Element, group_action: str) -> None:
         self.changes.records += 1
@@ -72,6 +98,10 @@ class _Applier:
         if action == "delete":
             self.db.execute(
                 "DELETE FROM documents WHERE datasource = ? AND url = ?",
+                (self.push.datasource, url),
+            )
+            self.db.execute(
+                "DELETE FROM acls WHERE datasource = ? AND url = ? AND NOT standalone",
                 (self.push.datasource, url),
             )
             self.changes.deleted += 1
@@ -85,6 +115,23 @@ class _Applier:
                 f"Skipping the record, Line number: {elem.sourceline}, Error: {exc}"
             )
             return
+        acl_elem = elem.find("acl")
+        acl = None if acl_elem is None else self._acl(url, acl_elem)
+        legacy = legacy_acl(url, metadata)
+        if acl is not None and legacy is not None:
+            # Guide: "A per-URL ACL can be defined either in the metadata portion of the feed,
+            # or in the document itself, but not in both places."
+            self.changes.errors.append(
+                f"Skipping the record, Line number: {elem.sourceline}, Error: a per-URL ACL both"
+                " in an <acl> element and in google:acl* metadata"
+            )
+            return
+        if legacy is not None and any(m.get("overwrite-acls") == "false" for m in metadata_elems):
+            # overwrite-acls="false": the metadata's principals add to the URL's ACL.
+            old_acl = self.index.acl(self.db, self.push.datasource, url)
+            if old_acl is not None:
+                added = [p for p in legacy.principals if p not in old_acl.principals]
+                legacy = replace(legacy, principals=old_acl.principals + tuple(added))
         old = self.db.execute(
             "SELECT content, metadata FROM documents WHERE datasource = ? AND url = ?",
             (self.push.datasource, url),
@@ -121,6 +168,9 @@ class _Applier:
                 self.push.id,
             ),
         )
+        new_acl = acl or legacy
+        if new_acl is not None:
+            self._put_acl(new_acl)
         self.changes.added += 1
 
     def outcome(self) -> str:
@@ -133,43 +183,103 @@ class _Applier:
         )
 
 
+def _iterparse(path: str, tags: tuple[str, ...]) -> etree.iterparse[tuple[str, etree._Element]]:
+    return etree.iterparse(
+        path,
+        events=("start", "end"),
+        tag=tags,
+        resolve_entities=False,
+        no_network=True,
+        load_dtd=False,
+        huge_tree=True,
+    )
+
+
+def _free(elem: etree._Element) -> None:
+    """Frees an applied element and those before it, so a 1 GB feed applies in little memory."""
+    elem.clear(keep_tail=False)
+    parent = elem.getparent()
+    while parent is not None and elem.getprevious() is not None:
+        del parent[0]
+
+
+def _refused(index: Index, db: sqlite3.Connection, push: Push) -> str | None:
+    """Validates the received file as the kind it was pushed as; a file with problems fails
+    in error as a whole, with its first problems as the log's details."""
+    assert push.path is not None
+    problems = validate_file(push.path, max_problems=MAX_REPORTED, kind=push.kind)
+    if not problems:
+        return None
+    details = "; ".join(
+        f"line {p.line}: {p.message}" if p.line is not None else p.message for p in problems
+    )
+    outcome = f"failed in error: {details}"
+    index.finish_push(db, push.id, outcome, Changes())
+    return outcome
+
+
 def apply_feed(index: Index, push: Push) -> str:
     """Validates one received feed file and, if valid, applies it; returns the outcome."""
     assert push.path is not None
-    problems = validate_file(push.path, max_problems=MAX_REPORTED)
     with index.transaction() as db:
-        if problems:
-            details = "; ".join(
-                f"line {p.line}: {p.message}" if p.line is not None else p.message for p in problems
-            )
-            outcome = f"failed in error: {details}"
-            index.finish_push(db, push.id, outcome, Changes())
-            return outcome
-        applier = _Applier(db, push)
+        refused = _refused(index, db, push)
+        if refused is not None:
+            return refused
+        applier = _Applier(index, db, push)
         if applier.kind == "content" and push.feedtype == "full":
-            # A full feed replaces everything its datasource held.
+            # A full feed replaces everything its datasource held, ACLs included.
             db.execute("DELETE FROM documents WHERE datasource = ?", (push.datasource,))
+            db.execute("DELETE FROM acls WHERE datasource = ?", (push.datasource,))
         group_action = "add"
-        for event, elem in etree.iterparse(
-            push.path,
-            events=("start", "end"),
-            tag=("group", "record"),
-            resolve_entities=False,
-            no_network=True,
-            load_dtd=False,
-            huge_tree=True,
-        ):
+        for event, elem in _iterparse(push.path, ("group", "record", "acl")):
             if elem.tag == "group":
                 group_action = elem.get("action", "add")
-            elif event == "end":
+            elif event == "end" and elem.tag == "record":
                 applier.record(elem, group_action)
-                # Free applied records so a 1 GB feed is applied in little memory.
-                elem.clear(keep_tail=False)
-                parent = elem.getparent()
-                while parent is not None and elem.getprevious() is not None:
-                    del parent[0]
+                _free(elem)
+            elif event == "end" and elem.getparent().tag == "group":
+                applier.acl(elem, group_action)
+                _free(elem)
         outcome = applier.outcome()
         index.finish_push(db, push.id, outcome, applier.changes)
+        return outcome
+
+
+def apply_groups(index: Index, push: Push) -> str:
+    """Validates one received groups feed and, if valid, applies it: each membership adds the
+    group or replaces its members; a full groups feed first deletes every group of every
+    groupsource, as the appliance does."""
+    assert push.path is not None
+    with index.transaction() as db:
+        refused = _refused(index, db, push)
+        if refused is not None:
+            return refused
+        changes = Changes()
+        if push.feedtype == "full":
+            changes.deleted = db.execute("DELETE FROM memberships").rowcount
+        for event, elem in _iterparse(push.path, ("membership",)):
+            if event != "end":
+                continue
+            changes.records += 1
+            group = membership(elem)
+            if group is None:
+                changes.errors.append(
+                    f"Skipping the membership, Line number: {elem.sourceline}, Error: the group"
+                    " has no name"
+                )
+            else:
+                index.put_membership(
+                    db, replace(group, groupsource=push.datasource, push_id=push.id)
+                )
+                changes.added += 1
+            _free(elem)
+        outcome = "applied"
+        if changes.errors:
+            outcome = (
+                f"failed in error: memberships included: {changes.added}, in error:"
+                f" {len(changes.errors)}, error details: {changes.errors[0]}"
+            )
+        index.finish_push(db, push.id, outcome, changes)
         return outcome
 
 
@@ -240,7 +350,7 @@ class Feeder:
 
     def _apply(self, push: Push) -> None:
         try:
-            apply_feed(self.index, push)
+            (apply_groups if push.kind == "groups" else apply_feed)(self.index, push)
         except Exception as exc:  # noqa: BLE001 - one bad file must not stop the feeder
             with self.index.transaction() as db:
                 outcome = f"failed in error: {type(exc).__name__}: {exc}"

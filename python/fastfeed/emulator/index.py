@@ -14,6 +14,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from fastfeed.emulator.security import (
+    Acl,
+    Membership,
+    Principal,
+    principals_from_json,
+    principals_to_json,
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS pushes (
@@ -30,7 +39,8 @@ CREATE TABLE IF NOT EXISTS pushes (
     added INTEGER NOT NULL DEFAULT 0,
     deleted INTEGER NOT NULL DEFAULT 0,
     in_error INTEGER NOT NULL DEFAULT 0,
-    applied_at REAL
+    applied_at REAL,
+    kind TEXT NOT NULL DEFAULT 'feed'
 );
 CREATE TABLE IF NOT EXISTS documents (
     datasource TEXT NOT NULL,
@@ -48,6 +58,27 @@ CREATE TABLE IF NOT EXISTS documents (
     crawl_once INTEGER NOT NULL,
     push_id INTEGER NOT NULL,
     PRIMARY KEY (datasource, url)
+);
+CREATE TABLE IF NOT EXISTS acls (
+    datasource TEXT NOT NULL,
+    url TEXT NOT NULL,
+    standalone INTEGER NOT NULL,
+    inheritance_type TEXT NOT NULL,
+    inherit_from TEXT,
+    principals TEXT NOT NULL,
+    principal_count INTEGER NOT NULL,
+    push_id INTEGER NOT NULL,
+    PRIMARY KEY (datasource, url)
+);
+CREATE TABLE IF NOT EXISTS memberships (
+    namespace TEXT NOT NULL,
+    name TEXT NOT NULL,
+    groupsource TEXT NOT NULL,
+    principal TEXT NOT NULL,
+    members TEXT NOT NULL,
+    member_count INTEGER NOT NULL,
+    push_id INTEGER NOT NULL,
+    PRIMARY KEY (namespace, name)
 );
 """
 
@@ -95,6 +126,9 @@ class Push:
     in_error: int = 0
     applied_at: float | None = None
     path: str | None = field(default=None, repr=False)
+    #: "feed" for POST /xmlfeed, "groups" for POST /xmlgroups (whose `datasource` is the
+    #: groupsource, and whose records are memberships).
+    kind: str = "feed"
 
 
 @dataclass
@@ -111,7 +145,11 @@ class Index:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._local = threading.local()
-        self._connect().executescript(SCHEMA)
+        db = self._connect()
+        db.executescript(SCHEMA)
+        # Data directories made before groups feeds have no pushes.kind: all theirs are feeds.
+        if "kind" not in {row[1] for row in db.execute("PRAGMA table_info(pushes)")}:
+            db.execute("ALTER TABLE pushes ADD COLUMN kind TEXT NOT NULL DEFAULT 'feed'")
 
     def _connect(self) -> sqlite3.Connection:
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
@@ -152,12 +190,13 @@ class Index:
         sha256: str,
         outcome: str,
         path: str | None = None,
+        kind: str = "feed",
     ) -> int:
         with self.transaction() as db:
             cursor = db.execute(
                 "INSERT INTO pushes (received_at, client_ip, datasource, feedtype, bytes, sha256,"
-                " path, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (time.time(), client_ip, datasource, feedtype, size, sha256, path, outcome),
+                " path, outcome, kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (time.time(), client_ip, datasource, feedtype, size, sha256, path, outcome, kind),
             )
             assert cursor.lastrowid is not None
             return cursor.lastrowid
@@ -182,7 +221,7 @@ class Index:
     def pushes(self) -> list[Push]:
         rows = self._connect().execute(
             "SELECT id, received_at, client_ip, datasource, feedtype, bytes, sha256, outcome,"
-            " records, added, deleted, in_error, applied_at, path FROM pushes ORDER BY id"
+            " records, added, deleted, in_error, applied_at, path, kind FROM pushes ORDER BY id"
         )
         return [Push(*row) for row in rows]
 
@@ -202,6 +241,94 @@ class Index:
             "SELECT datasource, COUNT(*) FROM documents GROUP BY datasource ORDER BY datasource"
         )
         return dict(rows.fetchall())
+
+    # Per-URL ACLs
+
+    def put_acl(self, db: sqlite3.Connection, acl: Acl) -> None:
+        db.execute(
+            "INSERT OR REPLACE INTO acls (datasource, url, standalone, inheritance_type,"
+            " inherit_from, principals, principal_count, push_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                acl.datasource,
+                acl.url,
+                acl.standalone,
+                acl.inheritance_type,
+                acl.inherit_from,
+                json.dumps(principals_to_json(acl.principals)),
+                len(acl.principals),
+                acl.push_id,
+            ),
+        )
+
+    def acl(self, db: sqlite3.Connection, datasource: str, url: str) -> Acl | None:
+        row = db.execute(
+            f"SELECT {_ACL_COLUMNS} FROM acls WHERE datasource = ? AND url = ?", (datasource, url)
+        ).fetchone()
+        return None if row is None else _acl(row)
+
+    def acls(self, datasource: str) -> dict[str, Acl]:
+        rows = self._connect().execute(
+            f"SELECT {_ACL_COLUMNS} FROM acls WHERE datasource = ? ORDER BY url", (datasource,)
+        )
+        return {row[0]: _acl(row) for row in rows}
+
+    def acl_counts(self, limit: int) -> dict[str, tuple[int, dict[str, int]]]:
+        """Per datasource: its number of ACLs, and the principal count of its first `limit`
+        URLs (the status page must stay small for an index of millions)."""
+        db = self._connect()
+        totals = db.execute("SELECT datasource, COUNT(*) FROM acls GROUP BY datasource")
+        out: dict[str, tuple[int, dict[str, int]]] = {}
+        for datasource, total in totals.fetchall():
+            rows = db.execute(
+                "SELECT url, principal_count FROM acls WHERE datasource = ? ORDER BY url LIMIT ?",
+                (datasource, limit),
+            )
+            out[datasource] = (total, dict(rows.fetchall()))
+        return out
+
+    # Groups
+
+    def put_membership(self, db: sqlite3.Connection, membership: Membership) -> None:
+        group = membership.group
+        db.execute(
+            "INSERT OR REPLACE INTO memberships (namespace, name, groupsource, principal, members,"
+            " member_count, push_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                group.namespace,
+                group.name,
+                membership.groupsource,
+                json.dumps(group.to_json()),
+                json.dumps(principals_to_json(membership.members)),
+                len(membership.members),
+                membership.push_id,
+            ),
+        )
+
+    def groups(self, groupsource: str | None) -> dict[tuple[str, str], Membership]:
+        query = "SELECT groupsource, principal, members, push_id FROM memberships"
+        params: tuple[str, ...] = ()
+        if groupsource is not None:
+            query += " WHERE groupsource = ?"
+            params = (groupsource,)
+        memberships = [
+            Membership(
+                Principal(**json.loads(principal)),
+                principals_from_json(json.loads(members)),
+                source,
+                push_id,
+            )
+            for source, principal, members, push_id in self._connect().execute(
+                query + " ORDER BY namespace, name", params
+            )
+        ]
+        return {(m.group.namespace or "", m.group.name): m for m in memberships}
+
+    def group_counts(self) -> dict[str, tuple[int, int]]:
+        """Per groupsource: its groups and the members they list."""
+        rows = self._connect().execute(
+            "SELECT groupsource, COUNT(*), SUM(member_count) FROM memberships GROUP BY groupsource"
+        )
+        return {source: (groups, members) for source, groups, members in rows.fetchall()}
 
 
 def _document(row: tuple[object, ...]) -> Document:
@@ -236,4 +363,20 @@ def _document(row: tuple[object, ...]) -> Document:
         datasource=str(ds),
         kind=str(kind),
         push_id=int(push_id) if isinstance(push_id, int) else 0,
+    )
+
+
+_ACL_COLUMNS = "url, principals, inheritance_type, inherit_from, standalone, datasource, push_id"
+
+
+def _acl(row: tuple[Any, ...]) -> Acl:
+    url, principals, inheritance, inherit_from, standalone, datasource, push_id = row
+    return Acl(
+        url=url,
+        principals=principals_from_json(json.loads(principals)),
+        inheritance_type=inheritance,
+        inherit_from=inherit_from,
+        standalone=bool(standalone),
+        datasource=datasource,
+        push_id=push_id,
     )

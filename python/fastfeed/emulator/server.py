@@ -23,6 +23,11 @@ from fastfeed.emulator.upload import MAX_FEED_BYTES, DataFile, UploadError, rece
 SUCCESS = "Success"
 UNAUTHORIZED = "Error - Unauthorized Request"
 FEEDTYPES = ("full", "incremental", "metadata-and-url")
+#: Per kind of push: the form field that names its source, and the feed types it takes.
+FORMS = {
+    "feed": ("datasource", FEEDTYPES),
+    "groups": ("groupsource", ("full", "incremental")),
+}
 
 
 @dataclass
@@ -46,7 +51,8 @@ def make_app(state: State) -> web.Application:
     app[STATE] = state
     app.add_routes(
         [
-            web.post("/xmlfeed", xmlfeed),
+            web.post("/xmlfeed", functools.partial(receive_feed, kind="feed")),
+            web.post("/xmlgroups", functools.partial(receive_feed, kind="groups")),
             web.get("/getbacklogcount", getbacklogcount),
             web.get("/status", status_page),
             web.get("/status.json", status_json),
@@ -63,9 +69,11 @@ def _text(body: str, status: int = 200) -> web.Response:
     return web.Response(text=body, status=status, content_type="text/plain")
 
 
-async def _log(state: State, request: web.Request, outcome: str, **fields: Any) -> Push:
-    """Records one /xmlfeed request in the feed log (off the event loop: SQLite may wait)."""
+async def _log(state: State, request: web.Request, outcome: str, kind: str, **fields: Any) -> Push:
+    """Records one /xmlfeed or /xmlgroups request in the feed log (off the event loop: SQLite
+    may wait)."""
     values: dict[str, Any] = {
+        "kind": kind,
         "client_ip": request.remote or "",
         "datasource": "",
         "feedtype": "",
@@ -87,6 +95,7 @@ async def _log(state: State, request: web.Request, outcome: str, **fields: Any) 
         sha256=values["sha256"],
         outcome=outcome,
         path=values["path"],
+        kind=kind,
     )
 
 
@@ -111,31 +120,36 @@ async def _drop(request: web.Request, after_bytes: int) -> int:
     return size
 
 
-async def xmlfeed(request: web.Request) -> web.StreamResponse:
+async def receive_feed(request: web.Request, kind: str) -> web.StreamResponse:
+    """POST /xmlfeed (kind "feed") and /xmlgroups (kind "groups"): the same feedergate, with
+    the same faults and trusted IPs; only the form's source field and feed types differ."""
     state = request.app[STATE]
     try:
-        return await _xmlfeed(state, request)
+        return await _receive_feed(state, request, kind)
     except ConnectionError:
         # The client gave up mid-upload (e.g. its timeout during a slow answer): nothing to answer.
-        await _log(state, request, "refused: the client closed the connection during its upload")
+        outcome = "refused: the client closed the connection during its upload"
+        await _log(state, request, outcome, kind)
         return _text("client gone", 400)
 
 
-async def _xmlfeed(state: State, request: web.Request) -> web.StreamResponse:
+async def _receive_feed(state: State, request: web.Request, kind: str) -> web.StreamResponse:
     declared = request.content_length
     if declared is not None and declared > MAX_FEED_BYTES:
         error = too_large(declared)
-        await _log(state, request, f"refused: {error}", size=declared)
+        await _log(state, request, f"refused: {error}", kind, size=declared)
         return _text(str(error), error.status)
     if state.trusted_ips is not None and request.remote not in state.trusted_ips:
         size = await _drain(request)
-        await _log(state, request, f"refused: {request.remote} is not a trusted IP", size=size)
+        outcome = f"refused: {request.remote} is not a trusted IP"
+        await _log(state, request, outcome, kind, size=size)
         return _text(UNAUTHORIZED)
 
     fault = state.faults.take()
     if fault is not None and fault.kind == "drop_connection":
         size = await _drop(request, fault.after_bytes)
-        await _log(state, request, f"refused: connection dropped after {size} bytes", size=size)
+        outcome = f"refused: connection dropped after {size} bytes"
+        await _log(state, request, outcome, kind, size=size)
         return _text("")  # never sent: the transport is closed
     if fault is not None and fault.kind == "slow":
         await asyncio.sleep(fault.seconds)
@@ -144,10 +158,11 @@ async def _xmlfeed(state: State, request: web.Request) -> web.StreamResponse:
     with DataFile(path) as data:
         try:
             fields = await receive(request, data)
-            datasource, feedtype = _check_fields(fields, data)
+            datasource, feedtype = _check_fields(fields, data, kind)
         except UploadError as error:
             data.discard()
-            await _log(state, request, f"refused: {error}", size=data.size, sha256=data.sha256)
+            outcome = f"refused: {error}"
+            await _log(state, request, outcome, kind, size=data.size, sha256=data.sha256)
             return _text(str(error), error.status)
     received = {
         "datasource": datasource,
@@ -157,29 +172,32 @@ async def _xmlfeed(state: State, request: web.Request) -> web.StreamResponse:
     }
     if fault is not None and fault.kind in ("http_status", "answer"):
         path.unlink()
-        await _log(state, request, f"refused: HTTP {fault.status} {fault.body}", **received)
+        await _log(state, request, f"refused: HTTP {fault.status} {fault.body}", kind, **received)
         return _text(fault.body, fault.status)
 
-    push = await _log(state, request, "accepted", path=str(path), **received)
+    push = await _log(state, request, "accepted", kind, path=str(path), **received)
     state.feeder.enqueue(push)
     return _text(SUCCESS)
 
 
-def _check_fields(fields: dict[str, str], data: DataFile) -> tuple[str, str]:
-    missing = [name for name in ("datasource", "feedtype") if not fields.get(name)]
+def _check_fields(fields: dict[str, str], data: DataFile, kind: str) -> tuple[str, str]:
+    source, feedtypes = FORMS[kind]
+    missing = [name for name in (source, "feedtype") if not fields.get(name)]
     if not data.received:
         missing.append("data")
     if missing:
         raise UploadError(
-            f"missing form field(s) {', '.join(missing)}: POST datasource, feedtype and data"
+            f"missing form field(s) {', '.join(missing)}: POST {source}, feedtype and data"
         )
-    datasource, feedtype = fields["datasource"], fields["feedtype"]
-    problem = _core.datasource_problem(datasource)
+    name, feedtype = fields[source], fields["feedtype"]
+    # Groupsources are held to the datasource rule: the guide names none that would break it
+    # ("sharepoint, ggg, ldap or others"), and fastfeed's own builder requires it.
+    problem = _core.datasource_problem(name)
     if problem:
-        raise UploadError(f"datasource '{datasource}': {problem}")
-    if feedtype not in FEEDTYPES:
-        raise UploadError(f"feedtype '{feedtype}' is not one of {', '.join(FEEDTYPES)}")
-    return datasource, feedtype
+        raise UploadError(f"{source} '{name}': {problem}")
+    if feedtype not in feedtypes:
+        raise UploadError(f"feedtype '{feedtype}' is not one of {', '.join(feedtypes)}")
+    return name, feedtype
 
 
 async def getbacklogcount(request: web.Request) -> web.Response:

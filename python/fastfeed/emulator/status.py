@@ -1,4 +1,5 @@
-"""The emulator's Feeds page: per datasource, its documents and its last pushes with their outcome.
+"""The emulator's Feeds page: per datasource, its documents, per-URL ACLs (principals per URL) and
+last pushes with their outcome; per groupsource, its groups, members and last groups pushes.
 
 Like the appliance's Crawl and Index > Feeds page, this is the only place (besides `pushes()`)
 where a feed that was received but then failed in error shows up.
@@ -14,6 +15,8 @@ from fastfeed.emulator.index import Index, Push
 
 #: The appliance's Feeds page shows the last five feeds of each datasource.
 LAST_PUSHES = 5
+#: URLs whose principal counts are listed per datasource (the counts of all are in `acls`).
+ACL_URLS = 100
 
 
 def _push_json(push: Push) -> dict[str, Any]:
@@ -22,6 +25,7 @@ def _push_json(push: Push) -> dict[str, Any]:
         "received_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(push.received_at)),
         "client_ip": push.client_ip,
         "datasource": push.datasource,
+        "kind": push.kind,
         "feedtype": push.feedtype,
         "bytes": push.bytes,
         "sha256": push.sha256,
@@ -36,12 +40,19 @@ def _push_json(push: Push) -> dict[str, Any]:
 def snapshot(index: Index, backlog: int, paused: bool) -> dict[str, Any]:
     """The status as JSON-ready data (served at /status.json)."""
     counts = index.datasource_counts()
+    acls = index.acl_counts(ACL_URLS)
+    groups = index.group_counts()
     pushes = index.pushes()
-    by_source: dict[str, list[Push]] = {}
+    by_source: dict[tuple[str, str], list[Push]] = {}
     for push in pushes:
         if push.datasource:
-            by_source.setdefault(push.datasource, []).append(push)
-    names = sorted(set(counts) | set(by_source))
+            by_source.setdefault((push.kind, push.datasource), []).append(push)
+
+    def last(kind: str, name: str) -> list[dict[str, Any]]:
+        return [_push_json(p) for p in reversed(by_source.get((kind, name), [])[-LAST_PUSHES:])]
+
+    sources = {name for kind, name in by_source if kind == "feed"}
+    groupsources = {name for kind, name in by_source if kind == "groups"}
     return {
         "backlog": backlog,
         "feeder": "paused" if paused else "running",
@@ -49,11 +60,20 @@ def snapshot(index: Index, backlog: int, paused: bool) -> dict[str, Any]:
             {
                 "name": name,
                 "documents": counts.get(name, 0),
-                "last_pushes": [
-                    _push_json(p) for p in reversed(by_source.get(name, [])[-LAST_PUSHES:])
-                ],
+                "acls": acls.get(name, (0, {}))[0],
+                "principals_per_url": acls.get(name, (0, {}))[1],
+                "last_pushes": last("feed", name),
             }
-            for name in names
+            for name in sorted(set(counts) | set(acls) | sources)
+        ],
+        "groupsources": [
+            {
+                "name": name,
+                "groups": groups.get(name, (0, 0))[0],
+                "members": groups.get(name, (0, 0))[1],
+                "last_pushes": last("groups", name),
+            }
+            for name in sorted(set(groups) | groupsources)
         ],
         # Refusals often carry no datasource, so every request is also listed, newest first.
         "pushes": [_push_json(p) for p in reversed(pushes)],
@@ -75,6 +95,24 @@ def render_html(status: dict[str, Any]) -> str:
                 f"<td>{escape(push['feedtype'])}</td><td>{push['records']}</td>"
                 f"<td>{escape(push['outcome'])}</td></tr>"
             )
+    group_rows = []
+    for source in status["groupsources"]:
+        push = next(iter(source["last_pushes"]), None)
+        group_rows.append(
+            f"<tr><td>{escape(source['name'])}</td><td>{source['groups']}</td>"
+            f"<td>{source['members']}</td>"
+            + (
+                f"<td>{escape(push['received_at'])}</td><td>{escape(push['feedtype'])}</td>"
+                f"<td>{escape(push['outcome'])}</td></tr>"
+                if push
+                else "<td colspan=3></td></tr>"
+            )
+        )
+    acl_rows = [
+        f"<tr><td>{escape(source['name'])}</td><td>{escape(url)}</td><td>{count}</td></tr>"
+        for source in status["datasources"]
+        for url, count in source["principals_per_url"].items()
+    ]
     refused = [
         f"<li>{escape(p['received_at'])} from {escape(p['client_ip'])}: {escape(p['outcome'])}</li>"
         for p in status["pushes"]
@@ -89,6 +127,18 @@ def render_html(status: dict[str, Any]) -> str:
 <tr><th>Data source</th><th>Documents</th><th>Received (UTC)</th><th>Feed type</th>
 <th>Records</th><th>Status</th></tr>
 {"".join(rows)}
+</table>
+<h2>Per-URL ACLs</h2>
+<p>Principals per URL (the first {ACL_URLS} URLs of each datasource).</p>
+<table border="1">
+<tr><th>Data source</th><th>URL</th><th>Principals</th></tr>
+{"".join(acl_rows)}
+</table>
+<h2>Groups</h2>
+<table border="1">
+<tr><th>Groupsource</th><th>Groups</th><th>Members</th><th>Last received (UTC)</th>
+<th>Feed type</th><th>Status</th></tr>
+{"".join(group_rows)}
 </table>
 <h2>Refused requests</h2>
 <ul>{"".join(refused)}</ul>

@@ -444,7 +444,6 @@ fn encode_all<T: Sync>(
 }
 
 pub struct FeedWriter {
-    dir: PathBuf,
     set: SetKind,
     kind: FeedKind,
     opts: Options,
@@ -574,7 +573,6 @@ impl FeedWriter {
             .spawn(move || write_files(files, job_queue, done_tx))
             .map_err(|e| Error::Config(format!("cannot start the writing thread: {e}")))?;
         Ok(FeedWriter {
-            dir: dir.to_owned(),
             set,
             kind: FeedKind {
                 feedtype,
@@ -589,10 +587,6 @@ impl FeedWriter {
             entries: Vec::new(),
             taken: (0, 0),
         })
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 
     /// Files finished so far, in manifest order.

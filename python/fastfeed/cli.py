@@ -6,7 +6,15 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from fastfeed import cli_build, cli_emulator, cli_push, cli_seedlist, cli_thunderstone, config
+from fastfeed import (
+    cli_build,
+    cli_emulator,
+    cli_groups,
+    cli_push,
+    cli_seedlist,
+    cli_thunderstone,
+    config,
+)
 from fastfeed.errors import ExitCode, FastfeedError, FeedError
 
 DESCRIPTION = """\
@@ -32,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_emulator.register(commands)
     cli_seedlist.register(commands)
     cli_thunderstone.register(commands)
+    cli_groups.register(commands)
     cli_push.register(commands)  # last: it makes every command configurable (config.prepare)
     return parser
 

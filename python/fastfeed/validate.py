@@ -28,6 +28,9 @@ class Problem:
     file: str
     line: int | None
     message: str
+    #: False for a mistake the appliance tolerates (it skips an empty principal): still
+    #: reported, since the feed does not do what it says, but not a reason to refuse the feed.
+    fatal: bool = True
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line is not None else self.file
@@ -65,9 +68,10 @@ class _Checker:
         self.datasource = datasource
         self.feedtype = feedtype
 
-    def report(self, line: int | None, message: str) -> None:
-        if len(self.problems) < self.max_problems:
-            self.problems.append(Problem(self.file, line, message))
+    def report(self, line: int | None, message: str, *, fatal: bool = True) -> None:
+        # Capped per severity, so that tolerated problems never crowd out fatal ones.
+        if sum(p.fatal is fatal for p in self.problems) < self.max_problems:
+            self.problems.append(Problem(self.file, line, message, fatal))
 
     @property
     def carries_content(self) -> bool:
@@ -96,6 +100,7 @@ class _Checker:
                 self.report(
                     principal.sourceline,
                     "empty principal: the appliance skips it, so it grants or denies nothing",
+                    fatal=False,
                 )
 
     def header(self, elem: etree._Element) -> None:
@@ -194,7 +199,8 @@ def validate_file(
     max_problems: int = 100,
     kind: str | None = None,
 ) -> list[Problem]:
-    """Returns the problems of one feed file (empty when it is valid), at most `max_problems`.
+    """Returns the problems of one feed file (empty when it is valid), at most `max_problems`
+    fatal ones and as many that the appliance tolerates (`Problem.fatal`).
 
     `datasource` and `feedtype` are those the file is (or will be) pushed with; the rules follow
     them rather than the header, as the appliance does. By default the header's are used.

@@ -205,9 +205,12 @@ def _free(elem: etree._Element) -> None:
 
 def _refused(index: Index, db: sqlite3.Connection, push: Push) -> str | None:
     """Validates the received file as the kind it was pushed as; a file with problems fails
-    in error as a whole, with its first problems as the log's details."""
+    in error as a whole, with its first problems as the log's details. Problems the appliance
+    tolerates (an empty principal, which it skips) do not count."""
     assert push.path is not None
-    problems = validate_file(push.path, max_problems=MAX_REPORTED, kind=push.kind)
+    problems = [
+        p for p in validate_file(push.path, max_problems=MAX_REPORTED, kind=push.kind) if p.fatal
+    ]
     if not problems:
         return None
     details = "; ".join(

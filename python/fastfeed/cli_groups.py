@@ -1,0 +1,213 @@
+"""`fastfeed groups build` and `fastfeed groups push`: groups feeds (/xmlgroups)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import orjson
+
+from fastfeed.cli_build import parse_size
+from fastfeed.cli_push import (
+    _connection_options,
+    _push_options,
+    _report,
+    _stopped,
+    settings_from_args,
+)
+from fastfeed.errors import ExitCode, FastfeedError
+from fastfeed.progress import Progress, human_bytes
+from fastfeed.writer import DEFAULT_MAX_BYTES
+
+# The groups builder, the uploader (httpx) and the manifest reader are imported by the actions
+# that use them, not here: every fastfeed command pays for what this module imports.
+
+HELP = """\
+Feed the appliance the members of each group, so that it resolves a user's groups at
+search time without asking the directory (GSA 7.2 guide: "Feeding Groups to the Search
+Appliance").
+
+  build  write groups feed files (<xmlgroups>) and their manifest from JSON Lines
+  push   POST them to the appliance's /xmlgroups, like `fastfeed push` does feeds
+
+examples:
+  fastfeed groups build groups.jsonl --groupsource ldap --out groups/
+  fastfeed groups push groups/ --host gsa.example.com --cacert corp-ca.pem
+"""
+
+BUILD_HELP = f"""\
+Build a groups feed set from JSON Lines, one group per line:
+
+  {{"group": "eng", "namespace": "Default", "case_sensitive": false,
+   "members": [{{"name": "CORP\\\\alice", "scope": "user"}},
+               {{"name": "interns", "scope": "group", "namespace": "Default"}}]}}
+
+(`namespace`, `case_sensitive` and `principal_type` are optional, on groups and members
+alike; the namespace defaults to Default.) OUT receives numbered files
+GROUPSOURCE-groups-000001.xml, each under --max-bytes, and manifest.jsonl, which lists them in
+the order they must be pushed. A refused line is reported as file:line: reason.
+
+--feedtype incremental (the default) adds groups and replaces the members of the groups it
+names. --feedtype full REPLACES THE GROUPS OF EVERY GROUPSOURCE on the appliance, not only of
+this one, and `fastfeed groups push` sends it only with --allow-full. Split, a full groups
+feed has a full first file and incremental others.
+
+examples:
+  fastfeed groups build groups.jsonl --groupsource ldap --out groups/
+  ldap-export | fastfeed groups build - --groupsource ldap --out groups-$(date +%s)/ --json
+
+The default cap is {DEFAULT_MAX_BYTES // 1_000_000} MB per file.
+"""
+
+PUSH_HELP = """\
+Push groups feed sets (directories made by `fastfeed groups build`) or files of them to the
+appliance's /xmlgroups, with fields groupsource, feedtype and data. Everything `fastfeed push`
+does applies: only `Success` counts, retries with backoff, the backlog gate, the journal
+(running it again sends only what was not accepted), the manifest order within a groupsource.
+
+A full groups feed replaces the groups of EVERY groupsource on the appliance: the groups of
+connectors and of other sources are deleted. A set holding one is refused (status 3, nothing
+sent) unless --allow-full is given, and then a warning is printed before sending. While it is
+being sent, no other groups file goes; groups files after it wait until it is accepted.
+
+examples:
+  fastfeed groups push groups/ --host gsa.example.com --cacert corp-ca.pem
+  fastfeed groups push all-groups/ --host gsa.example.com --allow-full
+
+exit status: 0 every file accepted, 1 some not accepted, 3 nothing could be done (a full
+groups feed without --allow-full, a set that is not a groups set, untrusted IP, TLS failure).
+"""
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = commands.add_parser(
+        "groups",
+        help="build and push groups feeds (group memberships)",
+        description=HELP,
+        formatter_class=fmt,
+    )
+    actions = p.add_subparsers(dest="groups_command", required=True, metavar="ACTION")
+
+    b = actions.add_parser(
+        "build", help="build groups feed files", description=BUILD_HELP, formatter_class=fmt
+    )
+    b.add_argument("inputs", nargs="+", metavar="INPUT", help="JSON Lines file or - (stdin)")
+    b.add_argument(
+        "--groupsource",
+        required=True,
+        help="the source of these groups (e.g. ldap): [a-zA-Z_][a-zA-Z0-9_-]*",
+    )
+    b.add_argument("--out", required=True, metavar="DIR", help="new or empty output directory")
+    b.add_argument(
+        "--feedtype",
+        choices=("incremental", "full"),
+        default="incremental",
+        help="incremental adds groups and replaces their members (default); full replaces the "
+        "groups of every groupsource on the appliance",
+    )
+    b.add_argument(
+        "--max-bytes",
+        type=parse_size,
+        default=DEFAULT_MAX_BYTES,
+        metavar="SIZE",
+        help=f"cap on each file (default {DEFAULT_MAX_BYTES // 1_000_000}MB)",
+    )
+    b.add_argument("--max-records", type=int, default=0, metavar="N", help="cap on groups per file")
+    b.add_argument(
+        "--on-error",
+        choices=("stop", "skip"),
+        default="stop",
+        help="stop at the first refused line (default, no manifest written), or skip it into "
+        "DIR/rejected.jsonl and go on",
+    )
+    b.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    b.set_defaults(func=run_build)
+
+    u = actions.add_parser(
+        "push", help="push groups feed sets", description=PUSH_HELP, formatter_class=fmt
+    )
+    u.add_argument(
+        "paths", nargs="+", metavar="DIR|FILE", help="groups set directory, or a file of one"
+    )
+    u.add_argument(
+        "--allow-full",
+        action="store_true",
+        help="send full groups feeds, which replace the groups of every groupsource",
+    )
+    _connection_options(u)
+    _push_options(u)
+    u.set_defaults(func=run_push)
+
+
+def run_build(args: argparse.Namespace) -> int:
+    from fastfeed.build import InputError
+    from fastfeed.groups import build_groups
+
+    try:
+        summary = build_groups(
+            args.inputs,
+            args.out,
+            args.groupsource,
+            args.feedtype,
+            max_bytes=args.max_bytes,
+            max_records=args.max_records,
+            on_error=args.on_error,
+            progress=Progress(),
+        )
+    except InputError as exc:
+        print(f"fastfeed groups build: error: {exc}", file=sys.stderr)
+        print(
+            f"fastfeed groups build: stopped; {args.out} has no manifest and cannot be pushed. "
+            "Fix the line (or use --on-error skip) and build again into an empty directory.",
+            file=sys.stderr,
+        )
+        return ExitCode.FAILED
+    if args.json:
+        result = {
+            "out": summary.out_dir,
+            "files": len(summary.manifest),
+            "groups": summary.records,
+            "bytes": summary.bytes,
+            "rejected": summary.rejected,
+            "seconds": round(summary.seconds, 3),
+        }
+        sys.stdout.buffer.write(orjson.dumps(result) + b"\n")
+    print(
+        f"wrote {summary.records:,} groups into {len(summary.manifest)} files "
+        f"({human_bytes(summary.bytes)}) in {summary.out_dir} in {summary.seconds:.1f} s",
+        file=sys.stderr,
+    )
+    if summary.rejected:
+        print(
+            f"{summary.rejected} lines were refused and saved to {summary.rejected_file} "
+            "(reasons in rejected.log)",
+            file=sys.stderr,
+        )
+        return ExitCode.FAILED
+    return ExitCode.OK
+
+
+def run_push(args: argparse.Namespace) -> int:
+    from fastfeed.push import FULL_GROUPS_WARNING, PushError, feed_files, full_groups, push
+
+    try:
+        files = feed_files(args.paths)
+        feeds = sorted({str(f.directory) for f in files if f.entry.kind != "groups"})
+        if feeds:
+            raise PushError(
+                f"{', '.join(feeds)}: not a groups set; push feed sets with `fastfeed push`",
+                refused=True,
+            )
+        full = full_groups(files)
+        if full and args.allow_full:
+            names = ", ".join(str(f.path) for f in full)
+            print(
+                f"fastfeed groups push: WARNING: {names}: {FULL_GROUPS_WARNING}",
+                file=sys.stderr,
+            )
+        settings = settings_from_args(args)
+        summary = push(args.paths, settings, progress=Progress(), allow_full_groups=args.allow_full)
+    except FastfeedError as exc:
+        return _stopped("groups push", exc, args.json)
+    return _report("groups push", summary, args.json)

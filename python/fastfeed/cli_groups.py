@@ -43,7 +43,7 @@ Build a groups feed set from JSON Lines, one group per line:
                {{"name": "interns", "scope": "group", "namespace": "Default"}}]}}
 
 (`namespace`, `case_sensitive` and `principal_type` are optional, on groups and members
-alike; the namespace defaults to Default.) OUT receives numbered files
+alike; the namespace defaults to Default.) DIR (--out) receives numbered files
 GROUPSOURCE-groups-000001.xml, each under --max-bytes, and manifest.jsonl, which lists them in
 the order they must be pushed. A refused line is reported as file:line: reason.
 

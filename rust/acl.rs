@@ -116,26 +116,28 @@ fn representable(what: &str, value: &str) -> Result<(), String> {
 }
 
 impl Principal {
-    /// `what` names the principal in messages (`principals[3]`).
-    pub fn check(&self, what: &str) -> Result<(), String> {
+    /// Refuses what the appliance would lose or XML cannot carry. Callers checking a list say
+    /// which principal the message is about.
+    pub fn check(&self) -> Result<(), String> {
         if self.name.trim().is_empty() {
-            return Err(format!(
-                "{what}: the name is empty or white space, which the appliance skips: the \
-                 principal would be lost"
-            ));
+            return Err(
+                "the name is empty or white space, which the appliance skips: the \
+                        principal would be lost"
+                    .into(),
+            );
         }
         if self.name.trim() != self.name {
             return Err(format!(
-                "{what}: '{}' has leading or trailing white space, which the appliance strips",
+                "'{}' has leading or trailing white space, which the appliance strips",
                 self.name
             ));
         }
-        representable(&format!("{what}: the name"), &self.name)?;
+        representable("the name", &self.name)?;
         if let Some(ns) = &self.namespace {
             if ns.is_empty() {
-                return Err(format!("{what}: the namespace is empty"));
+                return Err("the namespace is empty".into());
             }
-            representable(&format!("{what}: the namespace"), ns)?;
+            representable("the namespace", ns)?;
         }
         Ok(())
     }
@@ -189,7 +191,7 @@ fn attr(out: &mut Vec<u8>, name: &str, value: &str) {
 impl Acl {
     pub fn check(&self) -> Result<(), String> {
         for (i, p) in self.principals.iter().enumerate() {
-            p.check(&format!("principals[{i}]"))?;
+            p.check().map_err(|m| format!("principals[{i}]: {m}"))?;
         }
         if let Some(from) = &self.inherit_from {
             representable("inherit_from", from)?;
@@ -316,8 +318,11 @@ pub struct AclInput {
 impl AclInput {
     pub fn into_acl(self) -> Result<Acl, String> {
         if self.url.is_some() {
-            return Err("an ACL inside a record is the record's own and takes no url; for                         another URL give a standalone ACL: {\"kind\": \"acl\", \"url\": ..., \"acl\": ...}"
-                .into());
+            return Err(
+                "an ACL inside a record is the record's own and takes no url; for another \
+                        URL give a standalone ACL: {\"kind\": \"acl\", \"url\": ..., \"acl\": ...}"
+                    .into(),
+            );
         }
         let principals = self
             .principals
@@ -385,10 +390,7 @@ mod tests {
                 name: name.into(),
                 ..alice()
             };
-            assert!(
-                p.check("principals[0]").unwrap_err().contains(words),
-                "{name:?}"
-            );
+            assert!(p.check().unwrap_err().contains(words), "{name:?}");
         }
     }
 

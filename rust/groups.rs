@@ -69,11 +69,12 @@ impl Membership {
     /// Checks the membership and appends its XML form to `out`.
     pub fn encode_into(&self, index: usize, out: &mut Vec<u8>) -> Result<()> {
         self.group
-            .check("the group")
+            .check()
             .map_err(|m| Error::record(index, Some("group"), m))?;
         for (i, member) in self.members.iter().enumerate() {
             member
-                .check(&format!("members[{i}]"))
+                .check()
+                .map_err(|m| format!("members[{i}]: {m}"))
                 .map_err(|m| Error::record(index, Some("members"), m))?;
         }
         out.extend_from_slice(b"<membership>\n");

@@ -9,11 +9,11 @@ import orjson
 
 from fastfeed.cli_build import parse_size
 from fastfeed.cli_push import (
-    _connection_options,
-    _push_options,
-    _report,
-    _stopped,
+    connection_options,
+    push_options,
+    report,
     settings_from_args,
+    stopped,
 )
 from fastfeed.errors import ExitCode, FastfeedError
 from fastfeed.progress import Progress, human_bytes
@@ -135,8 +135,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         action="store_true",
         help="send full groups feeds, which replace the groups of every groupsource",
     )
-    _connection_options(u)
-    _push_options(u)
+    connection_options(u)
+    push_options(u)
     u.set_defaults(func=run_push)
 
 
@@ -209,5 +209,5 @@ def run_push(args: argparse.Namespace) -> int:
         settings = settings_from_args(args)
         summary = push(args.paths, settings, progress=Progress(), allow_full_groups=args.allow_full)
     except FastfeedError as exc:
-        return _stopped("groups push", exc, args.json)
-    return _report("groups push", summary, args.json)
+        return stopped("groups push", exc, args.json)
+    return report("groups push", summary, args.json)

@@ -106,8 +106,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument(
         "paths", nargs="+", metavar="DIR|FILE", help="feed set directory, or a feed file of one"
     )
-    _connection_options(p)
-    _push_options(p)
+    connection_options(p)
+    push_options(p)
     p.set_defaults(func=run_push)
 
     r = commands.add_parser(
@@ -124,16 +124,16 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="K",
         help="built files not yet pushed before the builder waits (default 4)",
     )
-    _connection_options(r)
-    _push_options(r)
+    connection_options(r)
+    push_options(r)
     r.set_defaults(func=run_run)
 
     y = commands.add_parser(
         "replay", help="push saved feed sets again", description=REPLAY_HELP, formatter_class=fmt
     )
     y.add_argument("paths", nargs="+", metavar="DIR", help="feed set directory")
-    _connection_options(y)
-    _push_options(y)
+    connection_options(y)
+    push_options(y)
     y.set_defaults(func=run_replay)
 
     b = commands.add_parser(
@@ -142,7 +142,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description=BACKLOG_HELP,
         formatter_class=fmt,
     )
-    _connection_options(b)
+    connection_options(b)
     b.add_argument("--json", action="store_true", help='print {"backlog": N} on stdout')
     b.set_defaults(func=run_backlog)
 
@@ -161,7 +161,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         config.prepare(command)
 
 
-def _connection_options(p: argparse.ArgumentParser) -> None:
+def connection_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("appliance")
     g.add_argument("--host", required=True, help="the appliance's host name or IP address")
     g.add_argument(
@@ -195,7 +195,7 @@ def _connection_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _push_options(p: argparse.ArgumentParser) -> None:
+def push_options(p: argparse.ArgumentParser) -> None:
     defaults = PushSettings(host="-")
     g = p.add_argument_group("pushing")
     g.add_argument(
@@ -301,7 +301,7 @@ def settings_from_args(args: argparse.Namespace) -> PushSettings:
     return PushSettings(**values)
 
 
-def _report(command: str, summary: PushSummary, as_json: bool) -> int:
+def report(command: str, summary: PushSummary, as_json: bool) -> int:
     for result in summary.results:
         if result.outcome.value in ("failed", "blocked"):
             print(f"{result.feed.path}: {result.outcome.value}: {result.message}", file=sys.stderr)
@@ -311,7 +311,7 @@ def _report(command: str, summary: PushSummary, as_json: bool) -> int:
     return ExitCode.OK if summary.ok else ExitCode.FAILED
 
 
-def _stopped(command: str, exc: FastfeedError, as_json: bool) -> int:
+def stopped(command: str, exc: FastfeedError, as_json: bool) -> int:
     """A push that could not go on: says why, and what was done before."""
     from fastfeed.push import PushError
 
@@ -334,8 +334,8 @@ def _push_command(args: argparse.Namespace, *, replay: bool) -> int:
         settings = settings_from_args(args)
         summary = push(args.paths, settings, progress=Progress(), replay=replay)
     except FastfeedError as exc:
-        return _stopped(args.command, exc, args.json)
-    return _report(args.command, summary, args.json)
+        return stopped(args.command, exc, args.json)
+    return report(args.command, summary, args.json)
 
 
 def run_push(args: argparse.Namespace) -> int:
@@ -379,9 +379,9 @@ def run_run(args: argparse.Namespace) -> int:
         )
         return ExitCode.FAILED
     except FastfeedError as exc:
-        return _stopped("run", exc, args.json)
+        return stopped("run", exc, args.json)
     print(f"fastfeed run: the feed set is kept in {out}", file=sys.stderr)
-    return _report("run", pushed, args.json)
+    return report("run", pushed, args.json)
 
 
 def run_backlog(args: argparse.Namespace) -> int:
@@ -394,7 +394,7 @@ def run_backlog(args: argparse.Namespace) -> int:
         print(f"fastfeed backlog: error: {exc}", file=sys.stderr)
         return ExitCode.FAILED
     except FastfeedError as exc:
-        return _stopped("backlog", exc, False)
+        return stopped("backlog", exc, False)
     if count is None:
         print(
             f"fastfeed backlog: {settings.base_url} does not support /getbacklogcount (HTTP 404)",

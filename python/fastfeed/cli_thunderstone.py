@@ -144,7 +144,7 @@ def run_push(args: argparse.Namespace) -> int:
         print(f"fastfeed thunderstone: error: {exc}", file=sys.stderr)
         if isinstance(exc.summary, ThunderstoneSummary) and exc.summary.results:
             print("fastfeed thunderstone: before stopping:", file=sys.stderr)
-            _report(exc.summary, as_json=False)
+            report(exc.summary, as_json=False)
         if args.json:
             data: dict[str, object] = (
                 exc.summary.to_dict() if exc.summary is not None else {"ok": False}
@@ -157,10 +157,10 @@ def run_push(args: argparse.Namespace) -> int:
         if args.json:
             sys.stdout.buffer.write(orjson.dumps({"ok": False, "error": str(exc)}) + b"\n")
         return ExitCode.REFUSED
-    return _report(summary, as_json=args.json)
+    return report(summary, as_json=args.json)
 
 
-def _report(summary: ThunderstoneSummary, *, as_json: bool) -> int:
+def report(summary: ThunderstoneSummary, *, as_json: bool) -> int:
     for result in summary.results:
         if result.outcome.value in ("failed", "blocked"):
             print(f"{result.feed.path}: {result.outcome.value}: {result.message}", file=sys.stderr)

@@ -247,11 +247,11 @@ def _classify(text: str) -> _Answer:
     return _Answer.OTHER
 
 
-class _FileChanged(Exception):
+class FileChanged(Exception):
     """The file on disk is not the one the manifest describes."""
 
 
-def _check_file(feed: FeedFile) -> None:
+def check_file(feed: FeedFile) -> None:
     """Hashes the whole file before sending: a feed edited or truncated since it was built is
     refused rather than replacing a datasource with something nobody validated."""
     digest = hashlib.sha256()
@@ -260,9 +260,9 @@ def _check_file(feed: FeedFile) -> None:
             while chunk := f.read(1 << 20):
                 digest.update(chunk)
     except OSError as exc:
-        raise _FileChanged(f"cannot read it: {exc.strerror or exc}") from None
+        raise FileChanged(f"cannot read it: {exc.strerror or exc}") from None
     if digest.hexdigest() != feed.entry.sha256:
-        raise _FileChanged("its sha256 differs from the manifest's: it changed since it was built")
+        raise FileChanged("its sha256 differs from the manifest's: it changed since it was built")
 
 
 def _quote(value: str) -> str:
@@ -312,14 +312,14 @@ class _Multipart:
             while remaining:
                 chunk = f.read(min(self._chunk_size, remaining))
                 if not chunk:
-                    raise _FileChanged("it became shorter while being sent")
+                    raise FileChanged("it became shorter while being sent")
                 remaining -= len(chunk)
                 self._on_chunk(len(chunk))
                 yield chunk
         yield self._tail
 
 
-def _tls_failure(exc: BaseException) -> ssl.SSLError | None:
+def tls_failure(exc: BaseException) -> ssl.SSLError | None:
     """The TLS error behind a failed connection, if that is what it was."""
     seen: BaseException | None = exc
     while seen is not None:
@@ -512,7 +512,7 @@ class Pusher:
 
     def _check(self, job: _Job) -> asyncio.Future[None]:
         if job.check is None:
-            job.check = asyncio.ensure_future(asyncio.to_thread(_check_file, job.feed))
+            job.check = asyncio.ensure_future(asyncio.to_thread(check_file, job.feed))
             # A file blocked after its early check is never sent: its failure needs no reader.
             job.check.add_done_callback(lambda f: f.cancelled() or f.exception())
         return job.check
@@ -559,7 +559,7 @@ class Pusher:
         s, feed = self.settings, job.feed
         try:
             await self._check(job)
-        except _FileChanged as exc:
+        except FileChanged as exc:
             return FileResult(feed, Outcome.FAILED, 0, f"not sent: {exc}")
         attempts = retries = disk_waits = 0
         while True:
@@ -567,10 +567,10 @@ class Pusher:
             attempts += 1
             try:
                 status, text = await self._post(feed)
-            except _FileChanged as exc:
+            except FileChanged as exc:
                 return FileResult(feed, Outcome.FAILED, attempts, f"not sent: {exc}")
             except httpx.HTTPError as exc:
-                tls = _tls_failure(exc) if isinstance(exc, httpx.ConnectError) else None
+                tls = tls_failure(exc) if isinstance(exc, httpx.ConnectError) else None
                 if tls is not None:
                     raise PushError(
                         f"TLS with {s.base_url} failed: {tls}. Give the appliance's CA "
@@ -592,7 +592,7 @@ class Pusher:
                         return FileResult(feed, Outcome.FAILED, attempts, text.strip())
                     disk_waits += 1
                     self._retries += 1
-                    self._hold(_jitter(s.disk_full_delay))
+                    self._hold(jitter(s.disk_full_delay))
                     continue
                 if answer is _Answer.OTHER:
                     return FileResult(feed, Outcome.FAILED, attempts, text.strip()[:500])
@@ -607,7 +607,7 @@ class Pusher:
                 )
             retries += 1
             self._retries += 1
-            await asyncio.sleep(_jitter(min(s.backoff_max, s.backoff_base * 2 ** (retries - 1))))
+            await asyncio.sleep(jitter(min(s.backoff_max, s.backoff_base * 2 ** (retries - 1))))
 
     async def _post(self, feed: FeedFile) -> tuple[int, str]:
         assert self._client is not None
@@ -660,7 +660,7 @@ def _failed(job: _Job) -> bool:
     return job.state is _State.DONE and not job.accepted
 
 
-def _jitter(delay: float) -> float:
+def jitter(delay: float) -> float:
     """Between half and all of `delay`: retries of many files do not arrive in lockstep."""
     return delay / 2 + random.uniform(0, delay / 2)
 

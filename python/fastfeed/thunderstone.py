@@ -52,14 +52,14 @@ from fastfeed.manifest import ManifestEntry, read_manifest
 from fastfeed.progress import Progress, human_bytes
 from fastfeed.push import (
     FeedFile,
+    FileChanged,
     FileResult,
     Outcome,
     PushError,
     PushSummary,
-    _check_file,
-    _FileChanged,
-    _jitter,
-    _tls_failure,
+    check_file,
+    jitter,
+    tls_failure,
 )
 from fastfeed.settings import PushSettings, SettingsError, http_client
 
@@ -299,16 +299,16 @@ class _FormBody:
             while remaining:
                 chunk = f.read(min(self._chunk_size, remaining))
                 if not chunk:
-                    raise _FileChanged("it became shorter while being sent")
+                    raise FileChanged("it became shorter while being sent")
                 remaining -= len(chunk)
                 encoded = _form_encode(chunk)
                 sent += len(encoded)
                 if sent > self.length:
-                    raise _FileChanged("it changed while being sent")
+                    raise FileChanged("it changed while being sent")
                 self._on_chunk(len(chunk))
                 yield encoded
         if sent != self.length:
-            raise _FileChanged("it changed while being sent")
+            raise FileChanged("it changed while being sent")
 
 
 class _Pusher:
@@ -386,9 +386,9 @@ class _Pusher:
         """Sends one file; returns its result and whether the appliance processed it."""
         body = _FormBody(feed, self.settings.chunk_size, self._count)
         try:
-            await asyncio.to_thread(_check_file, feed)
+            await asyncio.to_thread(check_file, feed)
             await asyncio.to_thread(body.measure)
-        except (_FileChanged, OSError) as exc:
+        except (FileChanged, OSError) as exc:
             return FileResult(feed, Outcome.FAILED, 0, f"not sent: {exc}"), False
         attempts, answer = await self._exchange(lambda: body, feed, body.length)
         if isinstance(answer, FileResult):
@@ -440,10 +440,10 @@ class _Pusher:
             attempts += 1
             try:
                 response = await self.client.post(self.url, content=body(), headers=headers)
-            except _FileChanged as exc:
+            except FileChanged as exc:
                 return attempts, FileResult(feed, Outcome.FAILED, attempts, f"not sent: {exc}")
             except httpx.HTTPError as exc:
-                tls = _tls_failure(exc) if isinstance(exc, httpx.ConnectError) else None
+                tls = tls_failure(exc) if isinstance(exc, httpx.ConnectError) else None
                 if tls is not None:
                     raise PushError(
                         f"TLS with {self.url} failed: {tls}. Give the appliance's CA "
@@ -474,7 +474,7 @@ class _Pusher:
                 return attempts, FileResult(feed, Outcome.FAILED, attempts, message)
             retries += 1
             self.summary.retries += 1
-            await asyncio.sleep(_jitter(min(s.backoff_max, s.backoff_base * 2 ** (retries - 1))))
+            await asyncio.sleep(jitter(min(s.backoff_max, s.backoff_base * 2 ** (retries - 1))))
 
     def _count(self, n: int) -> None:
         self.wire_bytes += n

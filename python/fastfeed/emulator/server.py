@@ -65,7 +65,7 @@ def make_app(state: State) -> web.Application:
     return app
 
 
-def _text(body: str, status: int = 200) -> web.Response:
+def plain_text(body: str, status: int = 200) -> web.Response:
     return web.Response(text=body, status=status, content_type="text/plain")
 
 
@@ -99,7 +99,7 @@ async def _log(state: State, request: web.Request, outcome: str, kind: str, **fi
     )
 
 
-async def _drain(request: web.Request) -> int:
+async def drain(request: web.Request) -> int:
     """Reads and drops the body, so that a refusal reaches a client still sending its upload."""
     size = 0
     async for chunk in request.content.iter_chunked(1 << 16):
@@ -107,7 +107,7 @@ async def _drain(request: web.Request) -> int:
     return size
 
 
-async def _drop(request: web.Request, after_bytes: int) -> int:
+async def drop(request: web.Request, after_bytes: int) -> int:
     """Reads `after_bytes` of the body, then closes the connection without answering."""
     size = 0
     while size < after_bytes:
@@ -130,7 +130,7 @@ async def receive_feed(request: web.Request, kind: str) -> web.StreamResponse:
         # The client gave up mid-upload (e.g. its timeout during a slow answer): nothing to answer.
         outcome = "refused: the client closed the connection during its upload"
         await _log(state, request, outcome, kind)
-        return _text("client gone", 400)
+        return plain_text("client gone", 400)
 
 
 async def _receive_feed(state: State, request: web.Request, kind: str) -> web.StreamResponse:
@@ -138,19 +138,19 @@ async def _receive_feed(state: State, request: web.Request, kind: str) -> web.St
     if declared is not None and declared > MAX_FEED_BYTES:
         error = too_large(declared)
         await _log(state, request, f"refused: {error}", kind, size=declared)
-        return _text(str(error), error.status)
+        return plain_text(str(error), error.status)
     if state.trusted_ips is not None and request.remote not in state.trusted_ips:
-        size = await _drain(request)
+        size = await drain(request)
         outcome = f"refused: {request.remote} is not a trusted IP"
         await _log(state, request, outcome, kind, size=size)
-        return _text(UNAUTHORIZED)
+        return plain_text(UNAUTHORIZED)
 
     fault = state.faults.take()
     if fault is not None and fault.kind == "drop_connection":
-        size = await _drop(request, fault.after_bytes)
+        size = await drop(request, fault.after_bytes)
         outcome = f"refused: connection dropped after {size} bytes"
         await _log(state, request, outcome, kind, size=size)
-        return _text("")  # never sent: the transport is closed
+        return plain_text("")  # never sent: the transport is closed
     if fault is not None and fault.kind == "slow":
         await asyncio.sleep(fault.seconds)
 
@@ -163,7 +163,7 @@ async def _receive_feed(state: State, request: web.Request, kind: str) -> web.St
             data.discard()
             outcome = f"refused: {error}"
             await _log(state, request, outcome, kind, size=data.size, sha256=data.sha256)
-            return _text(str(error), error.status)
+            return plain_text(str(error), error.status)
     received = {
         "datasource": datasource,
         "feedtype": feedtype,
@@ -173,11 +173,11 @@ async def _receive_feed(state: State, request: web.Request, kind: str) -> web.St
     if fault is not None and fault.kind in ("http_status", "answer"):
         path.unlink()
         await _log(state, request, f"refused: HTTP {fault.status} {fault.body}", kind, **received)
-        return _text(fault.body, fault.status)
+        return plain_text(fault.body, fault.status)
 
     push = await _log(state, request, "accepted", kind, path=str(path), **received)
     state.feeder.enqueue(push)
-    return _text(SUCCESS)
+    return plain_text(SUCCESS)
 
 
 def _check_fields(fields: dict[str, str], data: DataFile, kind: str) -> tuple[str, str]:
@@ -204,7 +204,7 @@ async def getbacklogcount(request: web.Request) -> web.Response:
     state = request.app[STATE]
     if state.backlog_unsupported:
         raise web.HTTPNotFound(text="Not Found")
-    return _text(str(state.feeder.backlog))
+    return plain_text(str(state.feeder.backlog))
 
 
 async def _status(state: State) -> dict[str, Any]:
@@ -236,7 +236,7 @@ async def add_faults(request: web.Request) -> web.Response:
         items = body if isinstance(body, list) else [body]
         faults = [Fault.from_json(item) for item in items]
     except ValueError as exc:
-        return _text(f"invalid fault: {exc}", 400)
+        return plain_text(f"invalid fault: {exc}", 400)
     for fault in faults:
         state.faults.add(fault)
     return web.json_response([fault.to_json() for fault in state.faults.pending()])
@@ -253,14 +253,16 @@ async def settings(request: web.Request) -> web.Response:
     try:
         body = await request.json()
     except json.JSONDecodeError as exc:
-        return _text(f"invalid JSON: {exc}", 400)
+        return plain_text(f"invalid JSON: {exc}", 400)
     known = {"backlog_unsupported", "feeder_paused"}
     if (
         not isinstance(body, dict)
         or not set(body) <= known
         or not all(isinstance(value, bool) for value in body.values())
     ):
-        return _text(f"expected a JSON object of booleans with keys among {sorted(known)}", 400)
+        return plain_text(
+            f"expected a JSON object of booleans with keys among {sorted(known)}", 400
+        )
     if "backlog_unsupported" in body:
         state.backlog_unsupported = body["backlog_unsupported"]
     if "feeder_paused" in body:

@@ -36,7 +36,7 @@ from aiohttp import web
 from lxml import etree
 
 from fastfeed.emulator.index import Index
-from fastfeed.emulator.server import STATE, State, _drain, _drop, _text
+from fastfeed.emulator.server import STATE, State, drain, drop, plain_text
 from fastfeed.emulator.upload import MAX_FEED_BYTES, DataFile, UploadError, receive, too_large
 
 PATH = "/texis/dowalk/recvdata.xml"
@@ -148,7 +148,7 @@ async def receive_data(request: web.Request) -> web.StreamResponse:
         return await _receive(state, request.app[RECEIVER], request)
     except ConnectionError:
         await _log(state, request, "", [], "refused: the client closed the connection")
-        return _text("client gone", 400)
+        return plain_text("client gone", 400)
 
 
 async def _receive(state: State, receiver: Receiver, request: web.Request) -> web.StreamResponse:
@@ -156,18 +156,18 @@ async def _receive(state: State, receiver: Receiver, request: web.Request) -> we
     if declared is not None and declared > MAX_FEED_BYTES:
         error = too_large(declared)
         await _log(state, request, "", [], f"refused: {error}")
-        return _text(str(error), error.status)
+        return plain_text(str(error), error.status)
     if state.trusted_ips is not None and request.remote not in state.trusted_ips:
-        await _drain(request)
+        await drain(request)
         refusal = _Result("", "Not Allowed", f"{request.remote} is not in Cluster Members")
         await _log(state, request, "", [refusal], "refused: Not Allowed")
         return _reply([refusal])
 
     fault = state.faults.take()
     if fault is not None and fault.kind == "drop_connection":
-        size = await _drop(request, fault.after_bytes)
+        size = await drop(request, fault.after_bytes)
         await _log(state, request, "", [], f"refused: connection dropped after {size} bytes")
-        return _text("")  # never sent: the transport is closed
+        return plain_text("")  # never sent: the transport is closed
     if fault is not None and fault.kind == "slow":
         await asyncio.sleep(fault.seconds)
 
@@ -178,13 +178,13 @@ async def _receive(state: State, receiver: Receiver, request: web.Request) -> we
         except UploadError as error:
             data.discard()
             await _log(state, request, "", [], f"refused: {error}")
-            return _text(str(error), error.status)
+            return plain_text(str(error), error.status)
     try:
         profile = fields.get("profile", "")
         if fault is not None and fault.kind in ("http_status", "answer"):
             outcome = f"refused: HTTP {fault.status} {fault.body}"
             await _log(state, request, profile, [], outcome)
-            return _text(fault.body, fault.status)
+            return plain_text(fault.body, fault.status)
         if not profile or (receiver.profiles is not None and profile not in receiver.profiles):
             info = f"no profile {profile!r}" if profile else "no profile in the request"
             refusal = _Result("", "No Profile", info)

@@ -6,7 +6,8 @@ use libdeflater::{CompressionLvl, Compressor};
 /// How content may be compressed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Compress {
-    /// Compress binary content that will shrink; send text as text.
+    /// Compress content that will shrink: binary, and text of 2 KB or more (shorter text is
+    /// sent as text).
     Auto,
     /// Compress every content, text included.
     Always,

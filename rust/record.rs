@@ -7,7 +7,7 @@ use std::io::Read;
 use std::path::PathBuf;
 
 use crate::acl::Acl;
-use crate::encode::{base64_into, decode_base64_into, Compress, Scratch};
+use crate::encode::{base64_into, decode_base64_into, Compress, Encoding, Scratch};
 use crate::error::{Error, Result};
 use crate::escape::{escape_into, first_unrepresentable, Context};
 
@@ -669,7 +669,24 @@ impl Checked<'_, '_> {
             bytes: buf,
         } = scratch;
         let (bytes, text) = content.resolve(index, self.mimetype, buf)?;
-        if let Some(s) = text.filter(|_| opts.compress != Compress::Always) {
+        if let Some(s) = text {
+            // Text is deflated too when that makes it smaller, base64 included: smaller feeds
+            // are quicker to write, push and process. Short text stays readable.
+            let deflate = match opts.compress {
+                Compress::Never => false,
+                Compress::Always => true,
+                Compress::Auto => s.len() >= MIN_TEXT_DEFLATE,
+            };
+            if deflate {
+                let (encoding, payload) = deflater.choose(bytes, opts.compress);
+                let smaller = payload.len().div_ceil(3) * 4 < s.len();
+                if encoding == Encoding::Base64Compressed
+                    && (smaller || opts.compress == Compress::Always)
+                {
+                    write_encoded(out, encoding, payload);
+                    return Ok(());
+                }
+            }
             let mark = out.len();
             out.reserve(s.len() + s.len() / 8 + 32);
             out.extend_from_slice(b"<content>");
@@ -681,14 +698,22 @@ impl Checked<'_, '_> {
             out.truncate(mark);
         }
         let (encoding, payload) = deflater.choose(bytes, opts.compress);
-        out.reserve(payload.len() / 3 * 4 + 64);
-        out.extend_from_slice(b"<content encoding=\"");
-        out.extend_from_slice(encoding.as_str().as_bytes());
-        out.extend_from_slice(b"\">");
-        base64_into(out, payload);
-        out.extend_from_slice(b"</content>\n");
+        write_encoded(out, encoding, payload);
         Ok(())
     }
+}
+
+/// Text shorter than this stays text under `Compress::Auto`: a zlib header and base64 eat most
+/// of what deflating it would save, and it stays readable.
+const MIN_TEXT_DEFLATE: usize = 2048;
+
+fn write_encoded(out: &mut Vec<u8>, encoding: Encoding, payload: &[u8]) {
+    out.reserve(payload.len() / 3 * 4 + 64);
+    out.extend_from_slice(b"<content encoding=\"");
+    out.extend_from_slice(encoding.as_str().as_bytes());
+    out.extend_from_slice(b"\">");
+    base64_into(out, payload);
+    out.extend_from_slice(b"</content>\n");
 }
 
 fn write_meta(out: &mut Vec<u8>, name: &str, value: &str) {

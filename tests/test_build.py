@@ -174,7 +174,8 @@ def test_manifest_describes_each_file(tmp_path: Path) -> None:
 def test_a_record_over_the_cap_goes_alone_with_a_warning(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    records = [doc(0), doc(1, content="x" * 50_000), doc(2)]
+    # Random text: it does not deflate below the cap.
+    records = [doc(0), doc(1, content=base64.b64encode(os.urandom(40_000)).decode()), doc(2)]
     assert build(tmp_path, records, "--max-bytes", "10KB") == 0
     assert "in.jsonl:2: " in capsys.readouterr().err
     manifest = read_manifest(tmp_path / "out")
@@ -261,6 +262,24 @@ def test_binary_content_is_compressed_only_when_it_shrinks(tmp_path: Path) -> No
     assert [f.content_encoding for f in fed] == ["base64binary", "base64compressed", "base64binary"]
     assert [f.content for f in fed] == [noise, text_like, b"PK\x03\x04" + text_like]
     assert fed[2].attrs["mimetype"] == "application/zip"
+
+
+def test_text_is_deflated_when_it_is_long_enough_to_shrink(tmp_path: Path) -> None:
+    long_text = "the same sentence of a long document. " * 200
+    short_text = "a short note & <markup>"
+    # Long, but random: deflating would not make it smaller than the text itself.
+    noise = base64.b64encode(os.urandom(3000)).decode()
+    assert (
+        build(
+            tmp_path, [doc(1, content=long_text), doc(2, content=short_text), doc(3, content=noise)]
+        )
+        == 0
+    )
+    fed = decode_set(tmp_path / "out")
+    assert [f.content_encoding for f in fed] == ["base64compressed", None, None]
+    assert [f.content for f in fed] == [long_text.encode(), short_text.encode(), noise.encode()]
+    assert build(tmp_path, [doc(1, content=long_text)], "--compress", "never", out="never") == 0
+    assert decode_set(tmp_path / "never")[0].content_encoding is None
 
 
 def test_compress_always_and_never(tmp_path: Path) -> None:
@@ -417,7 +436,7 @@ def test_python_api_warns_about_oversized_records(tmp_path: Path) -> None:
         pytest.warns(FeedWarning, match="over the 1000 byte cap"),
         FeedWriter(tmp_path / "o", "api", max_bytes=1000) as w,
     ):
-        w.add(doc(1, content="y" * 5000))
+        w.add(doc(1, content=os.urandom(5000)))
 
 
 def test_python_api_refuses_bad_settings(tmp_path: Path) -> None:

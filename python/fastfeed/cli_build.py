@@ -93,8 +93,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--compress",
         choices=("auto", "always", "never"),
         default="auto",
-        help="auto: zlib binary content that shrinks, text stays text (default); always: zlib "
-        "every content; never: plain base64 for binary",
+        help="auto: zlib content that shrinks: binary, and text of 2 KB or more (default); "
+        "always: zlib every content; never: text as text and binary as plain base64 (appliances "
+        "before 6.2)",
     )
     p.add_argument(
         "--level",

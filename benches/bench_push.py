@@ -27,6 +27,7 @@ from fastfeed import FeedWriter, read_manifest
 from fastfeed.push import push
 from fastfeed.settings import PushSettings
 from fastfeed.writer import HARD_MAX_BYTES
+from peak import run_measuring_peak
 
 THROUGHPUT_SET_BYTES = 400_000_000
 BIG_FILE_BYTES = 900_000_000
@@ -154,19 +155,6 @@ def test_push_throughput_against_curl(
     assert ours >= 0.8 * theirs
 
 
-def _high_water_mark(pid: int) -> int:
-    """The child's peak RSS since its exec (VmHWM). Not getrusage's ru_maxrss: that one also
-    counts the memory of this large benchmark process the child was forked from."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:  # it just ended
-        return 0
-    for line in status.splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
 def test_peak_memory_pushing_a_900_mb_file(
     benchmark: Any, appliance: Appliance, workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -179,13 +167,7 @@ def test_peak_memory_pushing_a_900_mb_file(
     peaks = []
 
     def pushed_in_a_child() -> None:
-        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        peak = 0
-        while child.poll() is None:
-            peak = max(peak, _high_water_mark(child.pid))
-            time.sleep(0.02)
-        assert child.returncode == 0, child.stderr.read() if child.stderr else ""
-        peaks.append(peak)
+        peaks.append(run_measuring_peak(command))
 
     benchmark.pedantic(pushed_in_a_child, rounds=2, iterations=1)
     peak = max(peaks)

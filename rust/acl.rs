@@ -2,6 +2,8 @@
 //! DTD spells enumerations in lower case (`user`, `everything-case-sensitive`), the groups feed
 //! DTD in upper case (`USER`, `EVERYTHING_CASE_SENSITIVE`).
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 
 use crate::escape::{escape_into, first_unrepresentable, Context};
@@ -257,18 +259,22 @@ impl Acl {
 }
 
 /// A principal as given in JSON Lines or a Python dict, before its values are checked.
+/// The enumerations are borrowed from the input: a groups feed parses millions of them.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PrincipalInput {
+pub struct PrincipalInput<'a> {
     pub name: String,
-    pub scope: String,
-    pub access: Option<String>,
+    #[serde(borrow)]
+    pub scope: Cow<'a, str>,
+    #[serde(borrow)]
+    pub access: Option<Cow<'a, str>>,
     pub namespace: Option<String>,
     pub case_sensitive: Option<bool>,
-    pub principal_type: Option<String>,
+    #[serde(borrow)]
+    pub principal_type: Option<Cow<'a, str>>,
 }
 
-impl PrincipalInput {
+impl PrincipalInput<'_> {
     /// Parses the enumerations (the values are checked with the record, see `Principal::check`);
     /// `what` names it in messages; `dialect` says whether `access` is required (ACLs) or
     /// meaningless (groups feed members).
@@ -306,16 +312,16 @@ impl PrincipalInput {
 /// An ACL as given, before its values are checked.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct AclInput {
-    #[serde(default)]
-    pub principals: Vec<PrincipalInput>,
+pub struct AclInput<'a> {
+    #[serde(default, borrow)]
+    pub principals: Vec<PrincipalInput<'a>>,
     pub inheritance_type: Option<String>,
     pub inherit_from: Option<String>,
     /// Never allowed: read only to refuse it with a message that says why.
     pub url: Option<String>,
 }
 
-impl AclInput {
+impl AclInput<'_> {
     pub fn into_acl(self) -> Result<Acl, String> {
         if self.url.is_some() {
             return Err(

@@ -25,18 +25,18 @@ const FIELDS: &[&str] = &[
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct MembershipInput {
+struct MembershipInput<'a> {
     group: String,
     namespace: Option<String>,
     case_sensitive: Option<bool>,
     principal_type: Option<String>,
-    #[serde(default)]
-    members: Vec<PrincipalInput>,
+    #[serde(default, borrow)]
+    members: Vec<PrincipalInput<'a>>,
 }
 
 /// Parses one line (not blank) of a groups JSON Lines input; `index` names it in errors.
 pub fn parse_line(index: usize, line: &[u8]) -> Result<Membership> {
-    let input: MembershipInput = parse_object(index, line, FIELDS)?;
+    let input: MembershipInput<'_> = parse_object(index, line, FIELDS)?;
     let bad = |field: &'static str| move |m: String| Error::record(index, Some(field), m);
     let unqualified = input
         .principal_type

@@ -75,7 +75,8 @@ struct RawRecord<'a> {
     #[serde(borrow)]
     content_base64: Option<Text<'a>>,
     content_path: Option<PathBuf>,
-    acl: Option<AclInput>,
+    #[serde(borrow)]
+    acl: Option<AclInput<'a>>,
     overwrite_acls: Option<bool>,
     kind: Option<Cow<'a, str>>,
 }

@@ -170,6 +170,13 @@ def connection_options(p: argparse.ArgumentParser) -> None:
         help=f"feedergate port (default {HTTPS_PORT}, or {HTTP_PORT} with --http)",
     )
     g.add_argument("--http", action="store_true", help=f"plain HTTP (port {HTTP_PORT})")
+    tls_options(g)
+
+
+def tls_options(g: argparse._ArgumentGroup) -> None:
+    """How to trust the appliance and how long to wait for it: every command that talks to
+    one takes these."""
+    defaults = PushSettings(host="-")
     g.add_argument("--cacert", metavar="PEM", help="CA certificate(s) to verify the appliance with")
     g.add_argument("--client-cert", metavar="PEM", help="client certificate, if the appliance asks")
     g.add_argument("--client-key", metavar="PEM", help="its private key (if not in --client-cert)")
@@ -184,14 +191,19 @@ def connection_options(p: argparse.ArgumentParser) -> None:
         help="do not verify the appliance's certificate (test appliances only)",
     )
     g.add_argument(
-        "--connect-timeout", type=float, default=10.0, metavar="S", help="(default 10 s)"
+        "--connect-timeout",
+        type=float,
+        default=defaults.connect_timeout,
+        metavar="S",
+        help=f"(default {defaults.connect_timeout:g} s)",
     )
     g.add_argument(
         "--timeout",
         type=float,
-        default=300.0,
+        default=defaults.timeout,
         metavar="S",
-        help="seconds without progress while sending or awaiting an answer (default 300)",
+        help="seconds without progress while sending or awaiting an answer "
+        f"(default {defaults.timeout:g})",
     )
 
 
@@ -210,27 +222,7 @@ def push_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="let incremental files of one datasource overlap (only if no URL is in two files)",
     )
-    g.add_argument(
-        "--retries",
-        type=int,
-        default=defaults.retries,
-        metavar="N",
-        help=f"retries of a file after 5xx, timeouts, Internal Error (default {defaults.retries})",
-    )
-    g.add_argument(
-        "--backoff-base",
-        type=float,
-        default=defaults.backoff_base,
-        metavar="S",
-        help=f"first retry delay, doubling each time (default {defaults.backoff_base} s)",
-    )
-    g.add_argument(
-        "--backoff-max",
-        type=float,
-        default=defaults.backoff_max,
-        metavar="S",
-        help=f"longest retry delay (default {defaults.backoff_max} s)",
-    )
+    retry_options(g)
     g.add_argument(
         "--disk-full-delay",
         type=float,
@@ -269,6 +261,33 @@ def push_options(p: argparse.ArgumentParser) -> None:
         help=f"seconds between backlog polls (default {defaults.backlog_interval})",
     )
     g.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+
+
+def retry_options(g: argparse._ArgumentGroup) -> None:
+    """How often and how patiently a failed request is sent again."""
+    defaults = PushSettings(host="-")
+    g.add_argument(
+        "--retries",
+        type=int,
+        default=defaults.retries,
+        metavar="N",
+        help="retries of a file after HTTP 5xx, timeouts, dropped connections, Internal Error "
+        f"(default {defaults.retries})",
+    )
+    g.add_argument(
+        "--backoff-base",
+        type=float,
+        default=defaults.backoff_base,
+        metavar="S",
+        help=f"first retry delay, doubling each time (default {defaults.backoff_base:g} s)",
+    )
+    g.add_argument(
+        "--backoff-max",
+        type=float,
+        default=defaults.backoff_max,
+        metavar="S",
+        help=f"longest retry delay (default {defaults.backoff_max:g} s)",
+    )
 
 
 def _build_options(run: argparse.ArgumentParser, build_parser: argparse.ArgumentParser) -> None:

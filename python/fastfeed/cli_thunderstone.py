@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from fastfeed.cli_push import retry_options, tls_options
 from fastfeed.errors import ExitCode, FastfeedError
 from fastfeed.settings import PushSettings
 
@@ -61,7 +62,6 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     p.add_argument("action", choices=["push"], help="push: send the sets to the appliance")
     p.add_argument("paths", nargs="+", metavar="DIR", help="a set made by fastfeed build")
-    defaults = PushSettings(host="-")
     g = p.add_argument_group("appliance")
     g.add_argument(
         "--url",
@@ -69,55 +69,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="the profile's data receiving URL, e.g. "
         "https://search.example.com/texis/dowalk/recvdata.xml",
     )
-    g.add_argument("--cacert", metavar="PEM", help="CA certificate(s) to verify the appliance with")
-    g.add_argument("--client-cert", metavar="PEM", help="client certificate, if the appliance asks")
-    g.add_argument("--client-key", metavar="PEM", help="its private key (if not in --client-cert)")
-    g.add_argument(
-        "--client-key-password",
-        metavar="SECRET",
-        help="password of the key; prefer FASTFEED_CLIENT_KEY_PASSWORD, as flags show in `ps`",
-    )
-    g.add_argument(
-        "--insecure",
-        action="store_true",
-        help="do not verify the appliance's certificate (test appliances only)",
-    )
-    g.add_argument(
-        "--connect-timeout",
-        type=float,
-        default=defaults.connect_timeout,
-        metavar="S",
-        help=f"(default {defaults.connect_timeout:g} s)",
-    )
-    g.add_argument(
-        "--timeout",
-        type=float,
-        default=defaults.timeout,
-        metavar="S",
-        help="seconds without progress while sending or awaiting an answer (the appliance "
-        f"loads the items before answering; default {defaults.timeout:g})",
-    )
-    g.add_argument(
-        "--retries",
-        type=int,
-        default=defaults.retries,
-        metavar="N",
-        help=f"retries of a request after 5xx, timeouts (default {defaults.retries})",
-    )
-    g.add_argument(
-        "--backoff-base",
-        type=float,
-        default=defaults.backoff_base,
-        metavar="S",
-        help=f"first retry delay, doubling each time (default {defaults.backoff_base:g} s)",
-    )
-    g.add_argument(
-        "--backoff-max",
-        type=float,
-        default=defaults.backoff_max,
-        metavar="S",
-        help=f"longest retry delay (default {defaults.backoff_max:g} s)",
-    )
+    tls_options(g)
+    retry_options(g)
     g.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     p.set_defaults(func=run_push)
 

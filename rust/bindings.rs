@@ -7,6 +7,7 @@
 use std::borrow::Cow;
 use std::path::PathBuf;
 
+use pyo3::buffer::PyBuffer;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
@@ -443,9 +444,19 @@ impl PyFeedWriter {
     fn add_jsonl<'py>(
         &mut self,
         py: Python<'py>,
-        chunk: &Bound<'py, PyBytes>,
+        chunk: PyBuffer<u8>,
     ) -> PyResult<(Vec<(usize, String)>, Bound<'py, PyList>, usize)> {
-        let data = chunk.as_bytes();
+        // Any bytes-like object: bytes, or a memoryview of a memory-mapped file, which spares
+        // copying the input out of the page cache.
+        if !chunk.is_c_contiguous() || !chunk.readonly() {
+            // A writable buffer could change while it is parsed without the GIL.
+            return Err(FeedError::new_err(
+                "a JSON Lines chunk must be bytes or a read-only contiguous view",
+            ));
+        }
+        // SAFETY: the buffer is contiguous and stays exported (so alive and in place) while
+        // `chunk` is held, which is until this method returns.
+        let data = unsafe { std::slice::from_raw_parts(chunk.buf_ptr() as *const u8, chunk.len_bytes()) };
         let writer = self.writer()?;
         let report = py.allow_threads(|| writer.add_jsonl(data))?;
         Ok((

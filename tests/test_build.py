@@ -476,3 +476,34 @@ def test_help_teaches_by_example() -> None:
         check=True,
     )
     assert "examples:" in done.stdout and "--max-bytes" in done.stdout
+
+
+@pytest.mark.parametrize("ending", [b"\n", b""])
+def test_chunks_of_a_mapped_file_keep_every_line_and_its_number(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    ending: bytes,
+) -> None:
+    import fastfeed.build
+
+    # Chunks far smaller than lines: every line crosses chunk boundaries.
+    monkeypatch.setattr(fastfeed.build, "CHUNK_BYTES", 64)
+    records = [doc(i, content="z" * (i * 37 % 300)) for i in range(40)]
+    lines = [orjson.dumps(r) for r in records]
+    lines[25] = orjson.dumps(doc(25, pagerank=3))
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b"\n".join(lines) + ending)
+    status = main(
+        ["build", str(src), "--datasource", "d", "--out", str(tmp_path / "o"), "--on-error", "skip"]
+    )
+    assert status == 1
+    log = (tmp_path / "o" / "rejected.log").read_text()
+    assert log.startswith(f"{src}:26: pagerank:")
+    assert [f.url for f in decode_set(tmp_path / "o")] == [
+        r["url"] for i, r in enumerate(records) if i != 25
+    ]
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    assert main(["build", str(empty), "--datasource", "d", "--out", str(tmp_path / "e")]) == 0
+    assert read_manifest(tmp_path / "e") == []

@@ -20,17 +20,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
+import tomllib
 import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 DEFAULT_FILE = "fastfeed.toml"
 ENV_PREFIX = "FASTFEED_"

@@ -95,7 +95,7 @@ class PushError(FastfeedError):
         self.summary = summary
 
 
-class Outcome(str, enum.Enum):
+class Outcome(enum.StrEnum):
     ACCEPTED = "accepted"  # the appliance answered Success to this run
     SKIPPED = "skipped"  # the journal says this target accepted it before
     FAILED = "failed"  # not accepted: see the message

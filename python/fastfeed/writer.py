@@ -95,7 +95,7 @@ class SetWriter:
         self._on_warning = on_warning
         self._manifest: list[ManifestEntry] | None = None
 
-    def add_jsonl(self, chunk: bytes) -> int:
+    def add_jsonl(self, chunk: bytes | memoryview) -> int:
         """Adds the items of a chunk of JSON Lines (whole lines only), parsed in Rust on the
         worker threads, and returns how many lines the chunk held. A bad line raises
         `RecordError` whose `.index` is its line in the chunk (blank lines counted); nothing of

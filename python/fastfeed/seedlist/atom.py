@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from lxml import etree
@@ -61,7 +61,7 @@ def _el(parent: Any, ns: str, tag: str, text: str | None = None, **attrs: str) -
 
 
 def _rfc3339(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _field_info(feed: Any, field_id: str, name: str, kind: str, sortable: bool) -> None:

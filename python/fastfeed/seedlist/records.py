@@ -21,7 +21,7 @@ import mimetypes
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -231,7 +231,7 @@ def _last_modified(value: Any) -> str | None:
     when: datetime | None = None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         try:
-            when = datetime.fromtimestamp(value, timezone.utc)
+            when = datetime.fromtimestamp(value, UTC)
         except (OverflowError, OSError, ValueError):
             raise RecordProblem("last_modified", f"{value} is out of range") from None
     elif isinstance(value, str):
@@ -250,8 +250,8 @@ def _last_modified(value: Any) -> str | None:
             "since the epoch",
         )
     if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        when = when.replace(tzinfo=UTC)
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _metadata(value: Any) -> list[tuple[str, str]]:

@@ -456,7 +456,8 @@ impl PyFeedWriter {
         }
         // SAFETY: the buffer is contiguous and stays exported (so alive and in place) while
         // `chunk` is held, which is until this method returns.
-        let data = unsafe { std::slice::from_raw_parts(chunk.buf_ptr() as *const u8, chunk.len_bytes()) };
+        let data =
+            unsafe { std::slice::from_raw_parts(chunk.buf_ptr() as *const u8, chunk.len_bytes()) };
         let writer = self.writer()?;
         let report = py.allow_threads(|| writer.add_jsonl(data))?;
         Ok((

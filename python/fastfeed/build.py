@@ -78,7 +78,7 @@ def _mapped_chunks(stream: IO[bytes]) -> Iterator[memoryview]:
     # Closed when the last view of it is gone: a view still held (an error's traceback) would
     # make an explicit close fail.
     mapped = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
-    start = 0
+    start = released = 0
     while start < size:
         end = min(start + CHUNK_BYTES, size)
         if end < size:
@@ -88,6 +88,12 @@ def _mapped_chunks(stream: IO[bytes]) -> Iterator[memoryview]:
             end = size if cut < 0 else cut + 1
         yield memoryview(mapped)[start:end]
         start = end
+        # That chunk is written: unmap its pages, or they would count in this process's memory
+        # up to the file's size (they stay in the page cache, and come back if read again).
+        upto = start - start % mmap.PAGESIZE
+        if upto > released:
+            mapped.madvise(mmap.MADV_DONTNEED, released, upto - released)
+            released = upto
 
 
 def _chunks(stream: IO[bytes]) -> Iterator[bytes]:

@@ -364,7 +364,6 @@ struct Limits {
 }
 
 /// Records encoded back to back, and where each ends: one allocation for many small records.
-#[derive(Default)]
 struct Encoded {
     buf: Vec<u8>,
     ends: Vec<usize>,

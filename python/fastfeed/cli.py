@@ -25,6 +25,7 @@ A typical job:
   fastfeed validate feeds/*.xml
   fastfeed push feeds/ --host gsa.example.com
 
+New here? `fastfeed demo` runs the whole job on a local emulated appliance.
 Run `fastfeed COMMAND --help` for the options of each command.
 """
 

@@ -252,6 +252,27 @@ def test_sending_pauses_above_the_backlog_high_mark_and_resumes_at_the_low_mark(
     assert done and done[0].ok and len(emulator.pushes()) == 6
 
 
+def test_a_push_does_not_start_into_a_backlog_already_above_the_mark(
+    emulator: Emulator, make_feed_set: MakeSet, push_settings: Settings
+) -> None:
+    # Another client's files wait in the backlog before this push starts.
+    emulator.pause_feeder()
+    earlier = push(make_feed_set("other", files=4), push_settings(emulator))
+    assert earlier.ok and emulator.backlog == 4
+    sets = [make_feed_set(f"ds{i}", files=1) for i in range(4)]
+    settings = push_settings(emulator, backlog_high=2, backlog_low=0, concurrency=4)
+    done: list[Any] = []
+    pusher = threading.Thread(target=lambda: done.append(push(sets, settings)))
+    pusher.start()
+    try:
+        time.sleep(0.5)  # many polls: with a gate open before the first one, 4 files went out
+        assert len(emulator.pushes()) == 4 and not done
+    finally:
+        emulator.resume_feeder()
+        pusher.join(30)
+    assert done and done[0].ok and len(emulator.pushes()) == 8
+
+
 def test_an_appliance_without_backlog_count_is_pushed_to_all_the_same(
     emulator: Emulator, make_feed_set: MakeSet, push_settings: Settings
 ) -> None:

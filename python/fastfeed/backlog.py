@@ -68,13 +68,12 @@ class BacklogGate:
         self._task: asyncio.Task[None] | None = None
         #: Last known count; None when the appliance does not support the backlog request.
         self.count: int | None = None
-        self.supported = True
-        self.last_error: str | None = None
         self._failures = 0
 
     @property
     def paused(self) -> bool:
-        return not self._open.is_set()
+        """Shut, or not polled yet: a push must not start sending into a full backlog."""
+        return not (self._polled.is_set() and self._open.is_set())
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._poll())
@@ -85,11 +84,6 @@ class BacklogGate:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-
-    async def wait_open(self) -> None:
-        """Waits for the first poll (so a push never starts into a full backlog), then the gate."""
-        await self._polled.wait()
-        await self._open.wait()
 
     def file_accepted(self) -> None:
         if self.count is not None:
@@ -112,24 +106,27 @@ class BacklogGate:
             while True:
                 try:
                     count = await fetch_backlog(self._client, self._settings)
-                except BacklogError as exc:
+                except BacklogError:
                     # The gate keeps its state and the next poll may succeed; but a gate held
                     # shut by a count that can no longer be read would stall the push forever.
-                    self.last_error = str(exc)
                     self._failures += 1
                     if self._failures > self._settings.retries:
                         self._reopen()
                 else:
-                    self.last_error = None
                     self._failures = 0
                     if count is None:
-                        self.supported = False
                         self.count = None
                         self._reopen()
                         return
                     self._set(count)
                 finally:
-                    self._polled.set()
+                    self._first_poll_done()
                 await asyncio.sleep(self._settings.backlog_interval)
         finally:
+            self._first_poll_done()
+
+    def _first_poll_done(self) -> None:
+        if not self._polled.is_set():
             self._polled.set()
+            if self._open.is_set():
+                self._on_open()  # the scheduler waits for news to start sending

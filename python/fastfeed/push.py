@@ -308,14 +308,17 @@ class _Multipart:
         remaining = self._feed.entry.bytes
         # Plain reads on the event loop: a page-cache read of a chunk takes well under a
         # millisecond, and a thread hop per chunk would cost more than it saves.
-        with open(self._feed.path, "rb") as f:
-            while remaining:
-                chunk = f.read(min(self._chunk_size, remaining))
-                if not chunk:
-                    raise FileChanged("it became shorter while being sent")
-                remaining -= len(chunk)
-                self._on_chunk(len(chunk))
-                yield chunk
+        try:
+            with open(self._feed.path, "rb") as f:
+                while remaining:
+                    chunk = f.read(min(self._chunk_size, remaining))
+                    if not chunk:
+                        raise FileChanged("it became shorter while being sent")
+                    remaining -= len(chunk)
+                    self._on_chunk(len(chunk))
+                    yield chunk
+        except OSError as exc:  # removed or unreadable since its check
+            raise FileChanged(f"cannot read it: {exc.strerror or exc}") from None
         yield self._tail
 
 
@@ -549,6 +552,8 @@ class Pusher:
         except FastfeedError as exc:  # the journal cannot be written: nothing would be durable
             self._stop(PushError(str(exc)))
             return
+        except Exception as exc:  # noqa: BLE001 - whatever it is, the job must end, or run() waits forever
+            result = FileResult(job.feed, Outcome.FAILED, 0, f"{type(exc).__name__}: {exc}")
         self._finish(job, result)
 
     def _stop(self, exc: PushError) -> None:

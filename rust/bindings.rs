@@ -12,7 +12,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{
-    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple,
+    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMemoryView, PyString, PyTuple,
 };
 
 use crate::acl::AclInput;
@@ -444,20 +444,27 @@ impl PyFeedWriter {
     fn add_jsonl<'py>(
         &mut self,
         py: Python<'py>,
-        chunk: PyBuffer<u8>,
+        chunk: &Bound<'py, PyAny>,
     ) -> PyResult<(Vec<(usize, String)>, Bound<'py, PyList>, usize)> {
-        // Any bytes-like object: bytes, or a memoryview of a memory-mapped file, which spares
-        // copying the input out of the page cache.
-        if !chunk.is_c_contiguous() || !chunk.readonly() {
-            // A writable buffer could change while it is parsed without the GIL.
-            return Err(FeedError::new_err(
-                "a JSON Lines chunk must be bytes or a read-only contiguous view",
-            ));
-        }
-        // SAFETY: the buffer is contiguous and stays exported (so alive and in place) while
-        // `chunk` is held, which is until this method returns.
-        let data =
-            unsafe { std::slice::from_raw_parts(chunk.buf_ptr() as *const u8, chunk.len_bytes()) };
+        // Borrowed, which spares a copy, only when nothing can change the bytes while they are
+        // parsed without the GIL: bytes, or a view of an object whose own memory is read-only
+        // (a file mapped for reading). A read-only view of a bytearray is not: it is copied.
+        let buffer = PyBuffer::<u8>::get(chunk)?;
+        let frozen = chunk.is_instance_of::<PyBytes>()
+            || (chunk.is_instance_of::<PyMemoryView>()
+                && chunk
+                    .getattr("obj")
+                    .and_then(|obj| PyBuffer::<u8>::get(&obj))
+                    .is_ok_and(|own| own.readonly()));
+        let copy;
+        let data: &[u8] = if frozen && buffer.is_c_contiguous() {
+            // SAFETY: contiguous, immutable, and kept exported (so alive and in place) by
+            // `buffer` until this method returns.
+            unsafe { std::slice::from_raw_parts(buffer.buf_ptr() as *const u8, buffer.len_bytes()) }
+        } else {
+            copy = buffer.to_vec(py)?;
+            &copy
+        };
         let writer = self.writer()?;
         let report = py.allow_threads(|| writer.add_jsonl(data))?;
         Ok((

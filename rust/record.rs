@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, Utc};
 use std::io::Read;
 use std::path::PathBuf;
 
@@ -285,6 +285,18 @@ pub fn check_url(url: &str) -> std::result::Result<(), String> {
 pub(crate) fn parse_date(
     ts: &Timestamp,
 ) -> std::result::Result<(DateTime<Utc>, Option<&str>), String> {
+    let (t, rfc822) = parse_any_date(ts)?;
+    // RFC 822 and Thunderstone dates have four-digit years.
+    if !(1..=9999).contains(&t.year()) {
+        return Err(format!(
+            "the year {} cannot be written in a feed (years 1 to 9999)",
+            t.year()
+        ));
+    }
+    Ok((t, rfc822))
+}
+
+fn parse_any_date(ts: &Timestamp) -> std::result::Result<(DateTime<Utc>, Option<&str>), String> {
     let from_epoch = |secs: f64| {
         if !secs.is_finite() {
             return Err(format!("{secs} is not a time"));

@@ -523,9 +523,9 @@ impl FeedWriter {
                 "max bytes must be between 1 and {HARD_MAX_BYTES} (the protocol refuses feeds of 1 GB)"
             )));
         }
-        if opts.level > 12 {
+        if !(1..=12).contains(&opts.level) {
             return Err(Error::Config(format!(
-                "compression level {} is not in 0 to 12",
+                "compression level {} is not in 1 to 12",
                 opts.level
             )));
         }

@@ -69,6 +69,7 @@ def build(tmp_path: Path, records: list[object], *args: str, out: str = "out") -
             "cannot read",
         ),
         (doc(1, last_modified="yesterday"), "incremental", "last_modified", "not a date"),
+        (doc(1, last_modified=-1e12), "incremental", "last_modified", "years 1 to 9999"),
         (doc(1, lock="yes"), "incremental", "lock", "true or false"),
         (doc(1, action="delete"), "incremental", "content", "delete record carries no content"),
         ({"url": "http://docs.example.com/1\x01"}, "incremental", "url", "U+0001"),
@@ -364,6 +365,19 @@ def test_refuses_to_mix_two_builds_in_one_directory(
 
 
 @pytest.mark.parametrize(
+    "args", [["--level", "0"], ["--level", "300"], ["--workers", "-1"], ["--max-records", "x"]]
+)
+def test_out_of_range_numbers_are_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    src = write_jsonl(tmp_path / "in.jsonl", [doc(1)])
+    with pytest.raises(SystemExit) as exited:
+        main(["build", str(src), "--datasource", "d", "--out", str(tmp_path / "o"), *args])
+    assert exited.value.code == 2
+    assert f"argument {args[0]}:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
     ("args", "words"),
     [
         (["--datasource", "9lives"], "datasource '9lives' is not allowed"),
@@ -507,3 +521,16 @@ def test_chunks_of_a_mapped_file_keep_every_line_and_its_number(
     empty.write_bytes(b"")
     assert main(["build", str(empty), "--datasource", "d", "--out", str(tmp_path / "e")]) == 0
     assert read_manifest(tmp_path / "e") == []
+
+
+def test_add_jsonl_takes_any_bytes_like_chunk(tmp_path: Path) -> None:
+    lines = [orjson.dumps(doc(i)) + b"\n" for i in range(4)]
+    chunks = [
+        lines[0],
+        bytearray(lines[1]),
+        memoryview(lines[2]),
+        memoryview(bytearray(lines[3])).toreadonly(),
+    ]
+    with FeedWriter(tmp_path / "o", "d") as w:
+        assert [w.add_jsonl(c) for c in chunks] == [1, 1, 1, 1]  # type: ignore[arg-type]
+    assert [f.url for f in decode_set(tmp_path / "o")] == [doc(i)["url"] for i in range(4)]

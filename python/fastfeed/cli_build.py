@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -49,6 +50,22 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "ki": 2**10, "mi": 2**20, "gi": 2**30}
 
 
+def count(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type for whole numbers from `low` (to `high`)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+        if value < low or (high is not None and value > high):
+            bounds = f"from {low} to {high}" if high is not None else f"of {low} or more"
+            raise argparse.ArgumentTypeError(f"{value} is not a number {bounds}")
+        return value
+
+    return parse
+
+
 def parse_size(text: str) -> int:
     """Sizes like 50MB, 64MiB or 1000000 (MB = 10**6 bytes, MiB = 2**20)."""
     m = _SIZE.match(text)
@@ -87,7 +104,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         f"{HARD_MAX_BYTES // 1_000_000}MB)",
     )
     p.add_argument(
-        "--max-records", type=int, default=0, metavar="N", help="cap on records per file"
+        "--max-records", type=count(0), default=0, metavar="N", help="cap on records per file"
     )
     p.add_argument(
         "--compress",
@@ -99,12 +116,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     p.add_argument(
         "--level",
-        type=int,
+        type=count(1, 12),
         default=DEFAULT_LEVEL,
         help=f"zlib level, 1 to 12 (default {DEFAULT_LEVEL})",
     )
     p.add_argument(
-        "--workers", type=int, default=0, help="encoding threads (default: one per core)"
+        "--workers", type=count(0), default=0, help="encoding threads (default: one per core)"
     )
     p.add_argument(
         "--acl-format",

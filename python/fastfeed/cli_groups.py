@@ -7,7 +7,7 @@ import sys
 
 import orjson
 
-from fastfeed.cli_build import parse_size
+from fastfeed.cli_build import count, parse_size
 from fastfeed.cli_push import (
     connection_options,
     push_options,
@@ -113,7 +113,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="SIZE",
         help=f"cap on each file (default {DEFAULT_MAX_BYTES // 1_000_000}MB)",
     )
-    b.add_argument("--max-records", type=int, default=0, metavar="N", help="cap on groups per file")
+    b.add_argument(
+        "--max-records", type=count(0), default=0, metavar="N", help="cap on groups per file"
+    )
     b.add_argument(
         "--on-error",
         choices=("stop", "skip"),

@@ -19,7 +19,8 @@ use crate::acl::AclInput;
 use crate::encode::Compress;
 use crate::error::Error;
 use crate::record::{
-    self, check_url, AclFormat, Action, AuthMethod, Content, FeedType, Record, Timestamp,
+    self, check_url, parse_date, AclFormat, Action, AuthMethod, Content, FeedType, Record,
+    Timestamp,
 };
 use crate::writer::{
     check_datasource, FeedWriter, ManifestEntry, Options, DEFAULT_LEVEL, DEFAULT_MAX_BYTES,
@@ -207,21 +208,10 @@ impl<'py> Fields<'_, 'py> {
                 "mimetype" => r.mimetype = Some(self.string("mimetype", &value)?),
                 "displayurl" => r.displayurl = Some(self.string("displayurl", &value)?),
                 "last_modified" => {
-                    r.last_modified = Some(if value.is_instance_of::<PyString>() {
-                        Timestamp::Text(self.string("last_modified", &value)?)
-                    } else if (value.is_instance_of::<PyInt>() || value.is_instance_of::<PyFloat>())
-                        && !value.is_instance_of::<PyBool>()
-                    {
-                        Timestamp::Epoch(value.extract::<f64>().map_err(|_| {
-                            self.wrong("last_modified", "a date or seconds since the epoch", &value)
-                        })?)
-                    } else {
-                        return Err(self.wrong(
-                            "last_modified",
-                            "a date string or a number",
-                            &value,
-                        ));
-                    })
+                    r.last_modified = Some(
+                        timestamp(&value)
+                            .map_err(|m| Error::record(self.index, Some("last_modified"), m))?,
+                    )
                 }
                 "lock" => r.lock = Some(self.boolean("lock", &value)?),
                 "crawl_immediately" => {
@@ -316,6 +306,36 @@ impl<'py> Fields<'_, 'py> {
         r.content = contents.pop();
         Ok(r)
     }
+}
+
+/// `last_modified` as given: a date string or seconds since the epoch.
+fn timestamp(value: &Bound<'_, PyAny>) -> Result<Timestamp, String> {
+    if let Ok(s) = value.downcast::<PyString>() {
+        return s
+            .to_str()
+            .map(|t| Timestamp::Text(t.to_owned()))
+            .map_err(|_| "is not valid Unicode (it holds a lone surrogate)".to_owned());
+    }
+    if (value.is_instance_of::<PyInt>() || value.is_instance_of::<PyFloat>())
+        && !value.is_instance_of::<PyBool>()
+    {
+        if let Ok(secs) = value.extract::<f64>() {
+            return Ok(Timestamp::Epoch(secs));
+        }
+    }
+    Err(format!(
+        "expected a date string or seconds since the epoch, got {}",
+        type_name(value)
+    ))
+}
+
+/// The moment a `last_modified` value names, in seconds since the epoch (UTC), read as every
+/// fastfeed receiver reads it; `ValueError` says why it is not a date.
+#[pyfunction]
+fn parse_last_modified(value: &Bound<'_, PyAny>) -> PyResult<f64> {
+    let ts = timestamp(value).map_err(PyValueError::new_err)?;
+    let (when, _) = parse_date(&ts).map_err(PyValueError::new_err)?;
+    Ok(when.timestamp() as f64)
 }
 
 fn entry_dict<'py>(py: Python<'py>, e: &ManifestEntry) -> PyResult<Bound<'py, PyDict>> {
@@ -527,6 +547,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<PyFeedWriter>()?;
     m.add_function(wrap_pyfunction!(url_problem, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_last_modified, m)?)?;
     m.add_function(wrap_pyfunction!(datasource_problem, m)?)?;
     m.add("FeedError", py.get_type::<FeedError>())?;
     m.add("RecordError", py.get_type::<RecordError>())?;

@@ -50,8 +50,9 @@ ROOTS = {"feed": "gsafeed", "groups": "xmlgroups"}
 INHERITANCE_TYPES = ("child-overrides", "parent-overrides", "and-both-permit", "leaf-node")
 
 
-def _b64decode(text: str) -> bytes:
-    """Strict alphabet, but padding optional: the guide's own examples leave it out."""
+def decode_base64(text: str) -> bytes:
+    """Base64 as receivers read it: strict alphabet, white space ignored, padding optional (the
+    guide's own examples leave it out). Raises `binascii.Error` (a `ValueError`)."""
     compact = "".join(text.split())
     return base64.b64decode(compact + "=" * (-len(compact) % 4), validate=True)
 
@@ -162,7 +163,7 @@ class _Checker:
         if encoding is None:
             return
         try:
-            raw = _b64decode(elem.text or "")
+            raw = decode_base64(elem.text or "")
             if encoding == "base64compressed":
                 zlib.decompress(raw)
         except (binascii.Error, ValueError) as exc:
@@ -174,8 +175,8 @@ class _Checker:
         name, content = elem.get("name", ""), elem.get("content", "")
         if elem.get("encoding") == "base64binary":
             try:
-                name = _b64decode(name).decode("utf-8", "surrogateescape")
-                content = _b64decode(content).decode("utf-8", "surrogateescape")
+                name = decode_base64(name).decode("utf-8", "surrogateescape")
+                content = decode_base64(content).decode("utf-8", "surrogateescape")
             except (binascii.Error, ValueError) as exc:
                 self.report(elem.sourceline, f"meta is not valid base64: {exc}")
                 return

@@ -7,7 +7,6 @@ later, one file at a time, and their outcome shows only on the status page (and 
 from __future__ import annotations
 
 import asyncio
-import base64
 import binascii
 import json
 import sqlite3
@@ -21,7 +20,7 @@ from lxml import etree
 
 from fastfeed.emulator.index import Changes, Index, Push
 from fastfeed.emulator.security import Acl, acl_principals, legacy_acl, membership
-from fastfeed.validate import validate_file
+from fastfeed.validate import decode_base64, validate_file
 
 #: How many validation problems the feed log keeps for a failed feed.
 MAX_REPORTED = 5
@@ -32,19 +31,13 @@ def feed_kind(datasource: str, feedtype: str) -> str:
     return "web" if datasource == "web" or feedtype == "metadata-and-url" else "content"
 
 
-def _b64decode(text: str) -> bytes:
-    # The guide's own example ("Zm9vIGJhcgo") omits the padding, so tolerate its absence.
-    compact = "".join(text.split())
-    return base64.b64decode(compact + "=" * (-len(compact) % 4), validate=True)
-
-
 def _decode_content(elem: etree._Element) -> bytes:
     text = elem.text or ""
     encoding = elem.get("encoding")
     if encoding == "base64binary":
-        return _b64decode(text)
+        return decode_base64(text)
     if encoding == "base64compressed":
-        return zlib.decompress(_b64decode(text))
+        return zlib.decompress(decode_base64(text))
     return text.encode("utf-8")
 
 
@@ -52,8 +45,8 @@ def _decode_meta(elem: etree._Element) -> tuple[str, str]:
     name, content = elem.get("name", ""), elem.get("content", "")
     if elem.get("encoding") == "base64binary":
         # Both attributes are encoded when the encoding is given (guide: Metadata Base64 Encoding).
-        name = _b64decode(name).decode("utf-8", "replace")
-        content = _b64decode(content).decode("utf-8", "replace")
+        name = decode_base64(name).decode("utf-8", "replace")
+        content = decode_base64(content).decode("utf-8", "replace")
     return name, content
 
 

@@ -13,9 +13,6 @@ another document) are refused rather than served as something more permissive.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import email.utils
 import hashlib
 import mimetypes
 import re
@@ -28,6 +25,7 @@ from typing import Any
 import orjson
 
 from fastfeed import _core
+from fastfeed.validate import decode_base64
 
 #: Characters XML 1.0 cannot carry in any form, not even as character references.
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -203,10 +201,9 @@ def _content(fields: Mapping[str, Any]) -> tuple[bytes | None, bool]:
         value = fields["content_base64"]
         if not isinstance(value, str):
             raise RecordProblem("content_base64", f"expected a string, got {type(value).__name__}")
-        compact = "".join(value.split())
         try:
-            return base64.b64decode(compact + "=" * (-len(compact) % 4), validate=True), False
-        except (binascii.Error, ValueError):
+            return decode_base64(value), False
+        except ValueError:
             raise RecordProblem("content_base64", "is not valid base64") from None
     if "content_path" in fields:
         path = fields["content_path"]
@@ -225,33 +222,14 @@ def _guess_mimetype(fields: Mapping[str, Any], url: str, text: bool) -> str:
 
 
 def _last_modified(value: Any) -> str | None:
-    """RFC 3339 in UTC from RFC 822, ISO 8601 (no offset = UTC) or seconds since the epoch."""
+    """RFC 3339 in UTC, from the date forms every fastfeed receiver reads the same way."""
     if value is None:
         return None
-    when: datetime | None = None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            when = datetime.fromtimestamp(value, UTC)
-        except (OverflowError, OSError, ValueError):
-            raise RecordProblem("last_modified", f"{value} is out of range") from None
-    elif isinstance(value, str):
-        text = value.strip()
-        try:
-            when = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
-        except ValueError:
-            try:
-                when = email.utils.parsedate_to_datetime(text)
-            except (TypeError, ValueError):
-                when = None
-    if when is None:
-        raise RecordProblem(
-            "last_modified",
-            f"{value!r} is not a date: use ISO 8601 (2024-05-01T12:00:00Z), RFC 822 or seconds "
-            "since the epoch",
-        )
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        seconds = _core.parse_last_modified(value)
+    except ValueError as exc:
+        raise RecordProblem("last_modified", str(exc)) from None
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _metadata(value: Any) -> list[tuple[str, str]]:

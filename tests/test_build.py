@@ -534,3 +534,19 @@ def test_add_jsonl_takes_any_bytes_like_chunk(tmp_path: Path) -> None:
     with FeedWriter(tmp_path / "o", "d") as w:
         assert [w.add_jsonl(c) for c in chunks] == [1, 1, 1, 1]  # type: ignore[arg-type]
     assert [f.url for f in decode_set(tmp_path / "o")] == [doc(i)["url"] for i in range(4)]
+
+
+def test_a_file_name_that_is_not_utf8_is_refused_by_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "share"
+    root.mkdir()
+    (root / "ok.txt").write_text("fine")
+    with open(os.fsencode(root) + b"/caf\xe9.txt", "wb") as f:
+        f.write(b"latin-1 name")
+    argv = ["build", str(root), "--base-url", "http://f.example.com/", "--datasource", "d"]
+    assert main([*argv, "--out", str(tmp_path / "stop")]) == 1
+    assert "caf\\xe9.txt: the file name is not valid UTF-8" in capsys.readouterr().err
+    assert main([*argv, "--out", str(tmp_path / "skip"), "--on-error", "skip"]) == 1
+    assert "not valid UTF-8" in (tmp_path / "skip" / "rejected.log").read_text()
+    assert [f.url for f in decode_set(tmp_path / "skip")] == ["http://f.example.com/ok.txt"]

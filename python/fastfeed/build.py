@@ -9,6 +9,7 @@ reported with its file and line.
 
 from __future__ import annotations
 
+import json
 import mmap
 import os
 import sys
@@ -112,14 +113,25 @@ def _chunks(stream: IO[bytes]) -> Iterator[bytes]:
         yield rest
 
 
-def _directory_batches(root: Path, base_url: str) -> Iterator[list[tuple[str, dict[str, object]]]]:
+#: A directory's file, as a record, or as why it cannot be one.
+_DirItem = tuple[str, "dict[str, object] | str"]
+
+
+def _directory_batches(root: Path, base_url: str) -> Iterator[list[_DirItem]]:
     base = base_url if base_url.endswith("/") else base_url + "/"
-    batch: list[tuple[str, dict[str, object]]] = []
+    batch: list[_DirItem] = []
     size = 0
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
         for filename in sorted(filenames):
             path = Path(dirpath) / filename
+            try:
+                str(path).encode("utf-8")
+            except UnicodeEncodeError:
+                # The record schema is UTF-8 text: such a name has no URL nor record to go in.
+                shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+                batch.append((shown, "the file name is not valid UTF-8: rename the file"))
+                continue
             try:
                 stat = path.stat()
             except OSError as exc:
@@ -163,8 +175,7 @@ class _Builder:
     def start(self, writer: SetWriter) -> None:
         self.writer = writer
 
-    def refuse(self, location: str, raw: bytes, exc: RecordError) -> None:
-        reason = f"{exc.field}: {exc.reason}" if exc.field else exc.reason
+    def refuse(self, location: str, raw: bytes, reason: str) -> None:
         if self.on_error == "stop":
             raise InputError(location, reason)
         self.rejected.append((location, raw, reason))
@@ -182,8 +193,13 @@ class _Builder:
     def directory(self, root: Path, base_url: str) -> None:
         # The files' records go as JSON Lines too: one way into the core, one way to refuse.
         for batch in _directory_batches(root, base_url):
-            paths = [path for path, _ in batch]
-            chunk = b"".join(orjson.dumps(record) + b"\n" for _, record in batch)
+            paths = [path for path, item in batch if not isinstance(item, str)]
+            for path, item in batch:
+                if isinstance(item, str):
+                    self.refuse(path, json.dumps({"content_path": path}).encode() + b"\n", item)
+            chunk = b"".join(
+                orjson.dumps(item) + b"\n" for _, item in batch if not isinstance(item, str)
+            )
             self._write(chunk, paths.__getitem__)
             self.show()
 
@@ -204,7 +220,8 @@ class _Builder:
                     start = chunk.index(b"\n", start) + 1
                 end = chunk.find(b"\n", start)
                 end = len(chunk) if end < 0 else end + 1
-                self.refuse(self.where(exc.index), chunk[start:end], exc)
+                reason = f"{exc.field}: {exc.reason}" if exc.field else exc.reason
+                self.refuse(self.where(exc.index), chunk[start:end], reason)
                 if start:
                     self.writer.add_jsonl(chunk[:start])
                 chunk = chunk[end:]

@@ -295,18 +295,21 @@ class _FormBody:
     async def __aiter__(self) -> AsyncIterator[bytes]:
         yield self._head
         remaining, sent = self._feed.entry.bytes, len(self._head)
-        with open(self._feed.path, "rb") as f:
-            while remaining:
-                chunk = f.read(min(self._chunk_size, remaining))
-                if not chunk:
-                    raise FileChanged("it became shorter while being sent")
-                remaining -= len(chunk)
-                encoded = _form_encode(chunk)
-                sent += len(encoded)
-                if sent > self.length:
-                    raise FileChanged("it changed while being sent")
-                self._on_chunk(len(chunk))
-                yield encoded
+        try:
+            with open(self._feed.path, "rb") as f:
+                while remaining:
+                    chunk = f.read(min(self._chunk_size, remaining))
+                    if not chunk:
+                        raise FileChanged("it became shorter while being sent")
+                    remaining -= len(chunk)
+                    encoded = _form_encode(chunk)
+                    sent += len(encoded)
+                    if sent > self.length:
+                        raise FileChanged("it changed while being sent")
+                    self._on_chunk(len(chunk))
+                    yield encoded
+        except OSError as exc:  # removed or unreadable since its check
+            raise FileChanged(f"cannot read it: {exc.strerror or exc}") from None
         if sent != self.length:
             raise FileChanged("it changed while being sent")
 

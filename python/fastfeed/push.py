@@ -332,6 +332,18 @@ def tls_failure(exc: BaseException) -> ssl.SSLError | None:
     return None
 
 
+def transport_problem(exc: httpx.HTTPError, target: str, hint: str) -> str:
+    """What went wrong on the way to the appliance, to retry on; but a TLS failure, which no
+    retry mends, stops the push as refused, with `hint` naming the option that fixes it."""
+    tls = tls_failure(exc) if isinstance(exc, httpx.ConnectError) else None
+    if tls is not None:
+        raise PushError(
+            f"TLS with {target} failed: {tls}. Give the appliance's CA certificate with {hint}",
+            refused=True,
+        ) from None
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
 class _State(enum.Enum):
     PENDING = enum.auto()
     RUNNING = enum.auto()
@@ -575,14 +587,7 @@ class Pusher:
             except FileChanged as exc:
                 return FileResult(feed, Outcome.FAILED, attempts, f"not sent: {exc}")
             except httpx.HTTPError as exc:
-                tls = tls_failure(exc) if isinstance(exc, httpx.ConnectError) else None
-                if tls is not None:
-                    raise PushError(
-                        f"TLS with {s.base_url} failed: {tls}. Give the appliance's CA "
-                        "certificate with --cacert (or --http for port 19900)",
-                        refused=True,
-                    ) from None
-                problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                problem = transport_problem(exc, s.base_url, "--cacert (or --http for port 19900)")
             else:
                 answer = _classify(text) if status == 200 else None
                 if answer is _Answer.SUCCESS:

@@ -59,7 +59,7 @@ from fastfeed.push import (
     PushSummary,
     check_file,
     jitter,
-    tls_failure,
+    transport_problem,
 )
 from fastfeed.settings import PushSettings, SettingsError, http_client
 
@@ -446,14 +446,7 @@ class _Pusher:
             except FileChanged as exc:
                 return attempts, FileResult(feed, Outcome.FAILED, attempts, f"not sent: {exc}")
             except httpx.HTTPError as exc:
-                tls = tls_failure(exc) if isinstance(exc, httpx.ConnectError) else None
-                if tls is not None:
-                    raise PushError(
-                        f"TLS with {self.url} failed: {tls}. Give the appliance's CA "
-                        "certificate with --cacert",
-                        refused=True,
-                    ) from None
-                problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                problem = transport_problem(exc, self.url, "--cacert")
             else:
                 status, text = response.status_code, response.text.strip()
                 if status == 200:

@@ -95,17 +95,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "metadata-and-url feeds URLs and metadata for the crawler",
     )
     p.add_argument("--out", required=True, metavar="DIR", help="new or empty output directory")
-    p.add_argument(
-        "--max-bytes",
-        type=parse_size,
-        default=DEFAULT_MAX_BYTES,
-        metavar="SIZE",
-        help=f"cap on each feed file (default {DEFAULT_MAX_BYTES // 1_000_000}MB, at most "
-        f"{HARD_MAX_BYTES // 1_000_000}MB)",
-    )
-    p.add_argument(
-        "--max-records", type=count(0), default=0, metavar="N", help="cap on records per file"
-    )
+    set_options(p, "records")
     p.add_argument(
         "--compress",
         choices=("auto", "always", "never"),
@@ -132,13 +122,6 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     p.add_argument("--base-url", metavar="URL", help="URL of a directory INPUT's root")
     p.add_argument(
-        "--on-error",
-        choices=("stop", "skip"),
-        default="stop",
-        help="stop at the first refused record (default, no manifest written), or skip it into "
-        "DIR/rejected.jsonl and go on",
-    )
-    p.add_argument(
         "--format",
         choices=("gsa", "thunderstone"),
         default="gsa",
@@ -154,6 +137,28 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     v.add_argument("files", nargs="+", metavar="FILE")
     v.set_defaults(func=run_validate)
+
+
+def set_options(p: argparse.ArgumentParser, items: str) -> None:
+    """How a set is split and what a refused line does: every command that writes a set."""
+    p.add_argument(
+        "--max-bytes",
+        type=parse_size,
+        default=DEFAULT_MAX_BYTES,
+        metavar="SIZE",
+        help=f"cap on each file (default {DEFAULT_MAX_BYTES // 1_000_000}MB, at most "
+        f"{HARD_MAX_BYTES // 1_000_000}MB)",
+    )
+    p.add_argument(
+        "--max-records", type=count(0), default=0, metavar="N", help=f"cap on {items} per file"
+    )
+    p.add_argument(
+        "--on-error",
+        choices=("stop", "skip"),
+        default="stop",
+        help="stop at the first refused line (default, no manifest written), or skip it into "
+        "DIR/rejected.jsonl and go on",
+    )
 
 
 def run_build(args: argparse.Namespace) -> int:

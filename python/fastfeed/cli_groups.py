@@ -7,7 +7,7 @@ import sys
 
 import orjson
 
-from fastfeed.cli_build import count, parse_size
+from fastfeed.cli_build import set_options
 from fastfeed.cli_push import (
     connection_options,
     push_options,
@@ -106,23 +106,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="incremental adds groups and replaces their members (default); full replaces the "
         "groups of every groupsource on the appliance",
     )
-    b.add_argument(
-        "--max-bytes",
-        type=parse_size,
-        default=DEFAULT_MAX_BYTES,
-        metavar="SIZE",
-        help=f"cap on each file (default {DEFAULT_MAX_BYTES // 1_000_000}MB)",
-    )
-    b.add_argument(
-        "--max-records", type=count(0), default=0, metavar="N", help="cap on groups per file"
-    )
-    b.add_argument(
-        "--on-error",
-        choices=("stop", "skip"),
-        default="stop",
-        help="stop at the first refused line (default, no manifest written), or skip it into "
-        "DIR/rejected.jsonl and go on",
-    )
+    set_options(b, "groups")
     b.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     b.set_defaults(func=run_build)
 

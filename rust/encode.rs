@@ -61,45 +61,52 @@ pub fn base64_into(out: &mut Vec<u8>, data: &[u8]) {
 /// Decodes base64 given by a user into `out` (cleared first): standard alphabet, padding
 /// optional, and line breaks or other ASCII whitespace ignored (encoders often wrap at 76).
 pub fn decode_base64_into(text: &str, out: &mut Vec<u8>) -> Result<(), String> {
-    let compact: std::borrow::Cow<'_, [u8]> = if text.bytes().any(|b| b.is_ascii_whitespace()) {
-        text.bytes()
-            .filter(|b| !b.is_ascii_whitespace())
-            .collect::<Vec<_>>()
-            .into()
-    } else {
-        text.as_bytes().into()
-    };
-    let padded = compact.ends_with(b"=");
-    let engine = if padded {
+    // Most base64 has no whitespace: decode it as it is, and look for whitespace only when
+    // that fails (a byte-by-byte scan first would cost more than the decoding).
+    if decode_compact(text.as_bytes(), out).is_ok() {
+        return Ok(());
+    }
+    if !text.bytes().any(|b| b.is_ascii_whitespace()) {
+        return Err(base64_error(text.as_bytes()));
+    }
+    let compact: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+    decode_compact(&compact, out).map_err(|()| base64_error(&compact))
+}
+
+/// Decodes base64 without whitespace, padded or not, into `out` (cleared first).
+fn decode_compact(compact: &[u8], out: &mut Vec<u8>) -> Result<(), ()> {
+    let engine = if compact.ends_with(b"=") {
         base64_simd::STANDARD
     } else {
         base64_simd::STANDARD_NO_PAD
     };
     out.clear();
-    let decoded = engine.decoded_length(&compact).and_then(|n| {
-        out.reserve(n);
-        let done = engine
-            .decode(
-                &compact,
-                base64_simd::Out::from_uninit_slice(&mut out.spare_capacity_mut()[..n]),
-            )?
-            .len();
-        // SAFETY: `decode` initialised the first `done` bytes of the spare capacity.
-        unsafe { out.set_len(done) };
-        Ok(())
-    });
-    decoded.map_err(|_| {
-        let bad = compact
-            .iter()
-            .position(|&b| !(b.is_ascii_alphanumeric() || b == b'+' || b == b'/' || b == b'='));
-        match bad {
-            Some(pos) => format!("not valid base64: unexpected character at offset {pos}"),
-            None => format!(
-                "not valid base64: {} characters cannot end a base64 text",
-                compact.len()
-            ),
-        }
-    })
+    let n = engine.decoded_length(compact).map_err(|_| ())?;
+    out.reserve(n);
+    let done = engine
+        .decode(
+            compact,
+            base64_simd::Out::from_uninit_slice(&mut out.spare_capacity_mut()[..n]),
+        )
+        .map_err(|_| ())?
+        .len();
+    // SAFETY: `decode` initialised the first `done` bytes of the spare capacity.
+    unsafe { out.set_len(done) };
+    Ok(())
+}
+
+/// Why `compact` (base64 without whitespace) does not decode.
+fn base64_error(compact: &[u8]) -> String {
+    let bad = compact
+        .iter()
+        .position(|&b| !(b.is_ascii_alphanumeric() || b == b'+' || b == b'/' || b == b'='));
+    match bad {
+        Some(pos) => format!("not valid base64: unexpected character at offset {pos}"),
+        None => format!(
+            "not valid base64: {} characters cannot end a base64 text",
+            compact.len()
+        ),
+    }
 }
 
 /// Formats that are already compressed: deflating them again costs time and saves nothing.
@@ -127,7 +134,7 @@ fn is_precompressed(data: &[u8]) -> bool {
 }
 
 /// Bytes from the start of a content whose entropy decides whether the whole is worth deflating.
-const PROBE: usize = 64 * 1024;
+const PROBE: usize = 16 * 1024;
 /// Above this many bits per byte, data is noise to deflate (random, encrypted, compressed).
 const INCOMPRESSIBLE_BITS: f64 = 7.8;
 
@@ -177,6 +184,12 @@ impl Deflater {
 
     pub fn level(&self) -> u8 {
         self.level
+    }
+
+    /// `data` zlib-deflated, in the scratch buffer.
+    pub fn deflated(&mut self, data: &[u8]) -> &[u8] {
+        let n = self.deflate(data);
+        &self.scratch[..n]
     }
 
     /// zlib-deflates `data` into the scratch buffer; returns the compressed length.

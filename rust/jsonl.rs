@@ -11,6 +11,7 @@ use serde::Deserialize;
 
 use crate::acl::AclInput;
 use crate::error::{Error, Result};
+use crate::lift;
 use crate::record::{action_error, Action, AuthMethod, Content, Record, Timestamp};
 
 /// The record fields, for naming them in errors with a `'static` name.
@@ -88,7 +89,13 @@ fn without_position(message: &str) -> &str {
 
 /// Parses one line (not blank) of a JSON Lines input; `index` names it in errors.
 pub fn parse_line(index: usize, line: &[u8]) -> Result<Record<'_>> {
-    into_record(index, parse_object::<RawRecord<'_>>(index, line, FIELDS)?)
+    let Some(lifted) = lift::lift(line) else {
+        let mut raw = parse_object::<RawRecord<'_>>(index, line, FIELDS)?;
+        let (content, base64) = (raw.content.take(), raw.content_base64.take());
+        return into_record(index, raw, content.map(|t| t.0), base64.map(|t| t.0));
+    };
+    let raw = parse_object::<RawRecord<'_>>(index, &lifted.rest, FIELDS)?;
+    into_record(index, raw, lifted.content, lifted.content_base64)
 }
 
 /// Parses a line holding one JSON object of type `T`, whose top-level `fields` name errors.
@@ -153,13 +160,20 @@ fn json_error(
     Error::record(index, None, format!("not a JSON object: {message}"))
 }
 
-fn into_record(index: usize, raw: RawRecord<'_>) -> Result<Record<'_>> {
+/// The record of a parsed line; its contents are passed apart, as they may have been lifted
+/// out of the line before parsing (`raw` then borrows from what was left).
+fn into_record<'a>(
+    index: usize,
+    raw: RawRecord<'_>,
+    content: Option<Cow<'a, str>>,
+    content_base64: Option<Cow<'a, str>>,
+) -> Result<Record<'a>> {
     let bad = |field: &'static str, msg: String| Error::record(index, Some(field), msg);
     let mut contents = Vec::with_capacity(1);
-    if let Some(Text(c)) = raw.content {
+    if let Some(c) = content {
         contents.push(Content::Text(c));
     }
-    if let Some(Text(c)) = raw.content_base64 {
+    if let Some(c) = content_base64 {
         contents.push(Content::Base64(c));
     }
     if let Some(p) = raw.content_path {

@@ -9,6 +9,8 @@ pub mod error;
 pub mod escape;
 pub mod groups;
 pub mod jsonl;
+mod lift;
+mod output;
 pub mod record;
 pub mod thunderstone;
 pub mod writer;

@@ -690,12 +690,12 @@ impl Checked<'_, '_> {
                 Compress::Auto => s.len() >= MIN_TEXT_DEFLATE,
             };
             if deflate {
-                let (encoding, payload) = deflater.choose(bytes, opts.compress);
+                // No entropy probe: text is never noise to deflate, and the size check below
+                // catches the text that does not shrink.
+                let payload = deflater.deflated(bytes);
                 let smaller = payload.len().div_ceil(3) * 4 < s.len();
-                if encoding == Encoding::Base64Compressed
-                    && (smaller || opts.compress == Compress::Always)
-                {
-                    write_encoded(out, encoding, payload);
+                if smaller || opts.compress == Compress::Always {
+                    write_encoded(out, Encoding::Base64Compressed, payload);
                     return Ok(());
                 }
             }

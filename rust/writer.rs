@@ -4,7 +4,7 @@
 //! unless every record of it encoded, so a bad record never leaves a half-written feed.
 
 use std::fs::{self, File};
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use std::cell::RefCell;
@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::escape::{escape_into, Context};
 use crate::groups::{self, Membership};
 use crate::jsonl;
+use crate::output::Output;
 use crate::record::{AclFormat, EncodeOptions, FeedKind, FeedType, Record};
 use crate::thunderstone;
 
@@ -152,7 +153,7 @@ pub fn check_datasource(name: &str) -> Result<()> {
 struct OpenFile {
     name: String,
     tmp: PathBuf,
-    out: BufWriter<File>,
+    out: Output,
     hash: Sha256,
     feedtype: FeedType,
     bytes: u64,
@@ -259,11 +260,11 @@ impl Files {
             SetKind::Thunderstone => format!("{}-thunderstone-{seq:06}.xml", self.datasource),
         };
         let tmp = self.dir.join(format!("{name}.tmp"));
-        let handle = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        let out = Output::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
         let mut file = OpenFile {
             name,
             tmp,
-            out: BufWriter::with_capacity(1 << 20, handle),
+            out,
             hash: Sha256::new(),
             feedtype,
             bytes: 0,
@@ -279,12 +280,8 @@ impl Files {
         let mut file = self.current.take().expect("a file is open");
         let tmp = file.tmp.clone();
         file.write(self.footer()).map_err(|e| Error::io(&tmp, e))?;
-        let handle = file
-            .out
-            .into_inner()
-            .map_err(|e| Error::io(&tmp, e.into_error()))?;
         // The rename publishes the file: it must never name a file whose bytes are not on disk.
-        handle.sync_all().map_err(|e| Error::io(&tmp, e))?;
+        file.out.finish().map_err(|e| Error::io(&tmp, e))?;
         let path = self.dir.join(&file.name);
         fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
         let entry = ManifestEntry {

@@ -33,6 +33,22 @@ impl Error {
         }
     }
 
+    /// The same error, for a record `by` places further in a larger batch.
+    pub fn shifted(self, by: usize) -> Self {
+        match self {
+            Error::Record {
+                index,
+                field,
+                message,
+            } => Error::Record {
+                index: index + by,
+                field,
+                message,
+            },
+            other => other,
+        }
+    }
+
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),

@@ -237,6 +237,23 @@ fn into_record<'a>(
     })
 }
 
+/// A chunk of whole lines cut at line ends into pieces of about 256 KB, to share among threads.
+pub fn pieces(chunk: &[u8]) -> Vec<&[u8]> {
+    const PIECE: usize = 256 * 1024;
+    let mut pieces = Vec::with_capacity(chunk.len() / PIECE + 1);
+    let mut rest = chunk;
+    while rest.len() > PIECE {
+        let end = memchr::memchr(b'\n', &rest[PIECE..]).map_or(rest.len(), |k| PIECE + k + 1);
+        let (piece, after) = rest.split_at(end);
+        pieces.push(piece);
+        rest = after;
+    }
+    if !rest.is_empty() {
+        pieces.push(rest);
+    }
+    pieces
+}
+
 /// The non-blank lines of a chunk, with their index among all its lines (blank ones counted)
 /// so that errors can name the input line, and how many lines the chunk holds.
 pub fn lines(chunk: &[u8]) -> (Vec<(usize, &[u8])>, usize) {
@@ -319,5 +336,24 @@ mod tests {
         assert_eq!(count, 5);
         assert_eq!(lines(b"{}\n{}\n").1, 2);
         assert_eq!(lines(b"").1, 0);
+    }
+
+    #[test]
+    fn pieces_end_at_line_ends_and_hold_the_whole_chunk() {
+        let mut chunk = Vec::new();
+        for n in 0..40usize {
+            chunk.extend(std::iter::repeat_n(b'x', n * 17_001 % 300_000));
+            chunk.extend_from_slice(if n % 3 == 0 { b"\n\n" } else { b"\n" });
+        }
+        for end in [chunk.len(), chunk.len() - 1, 300_000, 262_144, 262_145, 0] {
+            let pieces = pieces(&chunk[..end]);
+            assert_eq!(pieces.concat(), &chunk[..end]);
+            let (whole, count) = lines(&chunk[..end]);
+            assert_eq!(pieces.iter().map(|p| lines(p).1).sum::<usize>(), count);
+            assert!(pieces[..pieces.len().saturating_sub(1)]
+                .iter()
+                .all(|p| p.ends_with(b"\n")));
+            assert!(pieces.iter().all(|p| !p.is_empty()) && whole.len() <= count);
+        }
     }
 }

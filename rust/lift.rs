@@ -310,7 +310,7 @@ mod tests {
             format!(r#"{{"content":"{body}""#),
             format!(r#"{{"content":"{body}" "url":"u"}}"#),
             format!(r#"["content","{body}"]"#),
-            format!(r#"{{"content":"short"}}"#),
+            r#"{"content":"short"}"#.to_string(),
             format!(r#"{{"content":1,"url":"{body}"}}"#),
         ] {
             assert!(lift(bad.as_bytes()).is_none(), "{bad}");

@@ -162,7 +162,9 @@ mod tests {
 
     #[test]
     fn files_hold_exactly_what_was_written_direct_or_not() {
-        let data: Vec<u8> = (0..BLOCK * 2 + 12_345).map(|i| (i * 7 % 251) as u8).collect();
+        let data: Vec<u8> = (0..BLOCK * 2 + 12_345)
+            .map(|i| (i * 7 % 251) as u8)
+            .collect();
         // The project's directory is on a disk; /dev/shm, where there is one, is tmpfs.
         let disk = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
         let mut dirs = vec![disk];

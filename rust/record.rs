@@ -93,6 +93,16 @@ impl Content<'_> {
         }
     }
 
+    /// About how much work encoding this content is; a file's size is not known before it is
+    /// read, so a typical document's stands for it.
+    fn weight(&self) -> usize {
+        match self {
+            Content::Text(s) | Content::Base64(s) => s.len(),
+            Content::Bytes(b) => b.len(),
+            Content::Path(_) => 16 * 1024,
+        }
+    }
+
     /// The bytes to send, and their text when they may travel as XML text. `buf` receives
     /// decoded base64 or a file's bytes.
     pub(crate) fn resolve<'s>(
@@ -386,6 +396,11 @@ struct Checked<'r, 'a> {
 }
 
 impl<'a> Record<'a> {
+    /// About how much work encoding this record is, to share a batch evenly among threads.
+    pub(crate) fn weight(&self) -> usize {
+        self.url.len() + self.content.as_ref().map_or(0, Content::weight)
+    }
+
     /// The record's MIME type: given, or guessed from its file or URL, or from its content.
     pub(crate) fn mimetype(&self, index: usize) -> Result<&str> {
         if let Some(m) = &self.mimetype {

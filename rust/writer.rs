@@ -8,11 +8,12 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use std::cell::RefCell;
+use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender, TryRecvError};
 use std::sync::Mutex;
 use std::thread::JoinHandle;
 
-use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
 use crate::encode::{Compress, Scratch};
@@ -225,7 +226,7 @@ impl Files {
     /// Appends encoded records in order; returns the files finished meanwhile.
     fn append(&mut self, encoded: Vec<Encoded>) -> Result<Vec<ManifestEntry>> {
         let mut finished = Vec::new();
-        for rec in encoded.iter().flat_map(Encoded::records) {
+        for (_, rec) in encoded.iter().flat_map(Encoded::records) {
             let len = rec.len() as u64;
             let full = self.current.as_ref().is_some_and(|f| {
                 f.records > 0
@@ -360,63 +361,92 @@ struct Limits {
     overhead: u64,
 }
 
-/// Records encoded back to back, and where each ends: one allocation for many small records.
+/// Records encoded back to back, where each ends, and the index that names each in errors:
+/// one allocation for many small records.
+#[derive(Default)]
 struct Encoded {
     buf: Vec<u8>,
     ends: Vec<usize>,
+    indices: Vec<usize>,
 }
 
 impl Encoded {
-    fn records(&self) -> impl Iterator<Item = &[u8]> {
+    /// Marks the end of the record at `index`, which was just appended to `buf`.
+    fn ended(&mut self, index: usize) {
+        self.ends.push(self.buf.len());
+        self.indices.push(index);
+    }
+
+    fn records(&self) -> impl Iterator<Item = (usize, &[u8])> {
         let starts = std::iter::once(0).chain(self.ends.iter().copied());
         starts
             .zip(&self.ends)
-            .map(|(start, &end)| &self.buf[start..end])
+            .zip(&self.indices)
+            .map(|((start, &end), &index)| (index, &self.buf[start..end]))
     }
 }
 
-/// Encoded records in input order, and the warnings about them.
-type EncodedBatch = (Vec<Encoded>, Vec<(usize, String)>);
-
-/// Encodes `items` (each with the index that names it in errors) on the pool's threads, in
-/// order, and checks each against the size limits.
-fn encode_all<T: Sync>(
-    items: &[(usize, T)],
+/// Runs `work` on every task on the current pool's threads, each thread with its own scratch,
+/// and returns the results in task order.
+fn run_tasks<T: Sync, R: Send>(
+    tasks: &[T],
+    weight: impl Fn(&T) -> usize,
     level: u8,
-    limits: Limits,
-    encode_one: impl Fn(usize, &T, &mut Scratch, &mut Vec<u8>) -> Result<()> + Sync,
-) -> Result<EncodedBatch> {
-    // Several tasks per thread, so that uneven records still spread over the threads.
-    let per_task = (items.len() / (rayon::current_num_threads() * 8)).clamp(1, 64);
-    let results: Vec<Result<Encoded>> = items
-        .par_chunks(per_task)
-        .map(|task| {
-            with_scratch(level, |scratch| {
-                let mut done = Encoded {
-                    buf: Vec::new(),
-                    ends: Vec::with_capacity(task.len()),
-                };
-                for (index, item) in task {
-                    encode_one(*index, item, scratch, &mut done.buf)?;
-                    done.ends.push(done.buf.len());
-                }
-                Ok(done)
-            })
+    work: impl Fn(&T, &mut Scratch) -> R + Sync,
+) -> Vec<R> {
+    // Heaviest first, each thread taking the next task when it is free: a batch ends when its
+    // last task does, and a big record started last would leave the other threads idle.
+    let mut order: Vec<usize> = (0..tasks.len()).collect();
+    order.sort_by_key(|&t| std::cmp::Reverse(weight(&tasks[t])));
+    let next = AtomicUsize::new(0);
+    let per_thread = rayon::broadcast(|_| {
+        with_scratch(level, |scratch| {
+            let mut mine = Vec::new();
+            while let Some(&t) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+                mine.push((t, work(&tasks[t], scratch)));
+            }
+            mine
         })
-        .collect();
-    // Not a short-circuiting collect: that would return whichever error a thread met first,
-    // and the user must be shown the first bad record of the input.
-    let encoded = results.into_iter().collect::<Result<Vec<_>>>()?;
+    });
+    let mut results: Vec<(usize, R)> = per_thread.into_iter().flatten().collect();
+    results.sort_unstable_by_key(|(t, _)| *t);
+    results.into_iter().map(|(_, r)| r).collect()
+}
+
+/// Splits `items` into runs of neighbours to encode together, with their weight: several runs
+/// per thread, so that uneven records still spread over the threads, and at most 64 records a
+/// run, so that small records share one buffer.
+fn runs<T>(
+    items: &[(usize, T)],
+    weight: impl Fn(&T) -> usize,
+    threads: usize,
+) -> Vec<(Range<usize>, usize)> {
+    let weights: Vec<usize> = items.iter().map(|(_, item)| weight(item).max(1)).collect();
+    let target = weights.iter().sum::<usize>() / (threads * 8);
+    let mut runs = Vec::new();
+    let (mut start, mut sum) = (0, 0);
+    for (i, w) in weights.iter().enumerate() {
+        sum += w;
+        if sum >= target || i + 1 - start == 64 {
+            runs.push((start..i + 1, sum));
+            (start, sum) = (i + 1, 0);
+        }
+    }
+    if start < items.len() {
+        runs.push((start..items.len(), sum));
+    }
+    runs
+}
+
+/// Checks encoded records against the size limits; returns the warnings about them.
+fn check_sizes(encoded: &[Encoded], limits: Limits) -> Result<Vec<(usize, String)>> {
     let mut warnings = Vec::new();
-    let sizes = encoded
-        .iter()
-        .flat_map(Encoded::records)
-        .map(|r| r.len() as u64);
-    for ((index, _), len) in items.iter().zip(sizes) {
+    for (index, record) in encoded.iter().flat_map(Encoded::records) {
+        let len = record.len() as u64;
         let alone = len + limits.overhead;
         if alone > HARD_MAX_BYTES {
             return Err(Error::record(
-                *index,
+                index,
                 None,
                 format!(
                     "the record is {len} bytes once encoded, which no feed under the protocol's \
@@ -427,7 +457,7 @@ fn encode_all<T: Sync>(
         }
         if alone > limits.max_bytes {
             warnings.push((
-                *index,
+                index,
                 format!(
                     "the record is {len} bytes once encoded, over the {} byte cap with a feed's \
                      header: it goes alone into a file of its own",
@@ -436,7 +466,7 @@ fn encode_all<T: Sync>(
             ));
         }
     }
-    Ok((encoded, warnings))
+    Ok(warnings)
 }
 
 pub struct FeedWriter {
@@ -647,20 +677,44 @@ impl FeedWriter {
     fn add<T: Sync>(
         &mut self,
         items: &[(usize, T)],
+        weight: impl Fn(&T) -> usize,
         encode_one: impl Fn(usize, &T, FeedKind, EncodeOptions, &mut Scratch, &mut Vec<u8>) -> Result<()>
             + Sync,
     ) -> Result<BatchReport> {
-        let (kind, level, limits) = (self.kind, self.opts.level, self.limits);
-        let enc = EncodeOptions {
+        let (kind, enc) = (self.kind, self.encode_options());
+        let runs = runs(items, weight, self.pool.current_num_threads());
+        let results = self.pool.install(|| {
+            run_tasks(
+                &runs,
+                |run| run.1,
+                self.opts.level,
+                |run, scratch| {
+                    let mut done = Encoded::default();
+                    for (index, item) in &items[run.0.clone()] {
+                        encode_one(*index, item, kind, enc, scratch, &mut done.buf)?;
+                        done.ended(*index);
+                    }
+                    Ok(done)
+                },
+            )
+        });
+        // Not a short-circuiting collect: that would return whichever error a thread met first,
+        // and the user must be shown the first bad record of the input.
+        let encoded = results.into_iter().collect::<Result<Vec<_>>>()?;
+        self.take(encoded)
+    }
+
+    fn encode_options(&self) -> EncodeOptions {
+        EncodeOptions {
             compress: self.opts.compress,
             acl_format: self.opts.acl_format,
-        };
-        let (encoded, warnings) = self.pool.install(|| {
-            encode_all(items, level, limits, |index, item, scratch, out| {
-                encode_one(index, item, kind, enc, scratch, out)
-            })
-        })?;
-        self.taken.0 += items.len() as u64;
+        }
+    }
+
+    /// Checks the sizes of encoded records and hands them to the writing thread.
+    fn take(&mut self, encoded: Vec<Encoded>) -> Result<BatchReport> {
+        let warnings = check_sizes(&encoded, self.limits)?;
+        self.taken.0 += encoded.iter().map(|e| e.ends.len() as u64).sum::<u64>();
         self.taken.1 += encoded.iter().map(|e| e.buf.len() as u64).sum::<u64>();
         self.send(Job::Append(encoded))?;
         Ok(BatchReport {
@@ -675,12 +729,20 @@ impl FeedWriter {
     pub fn add_batch(&mut self, records: &[Record<'_>]) -> Result<BatchReport> {
         let indexed: Vec<(usize, &Record<'_>)> = records.iter().enumerate().collect();
         match self.set {
-            SetKind::Feed => self.add(&indexed, |index, record, kind, opts, scratch, out| {
-                record.encode_into(index, kind, opts, scratch, out)
-            }),
-            SetKind::Thunderstone => self.add(&indexed, |index, record, _, _, scratch, out| {
-                thunderstone::encode_item(record, index, scratch, out)
-            }),
+            SetKind::Feed => self.add(
+                &indexed,
+                |record| record.weight(),
+                |index, record, kind, opts, scratch, out| {
+                    record.encode_into(index, kind, opts, scratch, out)
+                },
+            ),
+            SetKind::Thunderstone => self.add(
+                &indexed,
+                |record| record.weight(),
+                |index, record, _, _, scratch, out| {
+                    thunderstone::encode_item(record, index, scratch, out)
+                },
+            ),
             SetKind::Groups => Err(self.refuse("document records")),
         }
     }
@@ -689,19 +751,46 @@ impl FeedWriter {
     /// nothing of the chunk is written, and the error's index is the line's position in the
     /// chunk, counting blank lines. The report's `lines` counts the chunk's lines.
     pub fn add_jsonl(&mut self, chunk: &[u8]) -> Result<BatchReport> {
-        let (lines, count) = jsonl::lines(chunk);
-        let mut report = match self.set {
-            SetKind::Feed => self.add(&lines, |index, line, kind, opts, scratch, out| {
-                jsonl::parse_line(index, line)?.encode_into(index, kind, opts, scratch, out)
-            }),
-            SetKind::Groups => self.add(&lines, |index, line, _, _, _, out| {
-                groups::parse_line(index, line)?.encode_into(index, out)
-            }),
-            SetKind::Thunderstone => self.add(&lines, |index, line, _, _, scratch, out| {
+        let (set, kind, enc) = (self.set, self.kind, self.encode_options());
+        let encode_line = |index, line, scratch: &mut Scratch, out: &mut Vec<u8>| match set {
+            SetKind::Feed => {
+                jsonl::parse_line(index, line)?.encode_into(index, kind, enc, scratch, out)
+            }
+            SetKind::Groups => groups::parse_line(index, line)?.encode_into(index, out),
+            SetKind::Thunderstone => {
                 thunderstone::encode_item(&jsonl::parse_line(index, line)?, index, scratch, out)
-            }),
-        }?;
-        report.lines = count;
+            }
+        };
+        // Each thread finds the lines of its pieces as it parses them: this is the first read
+        // of a mapped input, whose page faults and memory reads must not fall on one thread.
+        // Line numbers are counted from each piece's start, then shifted.
+        let pieces = jsonl::pieces(chunk);
+        let results = self.pool.install(|| {
+            run_tasks(
+                &pieces,
+                |piece| piece.len(),
+                self.opts.level,
+                |piece, scratch| {
+                    let (lines, count) = jsonl::lines(piece);
+                    let mut done = Encoded::default();
+                    for (index, line) in lines {
+                        encode_line(index, line, scratch, &mut done.buf)?;
+                        done.ended(index);
+                    }
+                    Ok((done, count))
+                },
+            )
+        });
+        let mut encoded = Vec::with_capacity(results.len());
+        let mut lines = 0;
+        for result in results {
+            let (mut done, count) = result.map_err(|e: Error| e.shifted(lines))?;
+            done.indices.iter_mut().for_each(|i| *i += lines);
+            encoded.push(done);
+            lines += count;
+        }
+        let mut report = self.take(encoded)?;
+        report.lines = lines;
         Ok(report)
     }
 
@@ -711,9 +800,11 @@ impl FeedWriter {
             return Err(self.refuse("group memberships"));
         }
         let indexed: Vec<(usize, &Membership)> = memberships.iter().enumerate().collect();
-        self.add(&indexed, |index, membership, _, _, _, out| {
-            membership.encode_into(index, out)
-        })
+        self.add(
+            &indexed,
+            |_| 1,
+            |index, membership, _, _, _, out| membership.encode_into(index, out),
+        )
     }
 
     fn refuse(&self, what: &str) -> Error {

@@ -12,7 +12,8 @@ use pyo3::create_exception;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{
-    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMemoryView, PyString, PyTuple,
+    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMemoryView, PyString,
+    PyStringData, PyTuple,
 };
 
 use crate::acl::AclInput;
@@ -22,6 +23,7 @@ use crate::record::{
     self, check_url, parse_date, AclFormat, Action, AuthMethod, Content, FeedType, Record,
     Timestamp,
 };
+use crate::wide::Wide;
 use crate::writer::{
     check_datasource, FeedWriter, ManifestEntry, Options, DEFAULT_LEVEL, DEFAULT_MAX_BYTES,
     HARD_MAX_BYTES,
@@ -133,6 +135,26 @@ impl<'py> Fields<'_, 'py> {
         Ok(unsafe { &*text })
     }
 
+    /// Borrows a str's code units, which the encoding threads make UTF-8 without the GIL. The
+    /// reference must not outlive `keep`.
+    fn borrow_wide(&mut self, value: &Bound<'py, PyString>) -> Result<Wide<'py>, Error> {
+        // SAFETY: reads the str's PEP 393 header as pyo3 does for CPython on little-endian
+        // targets, the ones fastfeed is built for (the round-trip tests check it).
+        let data = unsafe { value.data() }
+            .map_err(|_| Error::record(self.index, Some("content"), "cannot be read"))?;
+        // SAFETY: a str's code units never change and live as long as the object, which `keep`
+        // holds until the batch's records are dropped.
+        let wide = unsafe {
+            match data {
+                PyStringData::Ucs1(u) => Wide::Latin1(&*(u as *const [u8])),
+                PyStringData::Ucs2(u) => Wide::Ucs2(&*(u as *const [u16])),
+                PyStringData::Ucs4(u) => Wide::Ucs4(&*(u as *const [u32])),
+            }
+        };
+        self.keep.push(value.clone().into_any());
+        Ok(wide)
+    }
+
     /// Borrows a bytes object's buffer without copying. The reference must not outlive `keep`.
     fn borrow_bytes(&mut self, value: &Bound<'py, PyBytes>) -> &'py [u8] {
         let data: *const [u8] = value.as_bytes();
@@ -189,15 +211,15 @@ impl<'py> Fields<'_, 'py> {
         let mut r = Record::default();
         let mut contents = Vec::new();
         for (key, value) in dict.iter() {
+            let key = key.downcast::<PyString>().ok();
             let key = key
-                .downcast::<PyString>()
-                .ok()
-                .and_then(|k| k.to_str().ok().map(str::to_owned))
+                .as_ref()
+                .and_then(|k| k.to_str().ok())
                 .ok_or_else(|| Error::record(self.index, None, "field names must be strings"))?;
             if value.is_none() {
                 continue;
             }
-            match key.as_str() {
+            match key {
                 "url" => r.url = self.string("url", &value)?,
                 "action" => {
                     let action = self.string("action", &value)?;
@@ -242,8 +264,8 @@ impl<'py> Fields<'_, 'py> {
                 } else if let Ok(b) = value.downcast::<PyByteArray>() {
                     // Mutable, so copied: another thread could change it while we encode.
                     Content::Bytes(Cow::Owned(b.to_vec()))
-                } else if value.is_instance_of::<PyString>() {
-                    Content::Text(Cow::Borrowed(self.borrow_str("content", &value)?))
+                } else if let Ok(s) = value.downcast::<PyString>() {
+                    Content::Wide(self.borrow_wide(s)?)
                 } else {
                     return Err(self.wrong("content", "a string or bytes", &value));
                 }),
@@ -441,9 +463,10 @@ impl PyFeedWriter {
         py: Python<'py>,
         records: &Bound<'py, PyAny>,
     ) -> PyResult<(Vec<(usize, String)>, Bound<'py, PyList>)> {
+        let size = records.len().unwrap_or(0);
         // Declared before `batch`, so dropped after it: the records borrow from these objects.
-        let mut keep = Vec::new();
-        let mut batch = Vec::new();
+        let mut keep = Vec::with_capacity(size);
+        let mut batch = Vec::with_capacity(size);
         for (index, item) in records.try_iter()?.enumerate() {
             let mut fields = Fields {
                 index,

@@ -13,6 +13,7 @@ mod lift;
 mod output;
 pub mod record;
 pub mod thunderstone;
+pub mod wide;
 pub mod writer;
 
 #[cfg(feature = "python")]

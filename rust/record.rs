@@ -10,6 +10,7 @@ use crate::acl::Acl;
 use crate::encode::{base64_into, decode_base64_into, Compress, Encoding, Scratch};
 use crate::error::{Error, Result};
 use crate::escape::{escape_into, first_unrepresentable, Context};
+use crate::wide::Wide;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -76,6 +77,8 @@ impl AuthMethod {
 pub enum Content<'a> {
     /// Text: sent as XML text when XML can carry it.
     Text(Cow<'a, str>),
+    /// Text as a Python `str` holds it, made UTF-8 on a worker thread.
+    Wide(Wide<'a>),
     /// Binary: always base64, maybe compressed.
     Bytes(Cow<'a, [u8]>),
     /// Binary the user gave in base64 (`content_base64`); decoded on a worker thread.
@@ -87,7 +90,7 @@ pub enum Content<'a> {
 impl Content<'_> {
     fn field(&self) -> &'static str {
         match self {
-            Content::Text(_) | Content::Bytes(_) => "content",
+            Content::Text(_) | Content::Wide(_) | Content::Bytes(_) => "content",
             Content::Base64(_) => "content_base64",
             Content::Path(_) => "content_path",
         }
@@ -98,13 +101,14 @@ impl Content<'_> {
     fn weight(&self) -> usize {
         match self {
             Content::Text(s) | Content::Base64(s) => s.len(),
+            Content::Wide(w) => w.max_utf8_len() / 2,
             Content::Bytes(b) => b.len(),
             Content::Path(_) => 16 * 1024,
         }
     }
 
     /// The bytes to send, and their text when they may travel as XML text. `buf` receives
-    /// decoded base64 or a file's bytes.
+    /// decoded base64, a file's bytes or text made UTF-8.
     pub(crate) fn resolve<'s>(
         &'s self,
         index: usize,
@@ -114,6 +118,19 @@ impl Content<'_> {
         let field = self.field();
         Ok(match self {
             Content::Text(s) => (s.as_bytes(), Some(s)),
+            Content::Wide(w) => {
+                let text = match w.ascii() {
+                    Some(ascii) => ascii,
+                    None => w.to_utf8(buf).map_err(|_| {
+                        Error::record(
+                            index,
+                            Some(field),
+                            "is not valid Unicode (it holds a lone surrogate)",
+                        )
+                    })?,
+                };
+                (text.as_bytes(), Some(text))
+            }
             Content::Bytes(b) => (b, None),
             Content::Base64(s) => {
                 decode_base64_into(s, buf).map_err(|m| Error::record(index, Some(field), m))?;

@@ -437,6 +437,22 @@ def test_python_api_error_points_at_the_record_and_the_batch_can_be_retried(tmp_
     assert [f.url for f in decode_set(tmp_path / "out")] == ["http://a.example.com/1"]
 
 
+@pytest.mark.parametrize("text", ["caf\xe9 \ud800", "\u65e5\u672c \udfff", "\U0001f600 \ud83d"])
+def test_python_api_refuses_a_lone_surrogate_in_content_of_any_width(
+    tmp_path: Path, text: str
+) -> None:
+    """Content is made UTF-8 off the GIL from the str's own storage (1, 2 or 4 bytes per
+    character): a surrogate, which UTF-8 cannot carry, is refused there too."""
+    with FeedWriter(tmp_path / "out", "api") as w:
+        batch = [doc(1), {"url": "http://a.example.com/2", "content": text}]
+        with pytest.raises(RecordError) as info:
+            w.add_batch(batch)
+        assert (info.value.index, info.value.field) == (1, "content")
+        assert "lone surrogate" in str(info.value)
+        w.add_batch(batch[:1])
+    assert len(decode_set(tmp_path / "out")) == 1
+
+
 def test_python_api_abandoned_on_exception_leaves_no_manifest(tmp_path: Path) -> None:
     with pytest.raises(KeyError), FeedWriter(tmp_path / "out", "api", max_records=1) as w:
         w.add_batch([doc(1), doc(2)])

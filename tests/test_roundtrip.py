@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 from pathlib import Path
 
 import fastfeed
@@ -85,6 +86,48 @@ def test_every_character_and_byte_round_trips(tmp_path_factory, batch, compress)
     assert [f.url for f in fed] == [r["url"] for r in batch]
     for f, rec in zip(fed, batch, strict=True):
         assert f.attrs.get("displayurl") == rec.get("displayurl")
+        assert f.metadata == expected_metadata(rec["metadata"])  # type: ignore[arg-type]
+        assert f.content == expected_content(rec)
+
+
+long_text = st.tuples(st.integers(0, 600), text).map(lambda t: "p" * t[0] + t[1])
+
+
+@st.composite
+def json_lines_records(draw: st.DrawFn) -> list[dict[str, object]]:
+    """Records as JSON Lines carry them: long contents too, which the core reads apart from the
+    rest of the line (escapes included)."""
+    out = []
+    for i in range(draw(st.integers(1, 6))):
+        rec: dict[str, object] = {"url": f"http://host.example.com/{i}/" + draw(safe_attr)}
+        rec["metadata"] = draw(metadata)
+        kind = draw(st.sampled_from(["content", "content_base64", None]))
+        if kind == "content":
+            rec["content"] = draw(long_text)
+        elif kind == "content_base64":
+            rec["content_base64"] = base64.b64encode(draw(st.binary(max_size=900))).decode()
+        out.append(rec)
+    return out
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(batch=json_lines_records(), ascii_only=st.booleans())
+def test_every_character_round_trips_through_json_lines(
+    tmp_path_factory, batch, ascii_only
+) -> None:  # type: ignore[no-untyped-def]
+    from fastfeed.build import build
+
+    work = Path(tmp_path_factory.mktemp("jsonl"))
+    src = work / "in.jsonl"
+    src.write_text(
+        "".join(json.dumps(r, ensure_ascii=ascii_only) + "\n" for r in batch), encoding="utf-8"
+    )
+    build([str(src)], work / "out", "ds", max_bytes=3000)
+    fed = decode_set(work / "out")
+    assert [f.url for f in fed] == [r["url"] for r in batch]
+    for f, rec in zip(fed, batch, strict=True):
         assert f.metadata == expected_metadata(rec["metadata"])  # type: ignore[arg-type]
         assert f.content == expected_content(rec)
 

@@ -237,13 +237,14 @@ fn into_record<'a>(
     })
 }
 
-/// A chunk of whole lines cut at line ends into pieces of about 256 KB, to share among threads.
-pub fn pieces(chunk: &[u8]) -> Vec<&[u8]> {
-    const PIECE: usize = 256 * 1024;
-    let mut pieces = Vec::with_capacity(chunk.len() / PIECE + 1);
+/// A chunk of whole lines cut at line ends into `count` pieces or so, to share among threads
+/// (fewer when its lines are few and long, and none smaller than 4 KB).
+pub fn pieces(chunk: &[u8], count: usize) -> Vec<&[u8]> {
+    let size = (chunk.len() / count.max(1)).max(4096);
+    let mut pieces = Vec::with_capacity(count + 1);
     let mut rest = chunk;
-    while rest.len() > PIECE {
-        let end = memchr::memchr(b'\n', &rest[PIECE..]).map_or(rest.len(), |k| PIECE + k + 1);
+    while rest.len() > size {
+        let end = memchr::memchr(b'\n', &rest[size..]).map_or(rest.len(), |k| size + k + 1);
         let (piece, after) = rest.split_at(end);
         pieces.push(piece);
         rest = after;
@@ -346,7 +347,7 @@ mod tests {
             chunk.extend_from_slice(if n % 3 == 0 { b"\n\n" } else { b"\n" });
         }
         for end in [chunk.len(), chunk.len() - 1, 300_000, 262_144, 262_145, 0] {
-            let pieces = pieces(&chunk[..end]);
+            let pieces = pieces(&chunk[..end], 16);
             assert_eq!(pieces.concat(), &chunk[..end]);
             let (whole, count) = lines(&chunk[..end]);
             assert_eq!(pieces.iter().map(|p| lines(p).1).sum::<usize>(), count);
@@ -355,5 +356,9 @@ mod tests {
                 .all(|p| p.ends_with(b"\n")));
             assert!(pieces.iter().all(|p| !p.is_empty()) && whole.len() <= count);
         }
+        // Short lines (a directory's files, say) are shared out too.
+        let line = br#"{"url":"http://f.example.com/lib/python3.11/json/decoder.py","content_path":"/usr/lib/python3.11/json/decoder.py"}"#;
+        let short = [&line[..], b"\n"].concat().repeat(1000);
+        assert!(pieces(&short, 16).len() >= 8);
     }
 }

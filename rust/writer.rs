@@ -764,7 +764,7 @@ impl FeedWriter {
         // Each thread finds the lines of its pieces as it parses them: this is the first read
         // of a mapped input, whose page faults and memory reads must not fall on one thread.
         // Line numbers are counted from each piece's start, then shifted.
-        let pieces = jsonl::pieces(chunk);
+        let pieces = jsonl::pieces(chunk, self.pool.current_num_threads() * 8);
         let results = self.pool.install(|| {
             run_tasks(
                 &pieces,

@@ -566,3 +566,18 @@ def test_a_file_name_that_is_not_utf8_is_refused_by_name(
     assert main([*argv, "--out", str(tmp_path / "skip"), "--on-error", "skip"]) == 1
     assert "not valid UTF-8" in (tmp_path / "skip" / "rejected.log").read_text()
     assert [f.url for f in decode_set(tmp_path / "skip")] == ["http://f.example.com/ok.txt"]
+
+
+def test_a_directory_walk_that_fails_stops_the_build_naming_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The walk runs ahead on a thread of its own; what stops it must reach the user."""
+    root = tmp_path / "share"
+    root.mkdir()
+    for i in range(3000):  # several batches before the bad entry
+        (root / f"a{i:04}.txt").write_text("fine")
+    (root / "b-dangling").symlink_to(tmp_path / "gone")
+    argv = ["build", str(root), "--base-url", "http://f.example.com/", "--datasource", "d"]
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 1
+    assert f"cannot read {root / 'b-dangling'}" in capsys.readouterr().err
+    assert not (tmp_path / "o" / "manifest.jsonl").exists()

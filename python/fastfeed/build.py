@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import queue
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Literal, TypeVar, cast
 from urllib.parse import quote
 
 import orjson
@@ -38,6 +40,7 @@ from fastfeed.writer import (
 )
 
 OnError = Literal["stop", "skip"]
+T = TypeVar("T")
 
 #: JSON Lines go to the core in chunks of about this size; directory files in batches of at
 #: most this many bytes or DIR_BATCH files.
@@ -151,6 +154,53 @@ def _directory_batches(root: Path, base_url: str) -> Iterator[list[_DirItem]]:
 
 
 @dataclass(frozen=True)
+class _Failed:
+    """What stopped an iterator running ahead, to raise where it is consumed."""
+
+    error: BaseException
+
+
+_DONE = object()
+
+
+def _ahead(items: Iterator[T]) -> Iterator[T]:
+    """Runs `items` on a thread of its own, one item ahead: walking a directory (stat calls,
+    names, URLs) then overlaps the encoding of the files already found, which runs without
+    the GIL, instead of leaving the encoding threads idle."""
+    handoff: queue.Queue[object] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def put(item: object) -> bool:
+        while not stop.is_set():
+            try:
+                handoff.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put(item):
+                    return
+            put(_DONE)
+        except BaseException as exc:  # raised again in the consuming thread
+            put(_Failed(exc))
+
+    thread = threading.Thread(target=produce, name="fastfeed-walk", daemon=True)
+    thread.start()
+    try:
+        while (item := handoff.get()) is not _DONE:
+            if isinstance(item, _Failed):
+                raise item.error
+            yield cast(T, item)
+    finally:
+        stop.set()
+        thread.join()
+
+
+@dataclass(frozen=True)
 class _LineOf:
     """Names line `i` of a chunk that starts at line `first` of file `name`."""
 
@@ -192,7 +242,7 @@ class _Builder:
 
     def directory(self, root: Path, base_url: str) -> None:
         # The files' records go as JSON Lines too: one way into the core, one way to refuse.
-        for batch in _directory_batches(root, base_url):
+        for batch in _ahead(_directory_batches(root, base_url)):
             paths = [path for path, item in batch if not isinstance(item, str)]
             for path, item in batch:
                 if isinstance(item, str):

@@ -82,7 +82,10 @@ def appliance(workdir: Path) -> Iterator[Appliance]:
 def _feed_set(directory: Path, total: int, max_bytes: int) -> Path:
     if not (directory / "manifest.jsonl").exists():
         text = ("fastfeed benchmark text " * (RECORD_BYTES // 24 + 1))[:RECORD_BYTES]
-        with FeedWriter(directory, "bench", "incremental", max_bytes=max_bytes) as writer:
+        # Not compressed: the files must be as big as asked, and this text deflates to nothing.
+        with FeedWriter(
+            directory, "bench", "incremental", max_bytes=max_bytes, compress="never"
+        ) as writer:
             for start in range(0, total // RECORD_BYTES, 50):
                 writer.add_batch(
                     [

@@ -101,7 +101,7 @@ impl Content<'_> {
     fn weight(&self) -> usize {
         match self {
             Content::Text(s) | Content::Base64(s) => s.len(),
-            Content::Wide(w) => w.max_utf8_len() / 2,
+            Content::Wide(w) => w.units(),
             Content::Bytes(b) => b.len(),
             Content::Path(_) => 16 * 1024,
         }

@@ -13,6 +13,15 @@ pub enum Wide<'a> {
 }
 
 impl<'a> Wide<'a> {
+    /// Its length in code units (characters).
+    pub fn units(&self) -> usize {
+        match self {
+            Wide::Latin1(u) => u.len(),
+            Wide::Ucs2(u) => u.len(),
+            Wide::Ucs4(u) => u.len(),
+        }
+    }
+
     /// The most bytes its UTF-8 form can take.
     pub fn max_utf8_len(&self) -> usize {
         match self {

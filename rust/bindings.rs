@@ -140,8 +140,9 @@ impl<'py> Fields<'_, 'py> {
     fn borrow_wide(&mut self, value: &Bound<'py, PyString>) -> Result<Wide<'py>, Error> {
         // SAFETY: reads the str's PEP 393 header as pyo3 does for CPython on little-endian
         // targets, the ones fastfeed is built for (the round-trip tests check it).
-        let data = unsafe { value.data() }
-            .map_err(|_| Error::record(self.index, Some("content"), "cannot be read"))?;
+        let data = unsafe { value.data() }.map_err(|e| {
+            Error::record(self.index, Some("content"), format!("cannot be read: {e}"))
+        })?;
         // SAFETY: a str's code units never change and live as long as the object, which `keep`
         // holds until the batch's records are dropped.
         let wide = unsafe {
@@ -151,6 +152,14 @@ impl<'py> Fields<'_, 'py> {
                 PyStringData::Ucs4(u) => Wide::Ucs4(&*(u as *const [u32])),
             }
         };
+        // Refused here, not when made UTF-8, so that a batch's first bad record is the one named.
+        if wide.has_surrogate() {
+            return Err(Error::record(
+                self.index,
+                Some("content"),
+                "is not valid Unicode (it holds a lone surrogate)",
+            ));
+        }
         self.keep.push(value.clone().into_any());
         Ok(wide)
     }

@@ -89,13 +89,20 @@ fn without_position(message: &str) -> &str {
 
 /// Parses one line (not blank) of a JSON Lines input; `index` names it in errors.
 pub fn parse_line(index: usize, line: &[u8]) -> Result<Record<'_>> {
-    let Some(lifted) = lift::lift(line) else {
+    let whole = || {
         let mut raw = parse_object::<RawRecord<'_>>(index, line, FIELDS)?;
         let (content, base64) = (raw.content.take(), raw.content_base64.take());
-        return into_record(index, raw, content.map(|t| t.0), base64.map(|t| t.0));
+        into_record(index, raw, content.map(|t| t.0), base64.map(|t| t.0))
     };
-    let raw = parse_object::<RawRecord<'_>>(index, &lifted.rest, FIELDS)?;
-    into_record(index, raw, lifted.content, lifted.content_base64)
+    let Some(lifted) = lift::lift(line) else {
+        return whole();
+    };
+    match parse_object::<RawRecord<'_>>(index, &lifted.rest, FIELDS) {
+        Ok(raw) => into_record(index, raw, lifted.content, lifted.content_base64),
+        // The line as a whole names what is wrong where it is (a bad byte's offset in the
+        // line, not in what was left of it); errors are rare enough to parse it twice.
+        Err(_) => whole(),
+    }
 }
 
 /// Parses a line holding one JSON object of type `T`, whose top-level `fields` name errors.
@@ -327,6 +334,13 @@ mod tests {
                 .unwrap_err()
                 .to_string(),
             "record 0: field 'url': not valid UTF-8 (byte 8 of the line)"
+        );
+        // The same, after a long content that is read apart from the rest of the line.
+        let mut line = format!(r#"{{"content":"{}","url":""#, "x".repeat(300)).into_bytes();
+        line.extend_from_slice(b"\xff\"}");
+        assert_eq!(
+            parse_line(0, &line).unwrap_err().to_string(),
+            "record 0: field 'url': not valid UTF-8 (byte 321 of the line)"
         );
     }
 

@@ -8,7 +8,9 @@
 //! file systems), files are written through the page cache as usual.
 
 use std::fs::File;
-use std::io::{self, Write};
+use std::io;
+#[cfg(not(unix))]
+use std::io::Write;
 use std::path::Path;
 
 /// `O_DIRECT` needs buffers, lengths and offsets aligned to the device's block size; 4 KiB
@@ -63,16 +65,17 @@ impl Output {
         Ok(())
     }
 
-    /// Writes the first `len` bytes of the block (a multiple of `ALIGN` unless it is the last).
+    /// Writes the first `len` bytes of the block (a multiple of `ALIGN` unless it is the last)
+    /// at its place in the file: written again after a refused direct write, the block replaces
+    /// whatever part of it went through.
     fn write_block(&mut self, len: usize) -> io::Result<()> {
         let block = &self.storage[self.start..self.start + len];
-        let result = self.file.write_all(block);
-        let result = match result {
+        let result = match write_at(&self.file, block, self.written) {
             // Opened direct, yet the file system refuses direct writes: write as usual.
             Err(e) if self.direct && e.kind() == io::ErrorKind::InvalidInput => {
                 self.direct = false;
                 clear_direct(&self.file)?;
-                self.file.write_all(block)
+                write_at(&self.file, block, self.written)
             }
             other => other,
         };
@@ -100,6 +103,17 @@ impl Output {
         }
         self.file.sync_all()
     }
+}
+
+#[cfg(unix)]
+fn write_at(file: &File, data: &[u8], offset: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::write_all_at(file, data, offset)
+}
+
+/// Elsewhere files are never direct, and every write follows the one before.
+#[cfg(not(unix))]
+fn write_at(mut file: &File, data: &[u8], _offset: u64) -> io::Result<()> {
+    file.write_all(data)
 }
 
 #[cfg(target_os = "linux")]

@@ -31,6 +31,19 @@ impl<'a> Wide<'a> {
         }
     }
 
+    /// Whether it holds a surrogate code point, which a `str` may hold but UTF-8 cannot. A
+    /// quick scan, for refusing such a text where it is read, in record order.
+    pub fn has_surrogate(&self) -> bool {
+        fn any_in(units: impl Iterator<Item = u32>) -> bool {
+            units.fold(false, |seen, u| seen | (u & 0xFFFF_F800 == 0xD800))
+        }
+        match *self {
+            Wide::Latin1(_) => false,
+            Wide::Ucs2(u) => any_in(u.iter().map(|&u| u32::from(u))),
+            Wide::Ucs4(u) => any_in(u.iter().copied()),
+        }
+    }
+
     /// The text itself when it is ASCII, which is already UTF-8.
     pub fn ascii(&self) -> Option<&'a str> {
         match *self {
@@ -116,6 +129,10 @@ mod tests {
             Err(1)
         );
         assert_eq!(Wide::Ucs4(&[0x61, 0x62, 0xDFFF]).to_utf8(&mut out), Err(2));
+        assert!(Wide::Ucs2(&[0x61, 0xD83D]).has_surrogate());
+        assert!(Wide::Ucs4(&[0x1F600, 0xDFFF]).has_surrogate());
+        assert!(!Wide::Ucs2(&[0x61, 0xD7FF, 0xE000]).has_surrogate());
+        assert!(!Wide::Ucs4(&[0x1F600, 0x10FFFF]).has_surrogate());
         assert_eq!(Wide::Latin1(b"ab").ascii(), Some("ab"));
         assert_eq!(Wide::Latin1(b"\xe9").ascii(), None);
     }

@@ -280,11 +280,19 @@ impl Files {
     fn close_current(&mut self) -> Result<ManifestEntry> {
         let mut file = self.current.take().expect("a file is open");
         let tmp = file.tmp.clone();
-        file.write(self.footer()).map_err(|e| Error::io(&tmp, e))?;
-        // The rename publishes the file: it must never name a file whose bytes are not on disk.
-        file.out.finish().map_err(|e| Error::io(&tmp, e))?;
         let path = self.dir.join(&file.name);
-        fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
+        let published = file
+            .write(self.footer())
+            .and_then(|()| file.out.finish())
+            .map_err(|e| Error::io(&tmp, e))
+            // The rename publishes the file: it must never name a file whose bytes are not on
+            // disk.
+            .and_then(|()| fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e)));
+        if let Err(e) = published {
+            // No half-written file is left behind (a full disk, say), as when the writer drops.
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
         let entry = ManifestEntry {
             file: file.name,
             datasource: self.datasource.clone(),

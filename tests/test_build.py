@@ -341,6 +341,21 @@ def test_a_directory_becomes_records_with_urls_types_and_content(tmp_path: Path)
     assert "last-modified" in pdf.attrs
 
 
+def test_a_directory_given_as_the_current_one_maps_paths_to_urls_the_same_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "d 1" / "50%").mkdir(parents=True)
+    (tmp_path / "d 1" / "50%" / "a#b.txt").write_text("x")
+    (tmp_path / "top.txt").write_text("y")
+    monkeypatch.chdir(tmp_path)
+    argv = ["build", ".", "--base-url", "http://f.example.com", "--datasource", "d"]
+    assert main([*argv, "--out", str(tmp_path.parent / f"{tmp_path.name}-out")]) == 0
+    assert sorted(f.url for f in decode_set(tmp_path.parent / f"{tmp_path.name}-out")) == [
+        "http://f.example.com/d%201/50%25/a%23b.txt",
+        "http://f.example.com/top.txt",
+    ]
+
+
 def test_a_directory_needs_a_base_url(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "d").mkdir()
     assert (
@@ -449,6 +464,10 @@ def test_python_api_refuses_a_lone_surrogate_in_content_of_any_width(
             w.add_batch(batch)
         assert (info.value.index, info.value.field) == (1, "content")
         assert "lone surrogate" in str(info.value)
+        # Named before a later record's own fault.
+        with pytest.raises(RecordError) as info:
+            w.add_batch([*batch, {"url": 5}])
+        assert (info.value.index, info.value.field) == (1, "content")
         w.add_batch(batch[:1])
     assert len(decode_set(tmp_path / "out")) == 1
 

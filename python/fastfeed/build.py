@@ -125,13 +125,17 @@ def _directory_batches(root: Path, base_url: str) -> Iterator[list[_DirItem]]:
     # the walk's time, and the walk holds the GIL.
     base = base_url if base_url.endswith("/") else base_url + "/"
     top = os.fspath(root)
-    under = len(top.rstrip(os.sep)) + 1  # where a path under `top` starts
     batch: list[_DirItem] = []
     size = 0
     for dirpath, dirnames, filenames in os.walk(top):
         dirnames.sort()
+        inside = os.path.relpath(dirpath, top)
+        inside = "" if inside == os.curdir else inside
+        url_dir = base + (quote(inside.replace(os.sep, "/"), safe="/") + "/" if inside else "")
+        # Under the current directory, paths read as pathlib wrote them: "a/b", not "./a/b".
+        here = inside if top == os.curdir else dirpath
         for filename in sorted(filenames):
-            path = os.path.join(dirpath, filename)
+            path = os.path.join(here, filename)
             try:
                 path.encode("utf-8")
             except UnicodeEncodeError:
@@ -143,9 +147,8 @@ def _directory_batches(root: Path, base_url: str) -> Iterator[list[_DirItem]]:
                 stat = os.stat(path)
             except OSError as exc:
                 raise FastfeedError(f"cannot read {path}: {exc.strerror}") from None
-            relative = path[under:].replace(os.sep, "/")
             record = {
-                "url": base + quote(relative, safe="/"),
+                "url": url_dir + quote(filename, safe="/"),
                 "content_path": path,
                 "last_modified": int(stat.st_mtime),
             }

@@ -10,6 +10,7 @@
 //! as before and names what is wrong, so errors do not depend on this shortcut.
 
 use std::borrow::Cow;
+use std::ops::Range;
 
 use memchr::{memchr, memchr2};
 
@@ -24,12 +25,21 @@ pub struct Lifted<'a> {
     pub content_base64: Option<Cow<'a, str>>,
 }
 
+/// A long content string found in a line.
+struct Found {
+    base64: bool,
+    /// The value, quotes included, which `null` replaces.
+    value: Range<usize>,
+    /// Between the quotes.
+    body: Range<usize>,
+    escaped: bool,
+}
+
 /// Lifts the long top-level `content` and `content_base64` strings out of `line`, or returns
 /// None when there are none or serde should read the whole line.
 pub fn lift(line: &[u8]) -> Option<Lifted<'_>> {
     let mut scan = Scan { b: line, i: 0 };
-    // (whether it is content_base64, the value's span, its body's span, escaped)
-    let mut found: Vec<(bool, usize, usize, usize, usize, bool)> = Vec::new();
+    let mut found = Vec::new();
     scan.ws();
     scan.eat(b'{')?;
     scan.ws();
@@ -47,8 +57,12 @@ pub fn lift(line: &[u8]) -> Option<Lifted<'_>> {
         if hot && scan.peek()? == b'"' {
             let (body_start, body_end, escaped) = scan.string()?;
             if body_end - body_start >= MIN_LIFT {
-                let base64 = key == b"content_base64";
-                found.push((base64, start, scan.i, body_start, body_end, escaped));
+                found.push(Found {
+                    base64: key == b"content_base64",
+                    value: start..scan.i,
+                    body: body_start..body_end,
+                    escaped,
+                });
             }
         } else {
             scan.value()?;
@@ -66,15 +80,16 @@ pub fn lift(line: &[u8]) -> Option<Lifted<'_>> {
     if found.is_empty() {
         return None;
     }
+    let lifted_len: usize = found.iter().map(|f| f.value.len()).sum();
     let mut lifted = Lifted {
-        rest: Vec::with_capacity(line.len() - found.iter().map(|f| f.2 - f.1).sum::<usize>() + 8),
+        rest: Vec::with_capacity(line.len() - lifted_len + 4 * found.len()),
         content: None,
         content_base64: None,
     };
     let mut copied = 0;
-    for &(base64, start, end, body_start, body_end, escaped) in &found {
-        let text = string_value(&line[body_start..body_end], escaped)?;
-        let slot = if base64 {
+    for f in found {
+        let text = string_value(&line[f.body], f.escaped)?;
+        let slot = if f.base64 {
             &mut lifted.content_base64
         } else {
             &mut lifted.content
@@ -83,9 +98,9 @@ pub fn lift(line: &[u8]) -> Option<Lifted<'_>> {
         if slot.is_none() {
             *slot = Some(text);
         }
-        lifted.rest.extend_from_slice(&line[copied..start]);
+        lifted.rest.extend_from_slice(&line[copied..f.value.start]);
         lifted.rest.extend_from_slice(b"null");
-        copied = end;
+        copied = f.value.end;
     }
     lifted.rest.extend_from_slice(&line[copied..]);
     Some(lifted)

@@ -34,8 +34,7 @@ pub struct Output {
 impl Output {
     /// Creates (or truncates) the file at `path`.
     pub fn create(path: &Path) -> io::Result<Self> {
-        let direct = open_direct(path)?;
-        let (file, direct) = match direct {
+        let (file, direct) = match open_direct(path)? {
             Some(file) => (file, true),
             None => (File::create(path)?, false),
         };

@@ -379,6 +379,16 @@ struct Encoded {
 }
 
 impl Encoded {
+    /// Room for about `bytes` of encoded records (as much as their input, usually), so that the
+    /// buffer is not grown, and copied, record by record.
+    fn with_capacity(bytes: usize) -> Self {
+        Encoded {
+            buf: Vec::with_capacity(bytes + bytes / 8),
+            ends: Vec::new(),
+            indices: Vec::new(),
+        }
+    }
+
     /// Marks the end of the record at `index`, which was just appended to `buf`.
     fn ended(&mut self, index: usize) {
         self.ends.push(self.buf.len());
@@ -697,7 +707,7 @@ impl FeedWriter {
                 |run| run.1,
                 self.opts.level,
                 |run, scratch| {
-                    let mut done = Encoded::default();
+                    let mut done = Encoded::with_capacity(run.1);
                     for (index, item) in &items[run.0.clone()] {
                         encode_one(*index, item, kind, enc, scratch, &mut done.buf)?;
                         done.ended(*index);
@@ -780,7 +790,7 @@ impl FeedWriter {
                 self.opts.level,
                 |piece, scratch| {
                     let (lines, count) = jsonl::lines(piece);
-                    let mut done = Encoded::default();
+                    let mut done = Encoded::with_capacity(piece.len());
                     for (index, line) in lines {
                         encode_line(index, line, scratch, &mut done.buf)?;
                         done.ended(index);

@@ -23,7 +23,7 @@ impl<'a> Wide<'a> {
     }
 
     /// The most bytes its UTF-8 form can take.
-    pub fn max_utf8_len(&self) -> usize {
+    fn max_utf8_len(&self) -> usize {
         match self {
             Wide::Latin1(u) => u.len() * 2,
             Wide::Ucs2(u) => u.len() * 3,

@@ -371,7 +371,6 @@ struct Limits {
 
 /// Records encoded back to back, where each ends, and the index that names each in errors:
 /// one allocation for many small records.
-#[derive(Default)]
 struct Encoded {
     buf: Vec<u8>,
     ends: Vec<usize>,

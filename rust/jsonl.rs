@@ -5,6 +5,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::PathBuf;
 
 use serde::Deserialize;
@@ -244,33 +245,28 @@ fn into_record<'a>(
     })
 }
 
-/// A chunk of whole lines cut at line ends into `count` pieces or so, to share among threads
-/// (fewer when its lines are few and long, and none smaller than 4 KB).
-pub fn pieces(chunk: &[u8], count: usize) -> Vec<&[u8]> {
-    let size = (chunk.len() / count.max(1)).max(4096);
-    let mut pieces = Vec::with_capacity(count + 1);
-    let mut rest = chunk;
-    while rest.len() > size {
-        let end = memchr::memchr(b'\n', &rest[size..]).map_or(rest.len(), |k| size + k + 1);
-        let (piece, after) = rest.split_at(end);
-        pieces.push(piece);
-        rest = after;
-    }
-    if !rest.is_empty() {
-        pieces.push(rest);
-    }
-    pieces
+/// A chunk cut into `count` equal parts or so (none smaller than 4 KB), to share among
+/// threads. The cuts fall anywhere: each thread takes the lines that start in its part (see
+/// `lines_in`), so that finding line ends, the first read of a mapped input with its page
+/// faults, is done on the threads and not before them.
+pub fn pieces(len: usize, count: usize) -> Vec<Range<usize>> {
+    let count = count.min(len / 4096).max(1);
+    let cut = |i: usize| len * i / count;
+    (0..count).map(|i| cut(i)..cut(i + 1)).collect()
 }
 
-/// The non-blank lines of a chunk, with their index among all its lines (blank ones counted)
-/// so that errors can name the input line, and how many lines the chunk holds.
-pub fn lines(chunk: &[u8]) -> (Vec<(usize, &[u8])>, usize) {
-    let mut start = 0;
+/// The non-blank lines of `chunk` that start in `part` (a line starts at 0 or after a newline;
+/// it may end past the part), with their index among those lines, blank ones counted, so that
+/// errors can name the input line; and how many lines start in the part.
+pub fn lines_in(chunk: &[u8], part: Range<usize>) -> (Vec<(usize, &[u8])>, usize) {
+    let mut start = match part.start {
+        0 => 0,
+        at => memchr::memchr(b'\n', &chunk[at - 1..]).map_or(chunk.len(), |k| at + k),
+    };
     let mut count = 0;
     let mut out = Vec::new();
-    let unterminated = !chunk.is_empty() && !chunk.ends_with(b"\n");
-    let ends = memchr::memchr_iter(b'\n', chunk).chain(unterminated.then_some(chunk.len()));
-    for end in ends {
+    while start < part.end {
+        let end = memchr::memchr(b'\n', &chunk[start..]).map_or(chunk.len(), |k| start + k);
         let line = &chunk[start..end];
         if !line.iter().all(u8::is_ascii_whitespace) {
             out.push((count, line));
@@ -344,35 +340,68 @@ mod tests {
         );
     }
 
-    #[test]
-    fn lines_skip_blanks_but_count_them() {
-        let (found, count) = lines(b"{}\n\n  \n{}\r\n{}");
-        assert_eq!(found.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [0, 3, 4]);
-        assert_eq!(count, 5);
-        assert_eq!(lines(b"{}\n{}\n").1, 2);
-        assert_eq!(lines(b"").1, 0);
+    /// The lines of a chunk, found another way.
+    fn lines(chunk: &[u8]) -> (Vec<(usize, &[u8])>, usize) {
+        let mut all: Vec<&[u8]> = chunk.split(|&b| b == b'\n').collect();
+        if chunk.is_empty() || chunk.ends_with(b"\n") {
+            all.pop();
+        }
+        let found = (all.iter().copied().enumerate())
+            .filter(|(_, line)| !line.iter().all(u8::is_ascii_whitespace))
+            .collect();
+        (found, all.len())
     }
 
     #[test]
-    fn pieces_end_at_line_ends_and_hold_the_whole_chunk() {
+    fn lines_skip_blanks_but_count_them() {
+        let chunk = b"{}\n\n  \n{}\r\n{}";
+        let (found, count) = lines_in(chunk, 0..chunk.len());
+        assert_eq!(found.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [0, 3, 4]);
+        assert_eq!(found[2].1, b"{}");
+        assert_eq!(count, 5);
+        assert_eq!(lines_in(b"{}\n{}\n", 0..6).1, 2);
+        assert_eq!(lines_in(b"\n", 0..1).1, 1);
+        assert_eq!(lines_in(b"", 0..0).1, 0);
+    }
+
+    #[test]
+    fn the_lines_of_all_pieces_are_the_lines_of_the_chunk_once_each() {
         let mut chunk = Vec::new();
         for n in 0..40usize {
             chunk.extend(std::iter::repeat_n(b'x', n * 17_001 % 300_000));
             chunk.extend_from_slice(if n % 3 == 0 { b"\n\n" } else { b"\n" });
         }
-        for end in [chunk.len(), chunk.len() - 1, 300_000, 262_144, 262_145, 0] {
-            let pieces = pieces(&chunk[..end], 16);
-            assert_eq!(pieces.concat(), &chunk[..end]);
-            let (whole, count) = lines(&chunk[..end]);
-            assert_eq!(pieces.iter().map(|p| lines(p).1).sum::<usize>(), count);
-            assert!(pieces[..pieces.len().saturating_sub(1)]
-                .iter()
-                .all(|p| p.ends_with(b"\n")));
-            assert!(pieces.iter().all(|p| !p.is_empty()) && whole.len() <= count);
+        for end in [
+            chunk.len(),
+            chunk.len() - 1,
+            300_000,
+            262_144,
+            262_145,
+            4097,
+            1,
+            0,
+        ] {
+            let chunk = &chunk[..end];
+            for count in [1, 3, 16, 1000] {
+                let mut joined = Vec::new();
+                let mut total = 0;
+                for part in pieces(chunk.len(), count) {
+                    let (found, n) = lines_in(chunk, part);
+                    joined.extend(found.into_iter().map(|(i, line)| (i + total, line)));
+                    total += n;
+                }
+                assert_eq!(
+                    (joined, total),
+                    lines(chunk),
+                    "{end} bytes in {count} pieces"
+                );
+            }
         }
         // Short lines (a directory's files, say) are shared out too.
         let line = br#"{"url":"http://f.example.com/lib/python3.11/json/decoder.py","content_path":"/usr/lib/python3.11/json/decoder.py"}"#;
         let short = [&line[..], b"\n"].concat().repeat(1000);
-        assert!(pieces(&short, 16).len() >= 8);
+        let parts = pieces(short.len(), 16);
+        assert!(parts.len() >= 8);
+        assert!(parts.into_iter().all(|p| lines_in(&short, p).1 > 0));
     }
 }

@@ -778,17 +778,15 @@ impl FeedWriter {
                 thunderstone::encode_item(&jsonl::parse_line(index, line)?, index, scratch, out)
             }
         };
-        // Each thread finds the lines of its pieces as it parses them: this is the first read
-        // of a mapped input, whose page faults and memory reads must not fall on one thread.
-        // Line numbers are counted from each piece's start, then shifted.
-        let pieces = jsonl::pieces(chunk, self.pool.current_num_threads() * 8);
+        // Line numbers are counted from each piece's first line, then shifted.
+        let pieces = jsonl::pieces(chunk.len(), self.pool.current_num_threads() * 8);
         let results = self.pool.install(|| {
             run_tasks(
                 &pieces,
                 |piece| piece.len(),
                 self.opts.level,
                 |piece, scratch| {
-                    let (lines, count) = jsonl::lines(piece);
+                    let (lines, count) = jsonl::lines_in(chunk, piece.clone());
                     let mut done = Encoded::with_capacity(piece.len());
                     for (index, line) in lines {
                         encode_line(index, line, scratch, &mut done.buf)?;

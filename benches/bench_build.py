@@ -16,6 +16,7 @@ import base64
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import sysconfig
@@ -238,18 +239,21 @@ def _on_cores(cores: set[int], fn: Callable[[], object]) -> float:
 
 def test_both_cores_against_one(corpus: Path, tmp_path: Path) -> None:
     """The same build on one core and on two, at the defaults (one encoding worker per core,
-    plus the file-writing thread)."""
+    plus the file-writing thread). Rounds alternate, so that the machine's slower moments (this
+    VM's speed moves by 10% within minutes) fall on both sides."""
     if len(os.sched_getaffinity(0)) < 2:
         pytest.fail("this benchmark needs two cores")
     runs = iter(range(100))
-    one = min(
-        _on_cores({0}, lambda: _fastfeed(corpus, tmp_path / f"r{next(runs)}")) for _ in range(3)
+    one, two = [], []
+    for _ in range(5):
+        one.append(_on_cores({0}, lambda: _fastfeed(corpus, tmp_path / f"r{next(runs)}")))
+        two.append(_on_cores({0, 1}, lambda: _fastfeed(corpus, tmp_path / f"r{next(runs)}")))
+    print(
+        f"\none core {min(one):.2f} s, two cores {min(two):.2f} s -> {min(one) / min(two):.2f}x "
+        f"(medians {statistics.median(one):.2f} s, {statistics.median(two):.2f} s -> "
+        f"{statistics.median(one) / statistics.median(two):.2f}x)"
     )
-    two = min(
-        _on_cores({0, 1}, lambda: _fastfeed(corpus, tmp_path / f"r{next(runs)}")) for _ in range(3)
-    )
-    print(f"\none core {one:.2f} s, two cores {two:.2f} s -> {one / two:.2f}x")
-    assert one / two >= 1.8
+    assert min(one) / min(two) >= 1.8
 
 
 def _kb_records(n: int, seed: int) -> list[dict[str, object]]:

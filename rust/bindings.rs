@@ -6,6 +6,7 @@
 
 use std::borrow::Cow;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use pyo3::buffer::PyBuffer;
 use pyo3::create_exception;
@@ -25,8 +26,8 @@ use crate::record::{
 };
 use crate::wide::Wide;
 use crate::writer::{
-    check_datasource, FeedWriter, ManifestEntry, Options, DEFAULT_LEVEL, DEFAULT_MAX_BYTES,
-    HARD_MAX_BYTES,
+    check_datasource, BatchReport, FeedWriter, ManifestEntry, Options, SharedChunk, DEFAULT_LEVEL,
+    DEFAULT_MAX_BYTES, HARD_MAX_BYTES,
 };
 
 create_exception!(
@@ -403,6 +404,46 @@ impl PyFeedWriter {
     }
 }
 
+/// A Python buffer kept exported, so alive and in place, while the encoding threads read it.
+struct Exported(PyBuffer<u8>);
+
+impl AsRef<[u8]> for Exported {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: checked contiguous and immutable by `shared_chunk`, and exported until dropped.
+        unsafe { std::slice::from_raw_parts(self.0.buf_ptr() as *const u8, self.0.len_bytes()) }
+    }
+}
+
+/// A chunk's bytes for the encoding threads, which read them without the GIL. Borrowed, which
+/// spares a copy, only when nothing can change them meanwhile: bytes, or a view of an object
+/// whose own memory is read-only (a file mapped for reading). A read-only view of a bytearray
+/// is not: it is copied.
+fn shared_chunk(py: Python<'_>, chunk: &Bound<'_, PyAny>) -> PyResult<SharedChunk> {
+    let buffer = PyBuffer::<u8>::get(chunk)?;
+    let frozen = chunk.is_instance_of::<PyBytes>()
+        || (chunk.is_instance_of::<PyMemoryView>()
+            && chunk
+                .getattr("obj")
+                .and_then(|obj| PyBuffer::<u8>::get(&obj))
+                .is_ok_and(|own| own.readonly()));
+    Ok(if frozen && buffer.is_c_contiguous() {
+        Arc::new(Exported(buffer))
+    } else {
+        Arc::new(buffer.to_vec(py)?)
+    })
+}
+
+/// A chunk's warnings, the files it finished and its number of lines.
+type JsonlReport<'py> = (Vec<(usize, String)>, Bound<'py, PyList>, usize);
+
+fn jsonl_report(py: Python<'_>, report: BatchReport) -> PyResult<JsonlReport<'_>> {
+    Ok((
+        report.warnings,
+        entries_list(py, &report.finished)?,
+        report.lines,
+    ))
+}
+
 #[pymethods]
 impl PyFeedWriter {
     #[new]
@@ -489,41 +530,32 @@ impl PyFeedWriter {
         Ok((report.warnings, entries_list(py, &report.finished)?))
     }
 
-    /// Parses, checks, encodes and writes a chunk of JSON Lines (whole lines). Errors carry the
-    /// index of the line in the chunk, blank lines counted. Returns as `add_batch`, plus the
-    /// number of lines in the chunk.
-    #[allow(clippy::type_complexity)]
+    /// Parses, checks, encodes and writes a chunk of JSON Lines (whole lines), ahead of the
+    /// chunks started and not yet waited for. Errors carry the index of the line in the chunk,
+    /// blank lines counted. Returns as `add_batch`, plus the number of lines in the chunk.
     fn add_jsonl<'py>(
         &mut self,
         py: Python<'py>,
         chunk: &Bound<'py, PyAny>,
-    ) -> PyResult<(Vec<(usize, String)>, Bound<'py, PyList>, usize)> {
-        // Borrowed, which spares a copy, only when nothing can change the bytes while they are
-        // parsed without the GIL: bytes, or a view of an object whose own memory is read-only
-        // (a file mapped for reading). A read-only view of a bytearray is not: it is copied.
-        let buffer = PyBuffer::<u8>::get(chunk)?;
-        let frozen = chunk.is_instance_of::<PyBytes>()
-            || (chunk.is_instance_of::<PyMemoryView>()
-                && chunk
-                    .getattr("obj")
-                    .and_then(|obj| PyBuffer::<u8>::get(&obj))
-                    .is_ok_and(|own| own.readonly()));
-        let copy;
-        let data: &[u8] = if frozen && buffer.is_c_contiguous() {
-            // SAFETY: contiguous, immutable, and kept exported (so alive and in place) by
-            // `buffer` until this method returns.
-            unsafe { std::slice::from_raw_parts(buffer.buf_ptr() as *const u8, buffer.len_bytes()) }
-        } else {
-            copy = buffer.to_vec(py)?;
-            &copy
-        };
+    ) -> PyResult<JsonlReport<'py>> {
+        let chunk = shared_chunk(py, chunk)?;
         let writer = self.writer()?;
-        let report = py.allow_threads(|| writer.add_jsonl(data))?;
-        Ok((
-            report.warnings,
-            entries_list(py, &report.finished)?,
-            report.lines,
-        ))
+        let report = py.allow_threads(|| writer.add_jsonl(chunk))?;
+        jsonl_report(py, report)
+    }
+
+    /// Starts encoding a chunk of JSON Lines on the worker threads and returns at once.
+    fn start_jsonl(&mut self, py: Python<'_>, chunk: &Bound<'_, PyAny>) -> PyResult<()> {
+        let chunk = shared_chunk(py, chunk)?;
+        self.writer()?.start_jsonl(chunk);
+        Ok(())
+    }
+
+    /// Waits for the oldest chunk started and writes it; returns as `add_jsonl`.
+    fn wait_jsonl<'py>(&mut self, py: Python<'py>) -> PyResult<JsonlReport<'py>> {
+        let writer = self.writer()?;
+        let report = py.allow_threads(|| writer.wait_jsonl())?;
+        jsonl_report(py, report)
     }
 
     /// Closes the last file, writes `manifest.jsonl`, and returns (all entries, entries finished

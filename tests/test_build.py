@@ -571,6 +571,41 @@ def test_add_jsonl_takes_any_bytes_like_chunk(tmp_path: Path) -> None:
     assert [f.url for f in decode_set(tmp_path / "o")] == [doc(i)["url"] for i in range(4)]
 
 
+def test_chunks_started_ahead_are_written_in_the_order_they_are_taken(tmp_path: Path) -> None:
+    def chunk(*ids: int, bad: int | None = None) -> bytearray:
+        return bytearray(
+            b"".join(orjson.dumps(doc(i, pagerank=1) if i == bad else doc(i)) + b"\n" for i in ids)
+        )
+
+    first, second, third = chunk(0, 1), chunk(2, 3, 4, bad=3), chunk(5)
+    with FeedWriter(tmp_path / "o", "d") as w:
+        w.start_jsonl(first)
+        w.start_jsonl(second)
+        w.start_jsonl(third)
+        # A bytearray may change once started: what was started is what gets written.
+        first[:] = chunk(9, 9)
+        assert w.wait_jsonl() == 2
+        with pytest.raises(RecordError) as bad:
+            w.wait_jsonl()
+        assert (bad.value.index, bad.value.field) == (1, "pagerank")
+        # Nothing of the bad chunk was written: its good lines go now, ahead of the third.
+        assert w.add_jsonl(chunk(2, 4)) == 2
+        assert w.wait_jsonl() == 1
+        with pytest.raises(FeedError, match="no chunk of JSON Lines was started"):
+            w.wait_jsonl()
+    assert [f.url for f in decode_set(tmp_path / "o")] == [doc(i)["url"] for i in (0, 1, 2, 4, 5)]
+
+
+def test_closing_with_a_chunk_still_started_is_refused_and_writes_nothing(tmp_path: Path) -> None:
+    w = FeedWriter(tmp_path / "o", "d")
+    w.add_jsonl(orjson.dumps(doc(0)) + b"\n")
+    w.start_jsonl(orjson.dumps(doc(1)) + b"\n")
+    with pytest.raises(FeedError, match="1 chunk\\(s\\) of JSON Lines were started"):
+        w.close()
+    assert not (tmp_path / "o" / "manifest.jsonl").exists()
+    assert list((tmp_path / "o").glob("*.xml")) == []
+
+
 def test_a_file_name_that_is_not_utf8_is_refused_by_name(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

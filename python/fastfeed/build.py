@@ -9,6 +9,7 @@ reported with its file and line.
 
 from __future__ import annotations
 
+import functools
 import json
 import mmap
 import os
@@ -41,6 +42,7 @@ from fastfeed.writer import (
 
 OnError = Literal["stop", "skip"]
 T = TypeVar("T")
+Chunk = bytes | memoryview
 
 #: JSON Lines go to the core in chunks of about this size; directory files in batches of at
 #: most this many bytes or DIR_BATCH files.
@@ -82,7 +84,7 @@ def _mapped_chunks(stream: IO[bytes]) -> Iterator[memoryview]:
     # Closed when the last view of it is gone: a view still held (an error's traceback) would
     # make an explicit close fail.
     mapped = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
-    start = released = 0
+    start = last = released = 0
     while start < size:
         end = min(start + CHUNK_BYTES, size)
         if end < size:
@@ -90,14 +92,15 @@ def _mapped_chunks(stream: IO[bytes]) -> Iterator[memoryview]:
             if cut < 0:
                 cut = mapped.find(b"\n", end)
             end = size if cut < 0 else cut + 1
-        yield memoryview(mapped)[start:end]
-        start = end
-        # That chunk is written: unmap its pages, or they would count in this process's memory
-        # up to the file's size (they stay in the page cache, and come back if read again).
-        upto = start - start % mmap.PAGESIZE
+        # The chunks before the last one are written (the last may still be encoding): unmap
+        # their pages, or they would count in this process's memory up to the file's size (they
+        # stay in the page cache, and come back if read again).
+        upto = last - last % mmap.PAGESIZE
         if upto > released:
             mapped.madvise(mmap.MADV_DONTNEED, released, upto - released)
             released = upto
+        yield memoryview(mapped)[start:end]
+        last, start = start, end
 
 
 def _chunks(stream: IO[bytes]) -> Iterator[bytes]:
@@ -244,34 +247,51 @@ class _Builder:
 
     def jsonl(self, chunks: Iterable[bytes | memoryview], name: str) -> None:
         first = 1
-        for chunk in chunks:
-            first += self._write(chunk, _LineOf(name, first))
+        for chunk, _ in self._one_ahead((chunk, None) for chunk in chunks):
+            first += self._take(chunk, _LineOf(name, first))
             self.show()
 
     def directory(self, root: Path, base_url: str) -> None:
         # The files' records go as JSON Lines too: one way into the core, one way to refuse.
-        for batch in _ahead(_directory_batches(root, base_url)):
-            paths = [path for path, item in batch if not isinstance(item, str)]
+        def chunks() -> Iterator[tuple[bytes, list[_DirItem]]]:
+            for batch in _ahead(_directory_batches(root, base_url)):
+                records = b"".join(
+                    orjson.dumps(item) + b"\n" for _, item in batch if not isinstance(item, str)
+                )
+                yield records, batch
+
+        for chunk, batch in self._one_ahead(chunks()):
             for path, item in batch:
                 if isinstance(item, str):
                     self.refuse(path, json.dumps({"content_path": path}).encode() + b"\n", item)
-            chunk = b"".join(
-                orjson.dumps(item) + b"\n" for _, item in batch if not isinstance(item, str)
-            )
-            self._write(chunk, paths.__getitem__)
+            paths = [path for path, item in batch if not isinstance(item, str)]
+            self._take(chunk, paths.__getitem__)
             self.show()
 
-    def _write(self, chunk: bytes | memoryview, locate: Callable[[int], str]) -> int:
-        """Writes a chunk of JSON Lines whose line `i` is named by `locate(i)`; returns how
+    def _one_ahead(self, chunks: Iterator[tuple[Chunk, T]]) -> Iterator[tuple[Chunk, T]]:
+        """Starts each chunk on the writer's threads, then yields the one before it to be
+        taken: the threads encode the next chunk while Python takes the last and reads on."""
+        previous = None
+        for item in chunks:
+            self.writer.start_jsonl(item[0])
+            if previous is not None:
+                yield previous
+            previous = item
+        if previous is not None:
+            yield previous
+
+    def _take(self, chunk: Chunk, locate: Callable[[int], str]) -> int:
+        """Takes the oldest chunk started, whose line `i` is named by `locate(i)`; returns how
         many lines it held."""
         self._locate, self._done = locate, 0
-        while chunk:
+        take = self.writer.wait_jsonl
+        while True:
             try:
-                return self._done + self.writer.add_jsonl(chunk)
+                return self._done + take()
             except RecordError as exc:
                 # Nothing of the chunk was written, and the lines before the bad one are good:
-                # write them, set the bad line aside, and go on after it. (A copy, to search
-                # it: refusals are rare.)
+                # write them, set the bad line aside, and go on after it, ahead of the chunk
+                # already started. (A copy, to search it: refusals are rare.)
                 chunk = bytes(chunk)
                 start = 0
                 for _ in range(exc.index):
@@ -284,7 +304,9 @@ class _Builder:
                     self.writer.add_jsonl(chunk[:start])
                 chunk = chunk[end:]
                 self._done += exc.index + 1
-        return self._done
+                if not chunk:
+                    return self._done
+                take = functools.partial(self.writer.add_jsonl, chunk)
 
     def show(self) -> None:
         if self.progress is None:

@@ -99,8 +99,22 @@ class SetWriter:
         """Adds the items of a chunk of JSON Lines (whole lines only), parsed in Rust on the
         worker threads, and returns how many lines the chunk held. A bad line raises
         `RecordError` whose `.index` is its line in the chunk (blank lines counted); nothing of
-        the chunk is written then."""
+        the chunk is written then. The chunk goes ahead of those started and not yet waited
+        for."""
         problems, finished, lines = self._core.add_jsonl(chunk)
+        self._report(problems, finished)
+        return lines
+
+    def start_jsonl(self, chunk: bytes | memoryview) -> None:
+        """Starts encoding a chunk of JSON Lines on the worker threads and returns at once;
+        `wait_jsonl` adds it, and what is added meanwhile goes ahead of it. Starting the next
+        chunk before waiting for the last keeps the threads busy while Python reads on."""
+        self._core.start_jsonl(chunk)
+
+    def wait_jsonl(self) -> int:
+        """Waits for the oldest chunk started and adds its items, as `add_jsonl` does (same
+        return value, same `RecordError`, nothing of the chunk written on error)."""
+        problems, finished, lines = self._core.wait_jsonl()
         self._report(problems, finished)
         return lines
 

@@ -558,6 +558,20 @@ def test_chunks_of_a_mapped_file_keep_every_line_and_its_number(
     assert read_manifest(tmp_path / "e") == []
 
 
+def test_a_bad_line_stops_the_build_while_later_chunks_are_being_encoded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import fastfeed.build
+
+    monkeypatch.setattr(fastfeed.build, "CHUNK_BYTES", 64)
+    lines = [orjson.dumps(doc(i, pagerank=3) if i == 25 else doc(i)) for i in range(40)]
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b"\n".join(lines) + b"\n")
+    assert main(["build", str(src), "--datasource", "d", "--out", str(tmp_path / "o")]) == 1
+    assert f"{src}:26: pagerank:" in capsys.readouterr().err
+    assert list((tmp_path / "o").iterdir()) == []
+
+
 def test_add_jsonl_takes_any_bytes_like_chunk(tmp_path: Path) -> None:
     lines = [orjson.dumps(doc(i)) + b"\n" for i in range(4)]
     chunks = [

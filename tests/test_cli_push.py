@@ -178,8 +178,9 @@ def test_run_does_not_let_the_builder_run_far_ahead_of_the_appliance(
     emulator: Emulator, tls: Any, tmp_path: Path
 ) -> None:
     """With the appliance's backlog stuck above the high mark the push stops, and the builder
-    stops too: it holds at most a few chunks of input (one encoding, one queued, one being
-    written) besides the files waiting for the pusher, so it waits far from the end."""
+    stops too: it holds at most a few chunks of input (one encoding, one being taken, one
+    queued, one being written) besides the files waiting for the pusher, so it waits far from
+    the end."""
     records, per_file = 20_000, 100
     corpus = tmp_path / "docs.jsonl"
     corpus.write_bytes(

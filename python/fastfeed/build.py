@@ -92,9 +92,9 @@ def _mapped_chunks(stream: IO[bytes]) -> Iterator[memoryview]:
             if cut < 0:
                 cut = mapped.find(b"\n", end)
             end = size if cut < 0 else cut + 1
-        # The chunks before the last one are written (the last may still be encoding): unmap
-        # their pages, or they would count in this process's memory up to the file's size (they
-        # stay in the page cache, and come back if read again).
+        # The chunks before the last one are written (the builder starts one chunk ahead, so the
+        # last may still be encoding): unmap their pages, or they would count in this process's
+        # memory up to the file's size (they stay in the page cache, and come back if read again).
         upto = last - last % mmap.PAGESIZE
         if upto > released:
             mapped.madvise(mmap.MADV_DONTNEED, released, upto - released)
@@ -245,7 +245,7 @@ class _Builder:
         """Names the line at `index` of what the writer was last given."""
         return self._locate(self._done + index)
 
-    def jsonl(self, chunks: Iterable[bytes | memoryview], name: str) -> None:
+    def jsonl(self, chunks: Iterable[Chunk], name: str) -> None:
         first = 1
         for chunk, _ in self._one_ahead((chunk, None) for chunk in chunks):
             first += self._take(chunk, _LineOf(name, first))

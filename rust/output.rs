@@ -208,4 +208,25 @@ mod tests {
             }
         }
     }
+
+    /// Some file systems open a file for direct writes and then refuse them (EINVAL); the
+    /// kernel does the same with a write that is not whole blocks, which makes the refusal
+    /// real here. The block must go through the page cache instead, and the blocks after it.
+    #[test]
+    fn a_refused_direct_write_goes_through_the_page_cache() {
+        let data: Vec<u8> = (0..BLOCK + 5_000).map(|i| (i * 13 % 241) as u8).collect();
+        let disk = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let path = disk.path().join("out.xml");
+        let mut out = Output::create(&path).unwrap();
+        assert!(
+            out.direct,
+            "the project's directory is on a disk, which takes direct writes"
+        );
+        out.write_all(&data[..100]).unwrap();
+        out.write_block(100).unwrap();
+        assert!(!out.direct);
+        out.write_all(&data[100..]).unwrap();
+        out.finish().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), data);
+    }
 }

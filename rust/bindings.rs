@@ -68,11 +68,15 @@ impl From<Error> for PyErr {
             Error::Io {
                 ref path,
                 ref source,
-            } => PyOSError::new_err((
-                source.raw_os_error().unwrap_or(0),
-                source.to_string(),
-                path.to_string_lossy().into_owned(),
-            )),
+            } => {
+                // As Python's own OSError reads: the system's words, without Rust's "(os error N)".
+                let code = source.raw_os_error().unwrap_or(0);
+                let text = source.to_string();
+                let text = text
+                    .strip_suffix(&format!(" (os error {code})"))
+                    .unwrap_or(&text);
+                PyOSError::new_err((code, text.to_owned(), path.to_string_lossy().into_owned()))
+            }
         }
     }
 }

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import os
+import resource
+import signal
 import subprocess
 import sys
 import zlib
@@ -570,6 +572,31 @@ def test_a_bad_line_stops_the_build_while_later_chunks_are_being_encoded(
     assert main(["build", str(src), "--datasource", "d", "--out", str(tmp_path / "o")]) == 1
     assert f"{src}:26: pagerank:" in capsys.readouterr().err
     assert list((tmp_path / "o").iterdir()) == []
+
+
+def test_a_file_the_system_refuses_to_write_stops_the_build_and_leaves_no_part_of_it(
+    tmp_path: Path,
+) -> None:
+    """A real refusal: the kernel's file size limit cuts the first feed file short, as a full
+    disk would."""
+    src = write_jsonl(tmp_path / "in.jsonl", [doc(i, content="x" * 4000) for i in range(1000)])
+
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, 1_000_000))
+
+    out = tmp_path / "o"
+    argv = ["build", str(src), "--datasource", "d", "--out", str(out), "--compress", "never"]
+    done = subprocess.run(
+        [sys.executable, "-m", "fastfeed.cli", *argv],
+        preexec_fn=limited,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1
+    assert f"error: {out / 'd-000001.xml.tmp'}: File too large\n" in done.stderr
+    assert f"stopped; {out} has no manifest" in done.stderr
+    assert list(out.iterdir()) == []
 
 
 def test_add_jsonl_takes_any_bytes_like_chunk(tmp_path: Path) -> None:

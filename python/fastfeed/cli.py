@@ -15,7 +15,7 @@ from fastfeed import (
     cli_thunderstone,
     config,
 )
-from fastfeed.errors import ExitCode, FastfeedError, FeedError
+from fastfeed.errors import ExitCode, FastfeedError, FeedError, describe
 
 DESCRIPTION = """\
 Build search appliance feeds from a corpus and push them, fast and without losing a record.
@@ -54,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         status: int = args.func(args)
     except (FastfeedError, FeedError, OSError) as exc:
-        print(f"fastfeed {args.command}: error: {exc}", file=sys.stderr)
+        print(f"fastfeed {args.command}: error: {describe(exc)}", file=sys.stderr)
         return ExitCode.FAILED
     except KeyboardInterrupt:
         print(f"fastfeed {args.command}: interrupted", file=sys.stderr)

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from fastfeed.build import InputError, build, build_thunderstone
-from fastfeed.errors import ExitCode, FastfeedError
+from fastfeed.errors import ExitCode, FastfeedError, describe
 from fastfeed.progress import Progress, human_bytes
 from fastfeed.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES, HARD_MAX_BYTES
 
@@ -188,11 +188,12 @@ def run_build(args: argparse.Namespace) -> int:
                 acl_format=args.acl_format,
                 **common,
             )
-    except InputError as exc:
-        print(f"fastfeed build: error: {exc}", file=sys.stderr)
+    except (InputError, OSError) as exc:  # OSError: writing the set (disk full, permissions...)
+        remedy = "the record (or use --on-error skip)" if isinstance(exc, InputError) else "it"
+        print(f"fastfeed build: error: {describe(exc)}", file=sys.stderr)
         print(
-            f"fastfeed build: stopped; {args.out} has no manifest and cannot be pushed. Fix the "
-            "record (or use --on-error skip) and build again into an empty directory.",
+            f"fastfeed build: stopped; {args.out} has no manifest and cannot be pushed. Fix "
+            f"{remedy} and build again into an empty directory.",
             file=sys.stderr,
         )
         return ExitCode.FAILED

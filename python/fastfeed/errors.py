@@ -10,7 +10,7 @@ from enum import IntEnum
 
 from fastfeed._core import FeedError, RecordError
 
-__all__ = ["ExitCode", "FastfeedError", "FeedError", "RecordError"]
+__all__ = ["ExitCode", "FastfeedError", "FeedError", "RecordError", "describe"]
 
 
 class ExitCode(IntEnum):
@@ -25,3 +25,11 @@ class ExitCode(IntEnum):
 
 class FastfeedError(Exception):
     """A problem in the Python layer (input files, configuration, pushing) the user can act on."""
+
+
+def describe(exc: Exception) -> str:
+    """An error as the CLI shows it: an OSError as "file: what the system said", without
+    Python's "[Errno N]" and quotes."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    return str(exc)

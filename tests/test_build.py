@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import base64
 import os
-import resource
-import signal
 import subprocess
 import sys
 import zlib
@@ -580,18 +578,18 @@ def test_a_file_the_system_refuses_to_write_stops_the_build_and_leaves_no_part_o
     """A real refusal: the kernel's file size limit cuts the first feed file short, as a full
     disk would."""
     src = write_jsonl(tmp_path / "in.jsonl", [doc(i, content="x" * 4000) for i in range(1000)])
-
-    def limited() -> None:
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, 1_000_000))
-
+    # Set in the child itself: preexec_fn is unsafe in a process with threads.
+    limited = (
+        "import resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, 1_000_000))\n"
+        "from fastfeed.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
     out = tmp_path / "o"
     argv = ["build", str(src), "--datasource", "d", "--out", str(out), "--compress", "never"]
     done = subprocess.run(
-        [sys.executable, "-m", "fastfeed.cli", *argv],
-        preexec_fn=limited,
-        capture_output=True,
-        text=True,
+        [sys.executable, "-c", limited, *argv], capture_output=True, text=True, check=False
     )
     assert done.returncode == 1
     assert f"error: {out / 'd-000001.xml.tmp'}: File too large\n" in done.stderr

@@ -10,7 +10,7 @@ from enum import IntEnum
 
 from fastfeed._core import FeedError, RecordError
 
-__all__ = ["ExitCode", "FastfeedError", "FeedError", "RecordError", "describe"]
+__all__ = ["ExitCode", "FastfeedError", "FeedError", "RecordError"]
 
 
 class ExitCode(IntEnum):

@@ -364,8 +364,16 @@ def test_a_directory_needs_a_base_url(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "--base-url" in capsys.readouterr().err
 
 
-def test_an_empty_full_feed_is_written_because_it_empties_the_datasource(tmp_path: Path) -> None:
-    assert build(tmp_path, [], "--feedtype", "full") == 0
+def test_an_empty_full_feed_is_refused_because_it_empties_the_datasource(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert build(tmp_path, [], "--feedtype", "full") == 1
+    assert "--allow-empty-full" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
+
+
+def test_an_empty_full_feed_is_written_when_allowed(tmp_path: Path) -> None:
+    assert build(tmp_path, [], "--feedtype", "full", "--allow-empty-full") == 0
     [entry] = read_manifest(tmp_path / "out")
     assert (entry.feedtype, entry.records) == ("full", 0)
     assert validate_file(tmp_path / "out" / entry.file) == []
@@ -376,7 +384,7 @@ def test_refuses_to_mix_two_builds_in_one_directory(
 ) -> None:
     assert build(tmp_path, [doc(1)]) == 0
     assert build(tmp_path, [doc(2)]) == 1
-    assert "already holds a feed set" in capsys.readouterr().err
+    assert "out is not empty" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -672,5 +680,6 @@ def test_a_directory_walk_that_fails_stops_the_build_naming_the_file(
     (root / "b-dangling").symlink_to(tmp_path / "gone")
     argv = ["build", str(root), "--base-url", "http://f.example.com/", "--datasource", "d"]
     assert main([*argv, "--out", str(tmp_path / "o")]) == 1
-    assert f"cannot read {root / 'b-dangling'}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{root / 'b-dangling'}: cannot read the file: No such file or directory" in err
     assert not (tmp_path / "o" / "manifest.jsonl").exists()

@@ -224,3 +224,36 @@ def test_help_teaches_with_examples(capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit):
             main([command, "--help"])
         assert "example" in capsys.readouterr().out
+
+
+def test_an_empty_full_feed_is_pushed_only_when_allowed(
+    emulator: Emulator, tls: Any, make_feed_set: MakeSet, tmp_path: Path
+) -> None:
+    assert main(["push", str(make_feed_set("docs", "full", files=1)), *target(emulator, tls)]) == 0
+    empty = tmp_path / "empty"
+    argv = ["build", "/dev/null", "--datasource", "docs", "--feedtype", "full", "--out", str(empty)]
+    assert main([*argv, "--allow-empty-full"]) == 0
+
+    assert main(["push", str(empty), *target(emulator, tls)]) == 3
+    assert main(["run", "/dev/null", "--datasource", "docs", "--feedtype", "full"]
+                + target(emulator, tls)) == 3  # fmt: skip
+    emulator.wait_idle()
+    assert len(emulator.pushes()) == 1 and len(emulator.documents("docs")) == 5
+
+    assert main(["push", str(empty), *target(emulator, tls), "--allow-empty-full"]) == 0
+    emulator.wait_idle()
+    assert emulator.documents("docs") == {}
+
+
+def test_an_empty_full_groups_feed_is_refused_without_its_flag(
+    emulator: Emulator, tls: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "groups"
+    argv = ["groups", "build", "/dev/null", "--groupsource", "ldap", "--feedtype", "full"]
+    assert main([*argv, "--out", str(out)]) == 1
+    assert "would remove every group of every source" in capsys.readouterr().err
+    assert main([*argv, "--out", str(out), "--allow-empty-full"]) == 0
+    push = ["groups", "push", str(out), *target(emulator, tls), "--allow-full"]
+    assert main(push) == 3
+    assert "Nothing was sent" in capsys.readouterr().err
+    assert emulator.pushes() == []

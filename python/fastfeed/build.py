@@ -14,6 +14,7 @@ import json
 import mmap
 import os
 import queue
+import stat
 import sys
 import threading
 import time
@@ -31,6 +32,7 @@ from fastfeed.progress import Progress, human_bytes
 from fastfeed.writer import (
     DEFAULT_LEVEL,
     DEFAULT_MAX_BYTES,
+    HARD_MAX_BYTES,
     AclFormat,
     Compress,
     FeedType,
@@ -48,6 +50,10 @@ Chunk = bytes | memoryview
 #: most this many bytes or DIR_BATCH files.
 CHUNK_BYTES = 4 * 1024 * 1024
 DIR_BATCH = 1024
+
+#: A line of a stream longer than this is refused: it is held in memory until its end, and no
+#: record that long can fit under the hard ceiling on a feed file.
+MAX_STREAMED_LINE = HARD_MAX_BYTES
 
 REJECTED = "rejected.jsonl"
 REJECTED_LOG = "rejected.log"
@@ -79,8 +85,6 @@ def _mapped_chunks(stream: IO[bytes]) -> Iterator[memoryview]:
     makes a longer chunk). Mapping spares copying every input byte out of the page cache, which
     `read` does and which cost as much CPU as all the encoding."""
     size = os.fstat(stream.fileno()).st_size
-    if size == 0:
-        return
     # Closed when the last view of it is gone: a view still held (an error's traceback) would
     # make an explicit close fail.
     mapped = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
@@ -103,34 +107,64 @@ def _mapped_chunks(stream: IO[bytes]) -> Iterator[memoryview]:
         last, start = start, end
 
 
-def _chunks(stream: IO[bytes]) -> Iterator[bytes]:
+def _chunks(stream: IO[bytes], name: str) -> Iterator[bytes]:
     """Newline-aligned chunks of about CHUNK_BYTES read from a stream that cannot be mapped
-    (standard input); a longer line makes a longer chunk."""
-    rest = b""
+    (standard input, a pipe, a device); a longer line makes a longer chunk, up to
+    MAX_STREAMED_LINE."""
+    pending: list[bytes] = []  # the start of a line whose end has not been read yet
+    held = lines = 0
     while block := stream.read(CHUNK_BYTES):
-        block = rest + block
         cut = block.rfind(b"\n") + 1
         if cut == 0:
-            rest = block
+            pending.append(block)
+            held += len(block)
+            if held > MAX_STREAMED_LINE:
+                raise InputError(
+                    f"{name}:{lines + 1}",
+                    f"the line is longer than {MAX_STREAMED_LINE // 1_000_000} MB (no record that "
+                    "long fits in a feed file); give large content by content_path",
+                )
             continue
-        rest = block[cut:]
-        yield block[:cut]
-    if rest:
-        yield rest
+        chunk = b"".join((*pending, block[:cut])) if pending else block[:cut]
+        pending = [block[cut:]] if cut < len(block) else []
+        held = len(block) - cut
+        lines += chunk.count(b"\n")
+        yield chunk
+    if pending:
+        yield b"".join(pending)
+
+
+def _mappable(stream: IO[bytes]) -> bool:
+    """Whether the input is a regular file with bytes in it. Anything else (a pipe, a FIFO,
+    /dev/stdin, a device, a /proc file that says it is empty) is read as a stream: its size
+    says nothing of what it holds, and reading it as empty would build an empty feed, which as
+    a full feed removes every document of its datasource."""
+    status = os.fstat(stream.fileno())
+    return stat.S_ISREG(status.st_mode) and status.st_size > 0
 
 
 #: A directory's file, as a record, or as why it cannot be one.
 _DirItem = tuple[str, "dict[str, object] | str"]
 
 
-def _directory_batches(root: Path, base_url: str) -> Iterator[list[_DirItem]]:
+def _directory_batches(root: Path, base_url: str, skip: str) -> Iterator[list[_DirItem]]:
+    """The files under `root` as records, in batches; `skip` is a directory not to enter (the
+    output, when it lies inside the input). What cannot be read is an item with its reason,
+    never left out in silence: a full feed missing a subtree removes it from the index."""
     # Plain strings, not pathlib: on a directory of 50,000 files, pathlib's parsing was most of
     # the walk's time, and the walk holds the GIL.
     base = base_url if base_url.endswith("/") else base_url + "/"
     top = os.fspath(root)
     batch: list[_DirItem] = []
     size = 0
-    for dirpath, dirnames, filenames in os.walk(top):
+    skipped = _identity(skip)
+
+    def unreadable(exc: OSError) -> None:
+        batch.append((str(exc.filename), f"cannot read the directory: {exc.strerror}"))
+
+    for dirpath, dirnames, filenames in os.walk(top, onerror=unreadable):
+        if skipped is not None:
+            dirnames[:] = [d for d in dirnames if _identity(os.path.join(dirpath, d)) != skipped]
         dirnames.sort()
         inside = os.path.relpath(dirpath, top)
         inside = "" if inside == os.curdir else inside
@@ -147,21 +181,34 @@ def _directory_batches(root: Path, base_url: str) -> Iterator[list[_DirItem]]:
                 batch.append((shown, "the file name is not valid UTF-8: rename the file"))
                 continue
             try:
-                stat = os.stat(path)
+                status = os.stat(path)
             except OSError as exc:
-                raise FastfeedError(f"cannot read {path}: {exc.strerror}") from None
+                batch.append((path, f"cannot read the file: {exc.strerror}"))
+                continue
+            if not stat.S_ISREG(status.st_mode):
+                # A FIFO would block the build forever, a device never end.
+                batch.append((path, "not a regular file (a FIFO, socket or device)"))
+                continue
             record = {
                 "url": url_dir + quote(filename, safe="/"),
                 "content_path": path,
-                "last_modified": int(stat.st_mtime),
+                "last_modified": int(status.st_mtime),
             }
             batch.append((path, record))
-            size += stat.st_size
+            size += status.st_size
             if len(batch) >= DIR_BATCH or size >= CHUNK_BYTES:
                 yield batch
                 batch, size = [], 0
     if batch:
         yield batch
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
 
 
 @dataclass(frozen=True)
@@ -251,10 +298,10 @@ class _Builder:
             first += self._take(chunk, _LineOf(name, first))
             self.show()
 
-    def directory(self, root: Path, base_url: str) -> None:
+    def directory(self, root: Path, base_url: str, skip: str) -> None:
         # The files' records go as JSON Lines too: one way into the core, one way to refuse.
         def chunks() -> Iterator[tuple[bytes, list[_DirItem]]]:
-            for batch in _ahead(_directory_batches(root, base_url)):
+            for batch in _ahead(_directory_batches(root, base_url, skip)):
                 records = b"".join(
                     orjson.dumps(item) + b"\n" for _, item in batch if not isinstance(item, str)
                 )
@@ -332,6 +379,7 @@ def build(
     level: int = DEFAULT_LEVEL,
     workers: int = 0,
     acl_format: AclFormat = "per-url",
+    allow_empty_full: bool = False,
     on_error: OnError = "stop",
     on_file: Callable[[ManifestEntry], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
@@ -343,6 +391,7 @@ def build(
     With `on_error="stop"` the first refused record raises `InputError` and no manifest is
     written. With `"skip"`, refused records are saved byte for byte to `rejected.jsonl` (with
     the reasons in `rejected.log`) so that they can be fixed and fed again; none is lost.
+    A `full` set with no records raises `EmptyFullFeed` unless `allow_empty_full`.
     """
     _check_directories(inputs, base_url)
 
@@ -357,6 +406,7 @@ def build(
             level=level,
             workers=workers,
             acl_format=acl_format,
+            allow_empty_full=allow_empty_full,
             on_file=on_file,
             on_warning=warn,
         )
@@ -430,25 +480,20 @@ def write_set(
         else:
             on_warning(message)
 
+    if out.is_dir() and any(out.iterdir()):
+        raise FastfeedError(
+            f"{out} is not empty: build into a new or empty directory, so that the files of two "
+            "builds never mix"
+        )
     writer = make_writer(warn)
     builder.start(writer)
-    with writer:
-        for name in inputs:
-            path = Path(name)
-            if name == "-":
-                builder.jsonl(_chunks(sys.stdin.buffer), "<stdin>")
-            elif path.is_dir():
-                builder.directory(path, base_url or "")
-            else:
-                try:
-                    stream = path.open("rb")
-                except OSError as exc:
-                    raise FastfeedError(f"cannot read {name}: {exc.strerror}") from None
-                with stream:
-                    builder.jsonl(_mapped_chunks(stream), name)
+    try:
+        _feed(builder, inputs, base_url, os.fspath(out))
+    finally:
+        # Kept whatever stopped the build: the refused records are the ones to fix.
+        rejected_file = _save_rejected(out, builder.rejected) if builder.rejected else None
     if progress is not None:
         progress.close()
-    rejected_file = _save_rejected(out, builder.rejected) if builder.rejected else None
     return BuildSummary(
         out_dir=str(out),
         manifest=writer.manifest,
@@ -459,6 +504,26 @@ def write_set(
         seconds=time.monotonic() - started,
         rejected_file=rejected_file,
     )
+
+
+def _feed(builder: _Builder, inputs: Sequence[str], base_url: str | None, out: str) -> None:
+    """Gives every input to the builder's writer, then closes it (which writes the manifest),
+    or aborts it if anything went wrong."""
+    with builder.writer:
+        for name in inputs:
+            path = Path(name)
+            if name == "-":
+                builder.jsonl(_chunks(sys.stdin.buffer, "<stdin>"), "<stdin>")
+            elif path.is_dir():
+                builder.directory(path, base_url or "", out)
+            else:
+                try:
+                    stream = path.open("rb")
+                except OSError as exc:
+                    raise FastfeedError(f"cannot read {name}: {exc.strerror}") from None
+                with stream:
+                    chunks = _mapped_chunks(stream) if _mappable(stream) else _chunks(stream, name)
+                    builder.jsonl(chunks, name)
 
 
 def _save_rejected(out: Path, rejected: list[tuple[str, bytes, str]]) -> str:

@@ -129,6 +129,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "data for a Thunderstone Search Appliance profile (give --profile)",
     )
     p.add_argument("--profile", help="the Thunderstone profile that receives the data")
+    allow_empty_full_option(p)
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     p.set_defaults(func=run_build)
 
@@ -161,6 +162,17 @@ def set_options(p: argparse.ArgumentParser, items: str) -> None:
     )
 
 
+def allow_empty_full_option(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """Every command that writes or sends a full feed: one with no records is refused."""
+    p.add_argument(
+        "--allow-empty-full",
+        action="store_true",
+        help="let a full feed with no records through; on the appliance it removes every document "
+        "of its datasource (a groups feed: every group). Refused by default: an empty input is "
+        "more often a broken export than an empty source",
+    )
+
+
 def run_build(args: argparse.Namespace) -> int:
     if args.format == "thunderstone" and not args.profile:
         raise FastfeedError("--format thunderstone needs --profile, the receiving profile's name")
@@ -186,6 +198,7 @@ def run_build(args: argparse.Namespace) -> int:
                 compress=args.compress,
                 level=args.level,
                 acl_format=args.acl_format,
+                allow_empty_full=args.allow_empty_full,
                 **common,
             )
     except (InputError, OSError) as exc:  # OSError: writing the set (disk full, permissions...)

@@ -7,7 +7,7 @@ import sys
 
 import orjson
 
-from fastfeed.cli_build import set_options
+from fastfeed.cli_build import allow_empty_full_option, set_options
 from fastfeed.cli_push import (
     connection_options,
     push_options,
@@ -107,6 +107,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "groups of every groupsource on the appliance",
     )
     set_options(b, "groups")
+    allow_empty_full_option(b)
     b.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     b.set_defaults(func=run_build)
 
@@ -139,6 +140,7 @@ def run_build(args: argparse.Namespace) -> int:
             max_bytes=args.max_bytes,
             max_records=args.max_records,
             on_error=args.on_error,
+            allow_empty_full=args.allow_empty_full,
             progress=Progress(),
         )
     except InputError as exc:
@@ -193,7 +195,13 @@ def run_push(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         settings = settings_from_args(args)
-        summary = push(args.paths, settings, progress=Progress(), allow_full_groups=args.allow_full)
+        summary = push(
+            args.paths,
+            settings,
+            progress=Progress(),
+            allow_full_groups=args.allow_full,
+            allow_empty_full=args.allow_empty_full,
+        )
     except FastfeedError as exc:
         return stopped("groups push", exc, args.json)
     return report("groups push", summary, args.json)

@@ -15,7 +15,7 @@ import orjson
 
 from fastfeed import config
 from fastfeed.build import InputError, build
-from fastfeed.cli_build import require_datasource
+from fastfeed.cli_build import allow_empty_full_option, require_datasource
 from fastfeed.errors import ExitCode, FastfeedError
 from fastfeed.progress import Progress
 from fastfeed.settings import HTTP_PORT, HTTPS_PORT, PushSettings, Secret
@@ -222,6 +222,7 @@ def push_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="let incremental files of one datasource overlap (only if no URL is in two files)",
     )
+    allow_empty_full_option(g)
     retry_options(g)
     g.add_argument(
         "--disk-full-delay",
@@ -295,7 +296,8 @@ def _build_options(run: argparse.ArgumentParser, build_parser: argparse.Argument
     g = run.add_argument_group("building (as `fastfeed build`)")
     for action in build_parser._actions:
         # `run` pushes GSA feeds: Thunderstone data goes through `fastfeed thunderstone push`.
-        if action.dest in ("help", "out", "json", "format", "profile"):
+        # --allow-empty-full comes with the push options.
+        if action.dest in ("help", "out", "json", "format", "profile", "allow_empty_full"):
             continue
         if action.option_strings:
             g._add_action(action)
@@ -351,7 +353,13 @@ def _push_command(args: argparse.Namespace, *, replay: bool) -> int:
 
     try:
         settings = settings_from_args(args)
-        summary = push(args.paths, settings, progress=Progress(), replay=replay)
+        summary = push(
+            args.paths,
+            settings,
+            progress=Progress(),
+            replay=replay,
+            allow_empty_full=args.allow_empty_full,
+        )
     except FastfeedError as exc:
         return stopped(args.command, exc, args.json)
     return report(args.command, summary, args.json)

@@ -10,7 +10,7 @@ from enum import IntEnum
 
 from fastfeed._core import FeedError, RecordError
 
-__all__ = ["ExitCode", "FastfeedError", "FeedError", "RecordError"]
+__all__ = ["EmptyFullFeed", "ExitCode", "FastfeedError", "FeedError", "RecordError"]
 
 
 class ExitCode(IntEnum):
@@ -25,6 +25,13 @@ class ExitCode(IntEnum):
 
 class FastfeedError(Exception):
     """A problem in the Python layer (input files, configuration, pushing) the user can act on."""
+
+
+class EmptyFullFeed(FastfeedError):
+    """A full feed with nothing in it. Sent, it would remove every document of its datasource
+    (a full groups feed: every group) from the appliance; an empty input is far more often a
+    broken export than an empty source, so it takes the user's explicit word
+    (`allow_empty_full=True`, `--allow-empty-full`)."""
 
 
 def describe(exc: Exception) -> str:

@@ -43,7 +43,8 @@ class GroupsWriter(SetWriter):
     `manifest.jsonl` (entries of kind `groups`, whose `datasource` is the groupsource).
 
     Used like `FeedWriter`. A full groups feed replaces the groups of every source on the
-    appliance; split, only its first file is full."""
+    appliance; split, only its first file is full. An empty full groups feed is refused when
+    closed (`EmptyFullFeed`) unless `allow_empty_full`."""
 
     def __init__(
         self,
@@ -54,6 +55,7 @@ class GroupsWriter(SetWriter):
         max_bytes: int = DEFAULT_MAX_BYTES,
         max_records: int = 0,
         workers: int = 0,
+        allow_empty_full: bool = False,
         on_file: Callable[[ManifestEntry], None] | None = None,
         on_warning: Callable[[FeedWarning], None] | None = None,
     ) -> None:
@@ -66,7 +68,9 @@ class GroupsWriter(SetWriter):
             max_records=max_records,
             workers=workers,
         )
-        super().__init__(core, out_dir, on_file, on_warning)
+        empty = feedtype == "full" and not allow_empty_full
+        refuse = "a full groups feed with no memberships would remove every group of every source"
+        super().__init__(core, out_dir, on_file, on_warning, refuse if empty else None)
 
     def add(self, membership: Membership) -> None:
         self.add_batch((membership,))
@@ -90,6 +94,7 @@ def build_groups(
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_records: int = 0,
     workers: int = 0,
+    allow_empty_full: bool = False,
     on_error: OnError = "stop",
     on_file: Callable[[ManifestEntry], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
@@ -110,6 +115,7 @@ def build_groups(
             max_bytes=max_bytes,
             max_records=max_records,
             workers=workers,
+            allow_empty_full=allow_empty_full,
             on_file=on_file,
             on_warning=warn,
         )

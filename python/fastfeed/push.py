@@ -682,6 +682,7 @@ async def push_async(
     progress: Progress | None = None,
     replay: bool = False,
     allow_full_groups: bool = False,
+    allow_empty_full: bool = False,
 ) -> PushSummary:
     """Pushes feed sets (directories) or files of them; see `feed_files` for the order.
 
@@ -689,7 +690,8 @@ async def push_async(
     after an interruption sends only what is missing. With `replay`, the journal is reset for
     this target first, and everything is sent again. Groups sets are pushed like feed sets, but
     a full groups feed is refused (nothing is sent) unless `allow_full_groups`: see
-    `FULL_GROUPS_WARNING`.
+    `FULL_GROUPS_WARNING`. A full feed with no records (which would empty its datasource, or
+    every groupsource) is refused unless `allow_empty_full`.
     Raises `PushError` (with `.refused` and `.summary`) when the push cannot go on at all.
     """
     files = feed_files(paths)
@@ -699,6 +701,19 @@ async def push_async(
             f"{full[0].path} is a full groups feed; {FULL_GROUPS_WARNING}. Nothing was sent. "
             "To send it anyway: `fastfeed groups push --allow-full` (Python: "
             "allow_full_groups=True); to add or update groups, build an incremental groups feed",
+            refused=True,
+        )
+    empty = [f for f in files if f.entry.feedtype == "full" and f.entry.records == 0]
+    if empty and not allow_empty_full:
+        what = (
+            "group of every source"
+            if empty[0].entry.kind == "groups"
+            else "document of its datasource"
+        )
+        raise PushError(
+            f"{empty[0].path} is a full feed with no records: it would remove every {what} from "
+            "the appliance. Nothing was sent. If that is what you want, push it with "
+            "--allow-empty-full (Python: allow_empty_full=True)",
             refused=True,
         )
     with contextlib.ExitStack() as stack:
@@ -722,6 +737,7 @@ def push(
     progress: Progress | None = None,
     replay: bool = False,
     allow_full_groups: bool = False,
+    allow_empty_full: bool = False,
 ) -> PushSummary:
     """Synchronous `push_async`: `push("feeds/", PushSettings(host="gsa.example.com"))`."""
     if isinstance(paths, (str, os.PathLike)):
@@ -733,6 +749,7 @@ def push(
             progress=progress,
             replay=replay,
             allow_full_groups=allow_full_groups,
+            allow_empty_full=allow_empty_full,
         )
     )
 

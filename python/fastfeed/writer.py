@@ -9,6 +9,7 @@ from types import TracebackType
 from typing import Literal, TypedDict
 
 from fastfeed import _core
+from fastfeed.errors import EmptyFullFeed
 from fastfeed.manifest import ManifestEntry
 
 FeedType = Literal["full", "incremental", "metadata-and-url"]
@@ -88,8 +89,11 @@ class SetWriter:
         out_dir: str | os.PathLike[str],
         on_file: Callable[[ManifestEntry], None] | None,
         on_warning: Callable[[FeedWarning], None] | None,
+        refuse_empty: str | None = None,
     ) -> None:
         self._core = core
+        # What an empty set would do on the appliance, when that is refused.
+        self._refuse_empty = refuse_empty
         self.out_dir = os.fspath(out_dir)
         self._on_file = on_file
         self._on_warning = on_warning
@@ -121,6 +125,12 @@ class SetWriter:
     def close(self) -> list[ManifestEntry]:
         """Finishes the last file, writes the manifest and returns it. Closing twice is harmless."""
         if self._manifest is None:
+            if self._refuse_empty is not None and self._core.records == 0:
+                self.abort()
+                raise EmptyFullFeed(
+                    f"{self._refuse_empty}; nothing was written. If that is what you want, build "
+                    "it with --allow-empty-full (Python: allow_empty_full=True)"
+                )
             entries, finished = self._core.finish()
             self._report([], finished)
             self._manifest = [ManifestEntry(**e) for e in entries]
@@ -203,6 +213,8 @@ class FeedWriter(_RecordWriter):
     `workers` threads without the GIL. A bad record raises `RecordError` (with `.index` and
     `.field`) and nothing of its batch is written, so the batch can be retried without it.
     `acl_format="legacy"` writes ACLs as the google:acl* meta names of appliances before 7.0.
+    A `full` feed with no records is refused when closed (`EmptyFullFeed`) unless
+    `allow_empty_full`: it would remove every document of the datasource.
     """
 
     def __init__(
@@ -217,6 +229,7 @@ class FeedWriter(_RecordWriter):
         level: int = DEFAULT_LEVEL,
         workers: int = 0,
         acl_format: AclFormat = "per-url",
+        allow_empty_full: bool = False,
         on_file: Callable[[ManifestEntry], None] | None = None,
         on_warning: Callable[[FeedWarning], None] | None = None,
     ) -> None:
@@ -231,7 +244,9 @@ class FeedWriter(_RecordWriter):
             workers=workers,
             acl_format=acl_format,
         )
-        super().__init__(core, out_dir, on_file, on_warning)
+        empty = feedtype == "full" and not allow_empty_full
+        refuse = f"a full feed with no records would remove every document of {datasource!r}"
+        super().__init__(core, out_dir, on_file, on_warning, refuse if empty else None)
 
     def __enter__(self) -> FeedWriter:
         return self

@@ -1,0 +1,233 @@
+"""Inputs that once built a short or empty feed, which pushed as a full feed empties a datasource:
+pipes and devices read as empty, unreadable subtrees skipped in silence, a build reading its own
+output. Each must give every record, or stop with a message naming what could not be read."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+from fastfeed import build as build_module
+from fastfeed import read_manifest
+from fastfeed.cli import main
+from feeds import decode_set
+
+DOCS = [{"url": f"http://docs.example.com/{i}", "content": f"document {i}"} for i in range(3)]
+BASE = "http://f.example.com/"
+DATA = b"".join(orjson.dumps(d) + b"\n" for d in DOCS)
+
+
+def build_args(source: str, out: Path, *extra: str) -> list[str]:
+    return [
+        "build",
+        source,
+        "--datasource",
+        "docs",
+        "--feedtype",
+        "full",
+        "--out",
+        str(out),
+        *extra,
+    ]
+
+
+def urls(out: Path) -> list[str]:
+    return sorted(f.url for f in decode_set(out))
+
+
+def feed_in_background(path: str, data: bytes) -> threading.Thread:
+    """Writes `data` into a FIFO or pipe path from another thread, as a shell would."""
+
+    def write() -> None:
+        with open(path, "wb") as sink:
+            sink.write(data)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    return thread
+
+
+@pytest.fixture
+def pipe_of() -> Iterator[Callable[[bytes], str]]:
+    """Makes real pipes holding given bytes, named as `<(...)` names one: /dev/fd/N."""
+    opened: list[tuple[int, threading.Thread]] = []
+
+    def make(data: bytes) -> str:
+        read_end, write_end = os.pipe()
+
+        def write() -> None:
+            with os.fdopen(write_end, "wb") as sink:
+                sink.write(data)
+
+        thread = threading.Thread(target=write)
+        thread.start()
+        opened.append((read_end, thread))
+        return f"/dev/fd/{read_end}"
+
+    yield make
+    for read_end, thread in opened:
+        thread.join()
+        os.close(read_end)
+
+
+def test_a_pipe_as_input_gives_every_record(
+    pipe_of: Callable[[bytes], str], tmp_path: Path
+) -> None:
+    assert main(build_args(pipe_of(DATA), tmp_path / "out")) == 0
+    assert urls(tmp_path / "out") == sorted(d["url"] for d in DOCS)
+
+
+def test_a_named_fifo_as_input_gives_every_record(tmp_path: Path) -> None:
+    fifo = tmp_path / "docs.fifo"
+    os.mkfifo(fifo)
+    writer = feed_in_background(str(fifo), DATA)
+    assert main(build_args(str(fifo), tmp_path / "out")) == 0
+    writer.join()
+    assert urls(tmp_path / "out") == sorted(d["url"] for d in DOCS)
+
+
+def test_dev_stdin_as_input_gives_every_record(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "fastfeed.cli", *build_args("/dev/stdin", tmp_path / "out")],
+        input=DATA,
+        capture_output=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert urls(tmp_path / "out") == sorted(d["url"] for d in DOCS)
+
+
+def test_groups_from_a_pipe_are_all_written(
+    pipe_of: Callable[[bytes], str], tmp_path: Path
+) -> None:
+    groups = b"".join(
+        orjson.dumps({"group": f"g{i}", "members": [{"name": "u", "scope": "user"}]}) + b"\n"
+        for i in range(5)
+    )
+    source = pipe_of(groups)
+    argv = ["groups", "build", source, "--groupsource", "ldap", "--out", str(tmp_path / "out")]
+    assert main([*argv, "--feedtype", "full"]) == 0
+    assert sum(e.records for e in read_manifest(tmp_path / "out")) == 5
+
+
+def test_an_endless_line_from_a_device_is_refused_not_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The bound is lowered so that the test reads 20 MB of /dev/zero, not the hard ceiling's worth.
+    monkeypatch.setattr(build_module, "MAX_STREAMED_LINE", 20_000_000)
+    assert main(build_args("/dev/zero", tmp_path / "out")) == 1
+    err = capsys.readouterr().err
+    assert "/dev/zero:1: the line is longer than 20 MB" in err
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
+
+
+def test_an_empty_pipe_makes_no_full_feed(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "fastfeed.cli", *build_args("/dev/stdin", tmp_path / "out")],
+        input=b"",
+        capture_output=True,
+    )
+    assert done.returncode == 1
+    assert b"a full feed with no records would remove every document of 'docs'" in done.stderr
+    assert b"--allow-empty-full" in done.stderr
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
+
+
+def unprivileged(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """Runs the CLI where file permissions apply: as root, without the capabilities that
+    override them (the tests run as root in CI)."""
+    command = [sys.executable, "-m", "fastfeed.cli", *argv]
+    if os.geteuid() == 0:
+        drop = "--bounding-set=-dac_override,-dac_read_search"
+        command = ["setpriv", drop, "--", *command]
+    return subprocess.run(command, capture_output=True, text=True)
+
+
+@pytest.fixture
+def tree_with_a_locked_directory(tmp_path: Path) -> Iterator[Path]:
+    tree = tmp_path / "tree"
+    (tree / "locked").mkdir(parents=True)
+    (tree / "a.txt").write_text("a")
+    (tree / "locked" / "b.txt").write_text("b")
+    (tree / "locked").chmod(0)
+    yield tree
+    (tree / "locked").chmod(0o755)
+
+
+def test_an_unreadable_directory_stops_the_build_naming_it(
+    tree_with_a_locked_directory: Path, tmp_path: Path
+) -> None:
+    tree = tree_with_a_locked_directory
+    done = unprivileged([*build_args(str(tree), tmp_path / "out"), "--base-url", BASE])
+    assert done.returncode == 1
+    assert f"{tree / 'locked'}: cannot read the directory: Permission denied" in done.stderr
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
+
+
+def test_an_unreadable_directory_is_a_rejected_entry_with_skip(
+    tree_with_a_locked_directory: Path, tmp_path: Path
+) -> None:
+    tree = tree_with_a_locked_directory
+    argv = [*build_args(str(tree), tmp_path / "out"), "--base-url", BASE]
+    done = unprivileged([*argv, "--on-error", "skip"])
+    assert done.returncode == 1, done.stderr
+    assert urls(tmp_path / "out") == [f"{BASE}a.txt"]
+    log = (tmp_path / "out" / "rejected.log").read_text()
+    assert f"{tree / 'locked'}: cannot read the directory: Permission denied" in log
+
+
+def test_an_unreadable_file_stops_the_build_naming_it(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "a.txt").write_text("a")
+    (tree / "secret.txt").write_text("s")
+    (tree / "secret.txt").chmod(0)
+    done = unprivileged([*build_args(str(tree), tmp_path / "out"), "--base-url", BASE])
+    assert done.returncode == 1
+    assert str(tree / "secret.txt") in done.stderr and "Permission denied" in done.stderr
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
+
+
+def test_a_fifo_in_a_directory_is_refused_not_waited_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "a.txt").write_text("a")
+    os.mkfifo(tree / "pipe")
+    assert main([*build_args(str(tree), tmp_path / "out"), "--base-url", BASE]) == 1
+    assert f"{tree / 'pipe'}: not a regular file" in capsys.readouterr().err
+
+
+def test_a_build_never_reads_its_own_output(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for i in range(50):
+        (tree / f"{i:02}.txt").write_text(f"file {i}")
+    # Small files, so that the set's first file is finished while the walk goes on.
+    argv = [
+        *build_args(str(tree), tree / "out"),
+        "--base-url",
+        BASE,
+        "--max-records",
+        "3",
+    ]
+    assert main(argv) == 0
+    assert urls(tree / "out") == sorted(f"{BASE}{i:02}.txt" for i in range(50))
+
+
+def test_a_non_empty_output_directory_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "docs.jsonl"
+    source.write_bytes(DATA)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("mine")
+    assert main(build_args(str(source), tmp_path / "out")) == 1
+    assert f"{tmp_path / 'out'} is not empty" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["notes.txt"]

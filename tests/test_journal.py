@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fastfeed.journal import JOURNAL, Journal, JournalError
+from fastfeed.journal import JOURNAL, Journal, JournalError, JournalWarning
 from fastfeed.manifest import ManifestEntry
 
 
@@ -59,3 +59,31 @@ def test_two_pushes_of_one_set_cannot_run_at_once(tmp_path: Path) -> None:
     with Journal(tmp_path, "gsa:19902"), pytest.raises(JournalError, match="another fastfeed"):
         Journal(tmp_path, "gsa:19902")
     Journal(tmp_path, "gsa:19902").close()  # released with the first
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"event": "accepted", "target": "gsa:19902", "datasource": ["x"], "file": "f", '
+        b'"sha256": "s"}',
+        b'{"event": "accepted", "target": "gsa:19902", "file": "docs-000001.xml"}',
+        b'{"event": "replay", "target": 7}',
+        b'["accepted", "gsa:19902"]',
+        b'{"event": "shipped", "target": "gsa:19902"}',
+    ],
+)
+def test_a_well_formed_line_that_is_no_journal_line_is_ignored_with_a_warning(
+    tmp_path: Path, line: bytes
+) -> None:
+    with Journal(tmp_path, "gsa:19902") as journal:
+        journal.record(entry(1))
+    with open(tmp_path / JOURNAL, "ab") as f:
+        f.write(line + b"\n")
+
+    with pytest.warns(JournalWarning, match=r"ignored 1 lines .*\(line 2\)"):
+        journal = Journal(tmp_path, "gsa:19902")
+    with journal:
+        assert journal.is_accepted(entry(1))
+        journal.record(entry(2))
+    with pytest.warns(JournalWarning), Journal(tmp_path, "gsa:19902") as journal:
+        assert journal.is_accepted(entry(2))

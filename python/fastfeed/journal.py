@@ -4,7 +4,8 @@
 with a single `write` on an `O_APPEND` descriptor and fsynced before the push moves on, so a
 crash (even kill -9) loses at most the line of the file being acknowledged at that moment: that
 file is pushed once more by the next run, which is harmless, whereas skipping it would lose it.
-A torn last line is ignored when reading for the same reason.
+A torn last line is ignored when reading for the same reason, and so is a line that parses but
+is not a journal line (edited by hand, written by something else), with a warning naming it.
 
 Lines are keyed by target (`host:port`), datasource, file name and sha256: the same feed set
 pushed to another appliance, or rebuilt with different content, is new to the journal.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import os
 import time
+import warnings
 from pathlib import Path
 from types import TracebackType
 
@@ -32,6 +34,23 @@ Key = tuple[str, str, str]
 
 class JournalError(FastfeedError):
     """The journal cannot be used: unwritable, or another push holds it."""
+
+
+class JournalWarning(UserWarning):
+    """Lines of a journal were ignored: their files, if any, are pushed again."""
+
+
+_FIELDS = {"accepted": ("target", "datasource", "file", "sha256"), "replay": ("target",)}
+
+
+def _journal_line(item: object) -> dict[str, str] | None:
+    """The line's fields if it is a journal line (an event with its fields, all strings)."""
+    if not isinstance(item, dict) or item.get("event") not in _FIELDS:
+        return None
+    fields = _FIELDS[item["event"]]
+    if not all(isinstance(item.get(name), str) for name in fields):
+        return None
+    return item
 
 
 def _key(entry: ManifestEntry) -> Key:
@@ -51,7 +70,9 @@ class Journal:
         try:
             self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise JournalError(f"cannot open the push journal {self.path}: {exc}") from None
+            raise JournalError(
+                f"cannot open the push journal {self.path}: {exc.strerror}"
+            ) from None
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -63,17 +84,31 @@ class Journal:
 
     def _load(self) -> set[Key]:
         accepted: set[Key] = set()
-        for line in self.path.read_bytes().splitlines():
+        ignored = []
+        for number, line in enumerate(
+            os.pread(self._fd, os.fstat(self._fd).st_size, 0).split(b"\n"), 1
+        ):
             try:
-                item = orjson.loads(line)
+                item = _journal_line(orjson.loads(line))
             except orjson.JSONDecodeError:
-                continue  # a line torn by a crash: its file is simply pushed again
-            if not isinstance(item, dict) or item.get("target") != self.target:
+                continue  # a line torn by a crash (or the empty end): its file is pushed again
+            if item is None:
+                ignored.append(number)
+            elif item["target"] != self.target:
                 continue
-            if item.get("event") == "replay":
+            elif item["event"] == "replay":
                 accepted.clear()
-            elif item.get("event") == "accepted":
+            else:
                 accepted.add((item["datasource"], item["file"], item["sha256"]))
+        if ignored:
+            shown = ", ".join(map(str, ignored[:10])) + (", ..." if len(ignored) > 10 else "")
+            warnings.warn(
+                JournalWarning(
+                    f"{self.path}: ignored {len(ignored)} lines that are not journal lines "
+                    f"(line {shown}); the files they named, if any, are pushed again"
+                ),
+                stacklevel=3,
+            )
         return accepted
 
     def is_accepted(self, entry: ManifestEntry) -> bool:

@@ -20,7 +20,11 @@ from lxml import etree
 
 from fastfeed.emulator.index import Changes, Index, Push
 from fastfeed.emulator.security import Acl, acl_principals, legacy_acl, membership
-from fastfeed.validate import decode_base64, validate_file
+from fastfeed.validate import decode_base64, inflate, validate_file
+
+#: The largest document the emulator keeps: a content inflating past it (a zlib bomb of a few MB
+#: can make gigabytes) skips its record, as a malformed one does, instead of filling the memory.
+MAX_DOCUMENT_BYTES = 100 * 10**6
 
 #: How many validation problems the feed log keeps for a failed feed.
 MAX_REPORTED = 5
@@ -37,7 +41,7 @@ def _decode_content(elem: etree._Element) -> bytes:
     if encoding == "base64binary":
         return decode_base64(text)
     if encoding == "base64compressed":
-        return zlib.decompress(decode_base64(text))
+        return inflate(decode_base64(text), MAX_DOCUMENT_BYTES)
     return text.encode("utf-8")
 
 

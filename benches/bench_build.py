@@ -29,7 +29,7 @@ from xml.sax.saxutils import escape, quoteattr
 import orjson
 import pytest
 from fastfeed import FeedWriter
-from fastfeed.build import build
+from fastfeed.gsa.build import build
 from peak import run_measuring_peak
 
 CORPUS_MB = int(os.environ.get("FASTFEED_BENCH_MB", "200"))
@@ -315,7 +315,7 @@ def test_batch_api_records_per_second(tmp_path: Path, benchmark) -> None:  # typ
 def test_memory_flat_on_a_2_gb_corpus(tmp_path: Path) -> None:
     src = tmp_path / "big.jsonl"
     make_corpus(src, int(os.environ.get("FASTFEED_BENCH_MEMORY_MB", "2000")) * 1_000_000, seed=11)
-    command = [sys.executable, "-m", "fastfeed.cli", "build", str(src)]
+    command = [sys.executable, "-m", "fastfeed", "build", str(src)]
     command += ["--datasource", "big", "--out", str(tmp_path / "o")]
     peak_mb = run_measuring_peak(command) / 1e6
     print(f"\nbuilding {src.stat().st_size / 1e9:.1f} GB of JSON Lines: peak RSS {peak_mb:.0f} MB")

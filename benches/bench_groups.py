@@ -22,8 +22,8 @@ from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
 import orjson
-from fastfeed.build import build
-from fastfeed.groups import build_groups
+from fastfeed.gsa.build import build
+from fastfeed.gsa.groups import build_groups
 
 GROUPS = 1_000
 MEMBERS = 1_000

@@ -24,9 +24,9 @@ import httpx
 import pytest
 import trustme
 from fastfeed import FeedWriter, read_manifest
-from fastfeed.push import push
-from fastfeed.settings import PushSettings
-from fastfeed.writer import HARD_MAX_BYTES
+from fastfeed.delivery.settings import PushSettings
+from fastfeed.gsa.push import push
+from fastfeed.sets.writer import HARD_MAX_BYTES
 from peak import run_measuring_peak
 
 THROUGHPUT_SET_BYTES = 400_000_000
@@ -60,7 +60,7 @@ def appliance(workdir: Path) -> Iterator[Appliance]:
     server.private_key_and_cert_chain_pem.write_to_path(str(workdir / "server.pem"))
     https, http = _free_port(), _free_port()
     child = subprocess.Popen(
-        [sys.executable, "-m", "fastfeed.cli", "emulator", "--https-port", str(https)]
+        [sys.executable, "-m", "fastfeed", "emulator", "--https-port", str(https)]
         + ["--http-port", str(http), "--data-dir", str(workdir / "appliance")]
         + ["--cert", str(workdir / "server.pem"), "--key", str(workdir / "server.pem")]
         + ["--drain-rate", "0.001"],
@@ -164,7 +164,7 @@ def test_peak_memory_pushing_a_900_mb_file(
     feeds = _feed_set(workdir / "big", BIG_FILE_BYTES, HARD_MAX_BYTES)
     (entry,) = read_manifest(feeds)
     assert entry.bytes > 850_000_000
-    command = [sys.executable, "-m", "fastfeed.cli", "replay", str(feeds)]
+    command = [sys.executable, "-m", "fastfeed", "replay", str(feeds)]
     command += ["--host", "127.0.0.1", "--port", str(appliance.port), "--cacert", str(appliance.ca)]
     command += ["--backlog-high", "1000000", "--backlog-low", "0"]
     peaks = []

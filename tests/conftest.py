@@ -111,7 +111,7 @@ def make_feed_set(tmp_path: Path) -> Callable[..., Path]:
 @pytest.fixture
 def push_settings(tls: TLSFiles) -> Callable[..., Any]:
     """PushSettings for an emulator, verifying its certificate, with test-sized delays."""
-    from fastfeed.settings import PushSettings
+    from fastfeed.delivery.settings import PushSettings
 
     def make(emulator: Emulator, **overrides: Any) -> PushSettings:
         values: dict[str, Any] = {

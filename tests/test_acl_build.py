@@ -14,7 +14,7 @@ from conftest import TLSFiles
 from fastfeed import read_manifest
 from fastfeed.cli import main
 from fastfeed.emulator import Acl, Emulator, Principal
-from fastfeed.validate import validate_file
+from fastfeed.gsa.validate import validate_file
 
 ALICE = {
     "name": "CORP\\alice",

@@ -54,7 +54,7 @@ def test_validate_refuses_a_bomb_past_the_protocols_bound_in_flat_memory(
         f"""
         import resource
         resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20))
-        from fastfeed.validate import validate_file
+        from fastfeed.gsa.validate import validate_file
         for problem in validate_file({str(gigabyte_bomb)!r}):
             print(problem)
         """

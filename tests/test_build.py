@@ -13,7 +13,7 @@ import orjson
 import pytest
 from fastfeed import FeedError, FeedWarning, FeedWriter, RecordError, read_manifest
 from fastfeed.cli import main
-from fastfeed.validate import validate_file
+from fastfeed.gsa.validate import validate_file
 from feeds import decode_file, decode_set
 
 
@@ -527,7 +527,7 @@ def test_compressed_content_is_plain_zlib(tmp_path: Path) -> None:
 
 def test_help_teaches_by_example() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "fastfeed.cli", "build", "--help"],
+        [sys.executable, "-m", "fastfeed", "build", "--help"],
         capture_output=True,
         text=True,
         check=True,
@@ -542,10 +542,10 @@ def test_chunks_of_a_mapped_file_keep_every_line_and_its_number(
     capsys: pytest.CaptureFixture[str],
     ending: bytes,
 ) -> None:
-    import fastfeed.build
+    import fastfeed.sets.build
 
     # Chunks far smaller than lines: every line crosses chunk boundaries.
-    monkeypatch.setattr(fastfeed.build, "CHUNK_BYTES", 64)
+    monkeypatch.setattr(fastfeed.sets.build, "CHUNK_BYTES", 64)
     records = [doc(i, content="z" * (i * 37 % 300)) for i in range(40)]
     lines = [orjson.dumps(r) for r in records]
     lines[25] = orjson.dumps(doc(25, pagerank=3))
@@ -569,9 +569,9 @@ def test_chunks_of_a_mapped_file_keep_every_line_and_its_number(
 def test_a_bad_line_stops_the_build_while_later_chunks_are_being_encoded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import fastfeed.build
+    import fastfeed.sets.build
 
-    monkeypatch.setattr(fastfeed.build, "CHUNK_BYTES", 64)
+    monkeypatch.setattr(fastfeed.sets.build, "CHUNK_BYTES", 64)
     lines = [orjson.dumps(doc(i, pagerank=3) if i == 25 else doc(i)) for i in range(40)]
     src = tmp_path / "in.jsonl"
     src.write_bytes(b"\n".join(lines) + b"\n")

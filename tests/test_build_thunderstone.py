@@ -10,7 +10,7 @@ import orjson
 import pytest
 from fastfeed import read_manifest
 from fastfeed.cli import main
-from fastfeed.writer import ThunderstoneWriter
+from fastfeed.thunderstone.writer import ThunderstoneWriter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lxml import etree

@@ -15,7 +15,7 @@ import pytest
 from fastfeed import read_manifest
 from fastfeed.cli import main
 from fastfeed.emulator import Emulator, Fault
-from fastfeed.journal import JOURNAL
+from fastfeed.sets.journal import JOURNAL
 
 MakeSet = Callable[..., Path]
 

@@ -7,8 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from fastfeed import config
-from fastfeed.cli import build_parser
+from fastfeed.cli import build_parser, config
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

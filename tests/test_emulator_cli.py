@@ -47,7 +47,7 @@ def start(tmp_path: Path) -> Iterator[Callable[..., Running]]:
 
     def run(*options: str) -> Running:
         process = subprocess.Popen(
-            [sys.executable, "-m", "fastfeed.cli", "emulator", "--http-port", "0"]
+            [sys.executable, "-m", "fastfeed", "emulator", "--http-port", "0"]
             + ["--https-port", "0", "--data-dir", str(tmp_path / "emulator"), *options],
             stdout=subprocess.PIPE,
             text=True,

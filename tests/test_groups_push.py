@@ -13,11 +13,12 @@ import pytest
 from conftest import TLSFiles
 from fastfeed import read_manifest
 from fastfeed.cli import main
+from fastfeed.delivery.results import Outcome, PushError
+from fastfeed.delivery.settings import PushSettings
 from fastfeed.emulator import Emulator, Membership, Principal
-from fastfeed.groups import GroupsWriter
-from fastfeed.push import Outcome, PushError, push
-from fastfeed.settings import PushSettings
-from fastfeed.validate import validate_file
+from fastfeed.gsa.groups import GroupsWriter
+from fastfeed.gsa.push import push
+from fastfeed.gsa.validate import validate_file
 
 Settings = Callable[..., PushSettings]
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import orjson
 import pytest
-from fastfeed import build as build_module
 from fastfeed import read_manifest
 from fastfeed.cli import main
+from fastfeed.sets import build as build_module
 from feeds import decode_set
 
 DOCS = [{"url": f"http://docs.example.com/{i}", "content": f"document {i}"} for i in range(3)]
@@ -94,7 +94,7 @@ def test_a_named_fifo_as_input_gives_every_record(tmp_path: Path) -> None:
 
 def test_dev_stdin_as_input_gives_every_record(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "fastfeed.cli", *build_args("/dev/stdin", tmp_path / "out")],
+        [sys.executable, "-m", "fastfeed", *build_args("/dev/stdin", tmp_path / "out")],
         input=DATA,
         capture_output=True,
     )
@@ -128,7 +128,7 @@ def test_an_endless_line_from_a_device_is_refused_not_held(
 
 def test_an_empty_pipe_makes_no_full_feed(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "fastfeed.cli", *build_args("/dev/stdin", tmp_path / "out")],
+        [sys.executable, "-m", "fastfeed", *build_args("/dev/stdin", tmp_path / "out")],
         input=b"",
         capture_output=True,
     )
@@ -141,7 +141,7 @@ def test_an_empty_pipe_makes_no_full_feed(tmp_path: Path) -> None:
 def unprivileged(argv: list[str]) -> subprocess.CompletedProcess[str]:
     """Runs the CLI where file permissions apply: as root, without the capabilities that
     override them (the tests run as root in CI)."""
-    command = [sys.executable, "-m", "fastfeed.cli", *argv]
+    command = [sys.executable, "-m", "fastfeed", *argv]
     if os.geteuid() == 0:
         drop = "--bounding-set=-dac_override,-dac_read_search"
         command = ["setpriv", drop, "--", *command]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fastfeed.journal import JOURNAL, Journal, JournalError, JournalWarning
-from fastfeed.manifest import ManifestEntry
+from fastfeed.sets.journal import JOURNAL, Journal, JournalError, JournalWarning
+from fastfeed.sets.manifest import ManifestEntry
 
 
 def entry(n: int, sha: str = "") -> ManifestEntry:

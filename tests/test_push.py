@@ -12,9 +12,10 @@ import pytest
 import trustme
 from cryptography.hazmat.primitives import serialization
 from fastfeed import read_manifest
+from fastfeed.delivery.results import Outcome, PushError
+from fastfeed.delivery.settings import PushSettings, Secret, SettingsError
 from fastfeed.emulator import Emulator, Fault
-from fastfeed.push import Outcome, PushError, push
-from fastfeed.settings import PushSettings, Secret, SettingsError
+from fastfeed.gsa.push import push
 
 MakeSet = Callable[..., Path]
 Settings = Callable[..., PushSettings]

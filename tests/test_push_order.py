@@ -7,9 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fastfeed import read_manifest
+from fastfeed.delivery.results import Outcome
+from fastfeed.delivery.settings import PushSettings
 from fastfeed.emulator import Emulator, Fault
-from fastfeed.push import Outcome, push
-from fastfeed.settings import PushSettings
+from fastfeed.gsa.push import push
 
 MakeSet = Callable[..., Path]
 Settings = Callable[..., PushSettings]

@@ -15,12 +15,12 @@ from typing import Any
 
 from fastfeed import read_manifest
 from fastfeed.emulator import Emulator, Fault
-from fastfeed.journal import JOURNAL
+from fastfeed.sets.journal import JOURNAL
 
 
 def cli(feeds: Path, emulator: Emulator, tls: Any, *extra: str) -> list[str]:
     return [
-        sys.executable, "-m", "fastfeed.cli", "push", str(feeds),
+        sys.executable, "-m", "fastfeed", "push", str(feeds),
         "--host", "127.0.0.1", "--port", str(emulator.port), "--cacert", str(tls.ca_path),
         "--backlog-interval", "0.05", "--backoff-base", "0.01", *extra,
     ]  # fmt: skip

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import fastfeed
 from fastfeed import FeedWriter
-from fastfeed.validate import validate_file
+from fastfeed.gsa.validate import validate_file
 from feeds import decode_set
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -117,7 +117,7 @@ def json_lines_records(draw: st.DrawFn) -> list[dict[str, object]]:
 def test_every_character_round_trips_through_json_lines(
     tmp_path_factory, batch, ascii_only
 ) -> None:  # type: ignore[no-untyped-def]
-    from fastfeed.build import build
+    from fastfeed.gsa.build import build
 
     work = Path(tmp_path_factory.mktemp("jsonl"))
     src = work / "in.jsonl"
@@ -152,7 +152,7 @@ principals = st.lists(
 def test_principal_names_round_trip_in_acls_and_groups_feeds(
     tmp_path_factory, principals, group_name
 ) -> None:  # type: ignore[no-untyped-def]
-    from fastfeed.groups import GroupsWriter
+    from fastfeed.gsa.groups import GroupsWriter
     from lxml import etree
 
     out = Path(tmp_path_factory.mktemp("acl"))
@@ -185,7 +185,7 @@ def test_principal_names_round_trip_in_acls_and_groups_feeds(
     with GroupsWriter(out / "groups", "ldap") as g:
         g.add({"group": group_name, "members": members})
     groups = etree.parse(str(out / "groups" / g.manifest[0].file))
-    dtd = etree.DTD(str(Path(fastfeed.__file__).parent / "xmlgroups.dtd"))
+    dtd = etree.DTD(str(Path(fastfeed.__file__).parent / "gsa" / "xmlgroups.dtd"))
     assert dtd.validate(groups), dtd.error_log
     membership = groups.getroot().find("membership")
     assert membership.find("principal").text == group_name

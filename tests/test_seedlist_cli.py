@@ -128,7 +128,7 @@ def test_serve_over_https_with_basic_auth_until_interrupted(tmp_path: Path, tls:
     assert main(["seedlist", "load", str(docs), "--db", str(db)]) == 0
     password = "never-in-the-output"
     process = subprocess.Popen(
-        [sys.executable, "-m", "fastfeed.cli", "seedlist", "serve", str(db), "--port", "0"]
+        [sys.executable, "-m", "fastfeed", "seedlist", "serve", str(db), "--port", "0"]
         + ["--cert", str(tls.cert_path), "--key", str(tls.key_path)]
         + ["--user", "crawler", "--password-env", "SEEDLIST_PASSWORD"],
         stdout=subprocess.PIPE,

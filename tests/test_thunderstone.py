@@ -19,11 +19,11 @@ import orjson
 import pytest
 from conftest import TLSFiles
 from fastfeed.cli import main
+from fastfeed.delivery.results import Outcome, PushError
+from fastfeed.delivery.settings import PushSettings
 from fastfeed.emulator import Emulator, Fault
-from fastfeed.journal import JOURNAL
-from fastfeed.push import Outcome, PushError
-from fastfeed.settings import PushSettings
-from fastfeed.thunderstone import (
+from fastfeed.sets.journal import JOURNAL
+from fastfeed.thunderstone.push import (
     UPDATE_INDEXES,
     ReplyError,
     _form_encode,
@@ -400,7 +400,7 @@ def test_a_push_killed_mid_set_resumes_and_sends_ui_once(
     emulator.add_fault(Fault.slow(0))
     # Holds the second file while the push is killed (which the test's end waits for).
     emulator.add_fault(Fault.slow(1.5))
-    argv = [sys.executable, "-m", "fastfeed.cli", "thunderstone", "push", str(set_dir)]
+    argv = [sys.executable, "-m", "fastfeed", "thunderstone", "push", str(set_dir)]
     argv += ["--url", recv_url(emulator), "--cacert", str(tls.ca_path)]
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:

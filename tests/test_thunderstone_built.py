@@ -11,10 +11,10 @@ import pytest
 from conftest import TLSFiles
 from fastfeed import read_manifest
 from fastfeed.cli import main
+from fastfeed.delivery.results import Outcome
 from fastfeed.emulator import Emulator
-from fastfeed.push import Outcome
-from fastfeed.thunderstone import UPDATE_INDEXES, push, url_settings
-from fastfeed.writer import ThunderstoneWriter
+from fastfeed.thunderstone.push import UPDATE_INDEXES, push, url_settings
+from fastfeed.thunderstone.writer import ThunderstoneWriter
 
 BINARY = bytes(range(256)) * 40 + b"\x00\xff"
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from fastfeed.cli import main
-from fastfeed.validate import validate_file
+from fastfeed.gsa.validate import validate_file
 
 HEAD = (
     '<?xml version="1.0" encoding="UTF-8"?>\n'

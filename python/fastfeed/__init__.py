@@ -1,8 +1,10 @@
 """fastfeed: build and push very large feeds to enterprise search appliances."""
 
 from fastfeed.errors import FastfeedError, FeedError, RecordError
-from fastfeed.manifest import ManifestEntry, read_manifest
-from fastfeed.writer import FeedWarning, FeedWriter, Record
+from fastfeed.gsa.writer import FeedWriter
+from fastfeed.sets.manifest import ManifestEntry, read_manifest
+from fastfeed.sets.records import Record
+from fastfeed.sets.writer import FeedWarning
 
 __all__ = [
     "FastfeedError",

@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from fastfeed import _core
-from fastfeed.validate import decode_base64
+from fastfeed.sets.codec import decode_base64
 
 #: Characters XML 1.0 cannot carry in any form, not even as character references.
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

@@ -1,4 +1,5 @@
-"""The `fastfeed` command: a thin argparse front over the Python API."""
+"""The `fastfeed` command: a thin argparse front over the Python API, a module per command
+group."""
 
 from __future__ import annotations
 
@@ -6,15 +7,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from fastfeed import (
-    cli_build,
-    cli_emulator,
-    cli_groups,
-    cli_push,
-    cli_seedlist,
-    cli_thunderstone,
-    config,
-)
+from fastfeed.cli import build, config, emulator, groups, push, seedlist, thunderstone
 from fastfeed.errors import ExitCode, FastfeedError, FeedError, describe
 
 DESCRIPTION = """\
@@ -37,12 +30,15 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    cli_build.register(commands)
-    cli_emulator.register(commands)
-    cli_seedlist.register(commands)
-    cli_thunderstone.register(commands)
-    cli_groups.register(commands)
-    cli_push.register(commands)  # last: it makes every command configurable (config.prepare)
+    build.register(commands)
+    emulator.register(commands)
+    seedlist.register(commands)
+    thunderstone.register(commands)
+    groups.register(commands)
+    push.register(commands)  # after build: `run` takes build's options
+    # Settings files and FASTFEED_* variables apply to every command.
+    for command in commands.choices.values():
+        config.prepare(command)
     return parser
 
 
@@ -60,7 +56,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fastfeed {args.command}: interrupted", file=sys.stderr)
         return 130
     return status
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import httpx
 
+from fastfeed.delivery.settings import PushSettings
 from fastfeed.errors import FastfeedError
-from fastfeed.settings import PushSettings
 
 PATH = "/getbacklogcount"
 

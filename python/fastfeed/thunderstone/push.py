@@ -46,22 +46,14 @@ from urllib.parse import urlencode, urlsplit
 import httpx
 from lxml import etree
 
+from fastfeed.delivery.body import FileChanged, check_file, file_chunks
+from fastfeed.delivery.results import FeedFile, FileResult, Outcome, PushError, PushSummary
+from fastfeed.delivery.retry import Again, gave_up, retrying, transport_problem
+from fastfeed.delivery.settings import PushSettings, SettingsError, http_client
 from fastfeed.errors import FastfeedError
-from fastfeed.journal import Journal
-from fastfeed.manifest import ManifestEntry, read_manifest
 from fastfeed.progress import Progress, human_bytes
-from fastfeed.push import (
-    FeedFile,
-    FileChanged,
-    FileResult,
-    Outcome,
-    PushError,
-    PushSummary,
-    check_file,
-    jitter,
-    transport_problem,
-)
-from fastfeed.settings import PushSettings, SettingsError, http_client
+from fastfeed.sets.journal import Journal
+from fastfeed.sets.manifest import ManifestEntry, read_manifest
 
 __all__ = [
     "ItemFailure",
@@ -294,22 +286,14 @@ class _FormBody:
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         yield self._head
-        remaining, sent = self._feed.entry.bytes, len(self._head)
-        try:
-            with open(self._feed.path, "rb") as f:
-                while remaining:
-                    chunk = f.read(min(self._chunk_size, remaining))
-                    if not chunk:
-                        raise FileChanged("it became shorter while being sent")
-                    remaining -= len(chunk)
-                    encoded = _form_encode(chunk)
-                    sent += len(encoded)
-                    if sent > self.length:
-                        raise FileChanged("it changed while being sent")
-                    self._on_chunk(len(chunk))
-                    yield encoded
-        except OSError as exc:  # removed or unreadable since its check
-            raise FileChanged(f"cannot read it: {exc.strerror or exc}") from None
+        sent = len(self._head)
+        async for chunk in file_chunks(self._feed, self._chunk_size):
+            encoded = _form_encode(chunk)
+            sent += len(encoded)
+            if sent > self.length:
+                raise FileChanged("it changed while being sent")
+            self._on_chunk(len(chunk))
+            yield encoded
         if sent != self.length:
             raise FileChanged("it changed while being sent")
 
@@ -434,43 +418,42 @@ class _Pusher:
         """POSTs the form until the appliance answers or the retries are spent; returns the
         attempts and the item results, or the file's failure. `body` makes a fresh body for
         each attempt (a streamed one can be read only once)."""
-        s = self.settings
         headers = {"Content-Type": "application/x-www-form-urlencoded"}
         if length is not None:
             headers["Content-Length"] = str(length)
-        attempts = retries = 0
-        while True:
-            attempts += 1
+
+        async def attempt(attempts: int) -> list[ItemResult] | FileResult | Again:
             try:
                 response = await self.client.post(self.url, content=body(), headers=headers)
             except FileChanged as exc:
-                return attempts, FileResult(feed, Outcome.FAILED, attempts, f"not sent: {exc}")
+                return FileResult(feed, Outcome.FAILED, attempts, f"not sent: {exc}")
             except httpx.HTTPError as exc:
-                problem = transport_problem(exc, self.url, "--cacert")
-            else:
-                status, text = response.status_code, response.text.strip()
-                if status == 200:
-                    try:
-                        return attempts, parse_reply(response.content)
-                    except ReplyError as exc:
-                        message = f"not a Thunderstone reply: {exc}"
-                        return attempts, FileResult(feed, Outcome.FAILED, attempts, message)
-                if status in (401, 403, 404, 405):
-                    raise PushError(
-                        f"{self.url} answered HTTP {status}: {URL_HELP}; and the appliance (or "
-                        "a proxy before it) must let this machine POST to it",
-                        refused=True,
-                    )
-                if status < 500 and status not in (408, 429):
-                    message = f"HTTP {status}: {text[:500]}"
-                    return attempts, FileResult(feed, Outcome.FAILED, attempts, message)
-                problem = f"HTTP {status}: {text[:200]}"
-            if retries >= s.retries:
-                message = f"{problem} (gave up after {attempts} attempts)"
-                return attempts, FileResult(feed, Outcome.FAILED, attempts, message)
-            retries += 1
-            self.summary.retries += 1
-            await asyncio.sleep(jitter(min(s.backoff_max, s.backoff_base * 2 ** (retries - 1))))
+                return transport_problem(exc, self.url, "--cacert")
+            status, text = response.status_code, response.text.strip()
+            if status == 200:
+                try:
+                    return parse_reply(response.content)
+                except ReplyError as exc:
+                    message = f"not a Thunderstone reply: {exc}"
+                    return FileResult(feed, Outcome.FAILED, attempts, message)
+            if status in (401, 403, 404, 405):
+                raise PushError(
+                    f"{self.url} answered HTTP {status}: {URL_HELP}; and the appliance (or "
+                    "a proxy before it) must let this machine POST to it",
+                    refused=True,
+                )
+            if status < 500 and status not in (408, 429):
+                message = f"HTTP {status}: {text[:500]}"
+                return FileResult(feed, Outcome.FAILED, attempts, message)
+            return Again(f"HTTP {status}: {text[:200]}")
+
+        attempts, outcome = await retrying(self.settings, attempt, self._count_retry)
+        if isinstance(outcome, Again):
+            return attempts, FileResult(feed, Outcome.FAILED, attempts, gave_up(outcome, attempts))
+        return attempts, outcome
+
+    def _count_retry(self) -> None:
+        self.summary.retries += 1
 
     def _count(self, n: int) -> None:
         self.wire_bytes += n

@@ -1,4 +1,4 @@
-"""The build pipeline behind `fastfeed build`: inputs to a feed set on disk.
+"""The build pipeline every set shares: inputs to a set of files on disk (`write_set`).
 
 Inputs are JSON Lines files, standard input, or directories of documents. JSON Lines are read
 here in newline-aligned chunks and parsed by the Rust core on its worker threads: parsing on
@@ -27,20 +27,9 @@ from urllib.parse import quote
 import orjson
 
 from fastfeed.errors import FastfeedError, RecordError
-from fastfeed.manifest import ManifestEntry
 from fastfeed.progress import Progress, human_bytes
-from fastfeed.writer import (
-    DEFAULT_LEVEL,
-    DEFAULT_MAX_BYTES,
-    HARD_MAX_BYTES,
-    AclFormat,
-    Compress,
-    FeedType,
-    FeedWarning,
-    FeedWriter,
-    SetWriter,
-    ThunderstoneWriter,
-)
+from fastfeed.sets.manifest import ManifestEntry
+from fastfeed.sets.writer import HARD_MAX_BYTES, FeedWarning, SetWriter
 
 OnError = Literal["stop", "skip"]
 T = TypeVar("T")
@@ -366,86 +355,7 @@ class _Builder:
         )
 
 
-def build(
-    inputs: Sequence[str],
-    out_dir: str | os.PathLike[str],
-    datasource: str,
-    feedtype: FeedType = "incremental",
-    *,
-    base_url: str | None = None,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-    max_records: int = 0,
-    compress: Compress = "auto",
-    level: int = DEFAULT_LEVEL,
-    workers: int = 0,
-    acl_format: AclFormat = "per-url",
-    allow_empty_full: bool = False,
-    on_error: OnError = "stop",
-    on_file: Callable[[ManifestEntry], None] | None = None,
-    on_warning: Callable[[str], None] | None = None,
-    progress: Progress | None = None,
-) -> BuildSummary:
-    """Builds a feed set from `inputs` into `out_dir` and returns what was written.
-
-    Each input is a JSON Lines file, `-` for standard input, or a directory (with `base_url`).
-    With `on_error="stop"` the first refused record raises `InputError` and no manifest is
-    written. With `"skip"`, refused records are saved byte for byte to `rejected.jsonl` (with
-    the reasons in `rejected.log`) so that they can be fixed and fed again; none is lost.
-    A `full` set with no records raises `EmptyFullFeed` unless `allow_empty_full`.
-    """
-    _check_directories(inputs, base_url)
-
-    def writer(warn: Callable[[FeedWarning], None]) -> SetWriter:
-        return FeedWriter(
-            out_dir,
-            datasource,
-            feedtype,
-            max_bytes=max_bytes,
-            max_records=max_records,
-            compress=compress,
-            level=level,
-            workers=workers,
-            acl_format=acl_format,
-            allow_empty_full=allow_empty_full,
-            on_file=on_file,
-            on_warning=warn,
-        )
-
-    return write_set(inputs, out_dir, writer, base_url, on_error, on_warning, progress)
-
-
-def build_thunderstone(
-    inputs: Sequence[str],
-    out_dir: str | os.PathLike[str],
-    profile: str,
-    *,
-    base_url: str | None = None,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-    max_records: int = 0,
-    workers: int = 0,
-    on_error: OnError = "stop",
-    on_file: Callable[[ManifestEntry], None] | None = None,
-    on_warning: Callable[[str], None] | None = None,
-    progress: Progress | None = None,
-) -> BuildSummary:
-    """Builds Thunderstone data for `profile` from the same inputs as `build`."""
-    _check_directories(inputs, base_url)
-
-    def writer(warn: Callable[[FeedWarning], None]) -> SetWriter:
-        return ThunderstoneWriter(
-            out_dir,
-            profile,
-            max_bytes=max_bytes,
-            max_records=max_records,
-            workers=workers,
-            on_file=on_file,
-            on_warning=warn,
-        )
-
-    return write_set(inputs, out_dir, writer, base_url, on_error, on_warning, progress)
-
-
-def _check_directories(inputs: Sequence[str], base_url: str | None) -> None:
+def check_directories(inputs: Sequence[str], base_url: str | None) -> None:
     for name in inputs:
         if name != "-" and Path(name).is_dir() and not base_url:
             raise FastfeedError(

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from fastfeed.cli_push import retry_options, tls_options
+from fastfeed.cli.push import retry_options, tls_options
+from fastfeed.delivery.settings import PushSettings
 from fastfeed.errors import ExitCode, FastfeedError
-from fastfeed.settings import PushSettings
 
 if TYPE_CHECKING:
-    from fastfeed.thunderstone import ThunderstoneSummary
+    from fastfeed.thunderstone.push import ThunderstoneSummary
 
 # The uploader (httpx, lxml) is imported by the handler, not here: every fastfeed command pays
 # for what this module imports.
@@ -78,8 +78,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def _settings(args: argparse.Namespace) -> PushSettings:
     """The URL's host, port and scheme, with the TLS and retry options of the command line
     (through `fastfeed push`'s own reading of them, so both commands treat them alike)."""
-    from fastfeed.cli_push import settings_from_args
-    from fastfeed.thunderstone import url_settings
+    from fastfeed.cli.push import settings_from_args
+    from fastfeed.thunderstone.push import url_settings
 
     target = url_settings(args.url)
     args.host, args.port, args.http = target.host, target.port, not target.https
@@ -87,9 +87,9 @@ def _settings(args: argparse.Namespace) -> PushSettings:
 
 
 def run_push(args: argparse.Namespace) -> int:
+    from fastfeed.delivery.results import PushError
     from fastfeed.progress import Progress
-    from fastfeed.push import PushError
-    from fastfeed.thunderstone import ThunderstoneSummary, push
+    from fastfeed.thunderstone.push import ThunderstoneSummary, push
 
     try:
         summary = push(args.paths, args.url, _settings(args), progress=Progress())

@@ -25,7 +25,7 @@ from types import TracebackType
 import orjson
 
 from fastfeed.errors import FastfeedError
-from fastfeed.manifest import ManifestEntry
+from fastfeed.sets.manifest import ManifestEntry
 
 JOURNAL = "push-journal.jsonl"
 

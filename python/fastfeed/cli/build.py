@@ -10,10 +10,12 @@ from typing import Any
 
 import orjson
 
-from fastfeed.build import InputError, build, build_thunderstone
 from fastfeed.errors import ExitCode, FastfeedError, describe
+from fastfeed.gsa.build import build
 from fastfeed.progress import Progress, human_bytes
-from fastfeed.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES, HARD_MAX_BYTES
+from fastfeed.sets.build import InputError
+from fastfeed.sets.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES, HARD_MAX_BYTES
+from fastfeed.thunderstone.build import build_thunderstone
 
 BUILD_HELP = f"""\
 Build GSA feed files from JSON Lines records or directories of documents.
@@ -246,7 +248,7 @@ def require_datasource(args: argparse.Namespace) -> None:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from fastfeed.validate import validate_file  # lxml and the DTD, only for this command
+    from fastfeed.gsa.validate import validate_file  # lxml and the DTD, only for this command
 
     bad = 0
     for file in args.files:

@@ -7,11 +7,9 @@ freed, so a feed near the protocol's 1 GB limit is checked in little memory.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import os
 import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from importlib import resources
@@ -19,6 +17,7 @@ from importlib import resources
 from lxml import etree
 
 from fastfeed import _core
+from fastfeed.sets.codec import MAX_INFLATED_BYTES, decode_base64, inflated
 
 PUBLIC_ID = "-//Google//DTD GSA Feeds//EN"
 FEEDTYPES = ("full", "incremental", "metadata-and-url")
@@ -39,7 +38,7 @@ class Problem:
 
 
 def _load_dtd(name: str) -> etree.DTD:
-    with resources.files("fastfeed").joinpath(name).open("rb") as f:
+    with resources.files("fastfeed.gsa").joinpath(name).open("rb") as f:
         return etree.DTD(f)
 
 
@@ -49,41 +48,6 @@ _GROUPS_DTD = _load_dtd("xmlgroups.dtd")
 #: The root element of each kind of file, as `ManifestEntry.kind` names the kinds.
 ROOTS = {"feed": "gsafeed", "groups": "xmlgroups"}
 INHERITANCE_TYPES = ("child-overrides", "parent-overrides", "and-both-permit", "leaf-node")
-
-
-def decode_base64(text: str) -> bytes:
-    """Base64 as receivers read it: strict alphabet, white space ignored, padding optional (the
-    guide's own examples leave it out). Raises `binascii.Error` (a `ValueError`)."""
-    compact = "".join(text.split())
-    return base64.b64decode(compact + "=" * (-len(compact) % 4), validate=True)
-
-
-#: The protocol's bound on a feed, and so on what one content can hold once inflated.
-MAX_INFLATED_BYTES = 10**9
-_INFLATE_STEP = 1 << 20
-
-
-def _inflated(raw: bytes, limit: int) -> Iterator[bytes]:
-    """The inflated bytes of a zlib stream, a step at a time, refusing (`ValueError`) a stream
-    that inflates to more than `limit` bytes before making more than a step past it: a small
-    content can inflate a thousandfold (a zlib bomb). Raises `zlib.error` for a broken stream."""
-    inflater = zlib.decompressobj()
-    made = 0
-    data = raw
-    while not inflater.eof:
-        step = inflater.decompress(data, _INFLATE_STEP)
-        made += len(step)
-        if made > limit:
-            raise ValueError(f"it inflates to more than {limit:,} bytes")
-        data = inflater.unconsumed_tail
-        if not step and not data:
-            raise zlib.error("incomplete or truncated stream")
-        yield step
-
-
-def inflate(raw: bytes, limit: int = MAX_INFLATED_BYTES) -> bytes:
-    """`zlib.decompress`, bounded: see `_inflated`."""
-    return b"".join(_inflated(raw, limit))
 
 
 class _Checker:
@@ -199,7 +163,7 @@ class _Checker:
         try:
             if encoding == "base64compressed":
                 # Only whether and how far it inflates matters here: nothing is kept.
-                for _ in _inflated(raw, MAX_INFLATED_BYTES):
+                for _ in inflated(raw, MAX_INFLATED_BYTES):
                     pass
         except ValueError as exc:
             self.report(elem.sourceline, f"base64compressed content is too large: {exc}")

@@ -1,4 +1,5 @@
-"""Pushing feed sets to an appliance's feedergate: `push`, `push_async` and `Pusher`.
+"""Pushing GSA feed and groups sets to an appliance's feedergate: `push`, `push_async` and
+`Pusher`.
 
 What the appliance answers decides everything, not the HTTP status alone: the feedergate
 answers HTTP 200 with `Success`, or with a sentence explaining why the feed was refused.
@@ -30,156 +31,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import hashlib
 import os
-import random
-import ssl
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 
-from fastfeed.backlog import BacklogGate
-from fastfeed.build import BuildSummary, build
+from fastfeed.delivery.body import FileChanged, check_file, file_chunks
+from fastfeed.delivery.results import FeedFile, FileResult, Outcome, PushError, PushSummary
+from fastfeed.delivery.retry import Again, gave_up, jitter, retrying, transport_problem
+from fastfeed.delivery.settings import PushSettings, http_client
 from fastfeed.errors import FastfeedError
-from fastfeed.journal import Journal
-from fastfeed.manifest import ManifestEntry, read_manifest
+from fastfeed.gsa.backlog import BacklogGate
+from fastfeed.gsa.groups import FULL_GROUPS_WARNING, full_groups
 from fastfeed.progress import Progress, human_bytes
-from fastfeed.settings import PushSettings, http_client
-from fastfeed.writer import FeedType
-
-__all__ = [
-    "FeedFile",
-    "FileResult",
-    "Outcome",
-    "PushError",
-    "PushSummary",
-    "Pusher",
-    "FULL_GROUPS_WARNING",
-    "build_and_push",
-    "build_and_push_async",
-    "feed_files",
-    "full_groups",
-    "push",
-    "push_async",
-]
+from fastfeed.sets.journal import Journal
+from fastfeed.sets.manifest import read_manifest
 
 #: Where each kind of manifest entry is POSTed, and the form field that names its source.
 ENDPOINTS = {"feed": ("/xmlfeed", "datasource"), "groups": ("/xmlgroups", "groupsource")}
-
-FULL_GROUPS_WARNING = (
-    "a full groups feed replaces the groups of EVERY groupsource on the appliance, not only of "
-    "its own: groups fed by other sources (connectors, other groupsources) are deleted"
-)
 
 UNAUTHORIZED_HELP = (
     "add this machine's IP address in the appliance's Admin Console, under "
     "Crawl and Index > Feeds > List of Trusted IP Addresses, then push again"
 )
-
-
-class PushError(FastfeedError):
-    """The push could not go on. `refused` means the setup is wrong (untrusted IP, TLS, missing
-    manifest) rather than the feeds; `summary` tells what was done before it stopped."""
-
-    def __init__(
-        self, message: str, *, refused: bool = False, summary: PushSummary | None = None
-    ) -> None:
-        super().__init__(message)
-        self.refused = refused
-        self.summary = summary
-
-
-class Outcome(enum.StrEnum):
-    ACCEPTED = "accepted"  # the appliance answered Success to this run
-    SKIPPED = "skipped"  # the journal says this target accepted it before
-    FAILED = "failed"  # not accepted: see the message
-    BLOCKED = "blocked"  # not sent, because an earlier file of its datasource failed
-
-
-@dataclass(frozen=True)
-class FeedFile:
-    """A feed file to push: its set's directory and its manifest entry."""
-
-    directory: Path
-    entry: ManifestEntry
-
-    @property
-    def path(self) -> Path:
-        return self.directory / self.entry.file
-
-
-@dataclass(frozen=True)
-class FileResult:
-    feed: FeedFile
-    outcome: Outcome
-    attempts: int = 0
-    message: str = ""
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "file": str(self.feed.path),
-            "kind": self.feed.entry.kind,
-            "datasource": self.feed.entry.datasource,
-            "feedtype": self.feed.entry.feedtype,
-            "records": self.feed.entry.records,
-            "bytes": self.feed.entry.bytes,
-            "outcome": self.outcome.value,
-            "attempts": self.attempts,
-            "message": self.message,
-        }
-
-
-@dataclass
-class PushSummary:
-    target: str
-    results: list[FileResult] = field(default_factory=list)
-    seconds: float = 0.0
-    retries: int = 0
-    backlog: int | None = None
-
-    def count(self, outcome: Outcome) -> int:
-        return sum(1 for r in self.results if r.outcome is outcome)
-
-    @property
-    def ok(self) -> bool:
-        """Every file is on the appliance, pushed now or before."""
-        return all(r.outcome in (Outcome.ACCEPTED, Outcome.SKIPPED) for r in self.results)
-
-    @property
-    def bytes_sent(self) -> int:
-        return sum(r.feed.entry.bytes for r in self.results if r.outcome is Outcome.ACCEPTED)
-
-    @property
-    def records_sent(self) -> int:
-        return sum(r.feed.entry.records for r in self.results if r.outcome is Outcome.ACCEPTED)
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "ok": self.ok,
-            "target": self.target,
-            "files": {o.value: self.count(o) for o in Outcome},
-            "records": self.records_sent,
-            "bytes": self.bytes_sent,
-            "seconds": round(self.seconds, 3),
-            "retries": self.retries,
-            "backlog": self.backlog,
-            "results": [r.to_dict() for r in self.results],
-        }
-
-    def describe(self) -> str:
-        counts = ", ".join(f"{self.count(o)} {o.value}" for o in Outcome if self.count(o))
-        rate = self.bytes_sent / self.seconds if self.seconds > 0 else 0.0
-        return (
-            f"{self.target}: {counts or 'no files'}; {self.records_sent} records, "
-            f"{human_bytes(self.bytes_sent)} in {self.seconds:.1f} s "
-            f"({human_bytes(rate)}/s), {self.retries} retries"
-        )
 
 
 def feed_files(paths: Iterable[str | os.PathLike[str]]) -> list[FeedFile]:
@@ -247,31 +125,8 @@ def _classify(text: str) -> _Answer:
     return _Answer.OTHER
 
 
-class FileChanged(Exception):
-    """The file on disk is not the one the manifest describes."""
-
-
-def check_file(feed: FeedFile) -> None:
-    """Hashes the whole file before sending: a feed edited or truncated since it was built is
-    refused rather than replacing a datasource with something nobody validated."""
-    digest = hashlib.sha256()
-    try:
-        with open(feed.path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                digest.update(chunk)
-    except OSError as exc:
-        raise FileChanged(f"cannot read it: {exc.strerror or exc}") from None
-    if digest.hexdigest() != feed.entry.sha256:
-        raise FileChanged("its sha256 differs from the manifest's: it changed since it was built")
-
-
 def _quote(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\r", "").replace("\n", "")
-
-
-def full_groups(files: Iterable[FeedFile]) -> list[FeedFile]:
-    """The full groups feeds among `files`: each replaces the groups of every groupsource."""
-    return [f for f in files if f.entry.kind == "groups" and f.entry.feedtype == "full"]
 
 
 class _Multipart:
@@ -305,43 +160,10 @@ class _Multipart:
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         yield self._head
-        remaining = self._feed.entry.bytes
-        # Plain reads on the event loop: a page-cache read of a chunk takes well under a
-        # millisecond, and a thread hop per chunk would cost more than it saves.
-        try:
-            with open(self._feed.path, "rb") as f:
-                while remaining:
-                    chunk = f.read(min(self._chunk_size, remaining))
-                    if not chunk:
-                        raise FileChanged("it became shorter while being sent")
-                    remaining -= len(chunk)
-                    self._on_chunk(len(chunk))
-                    yield chunk
-        except OSError as exc:  # removed or unreadable since its check
-            raise FileChanged(f"cannot read it: {exc.strerror or exc}") from None
+        async for chunk in file_chunks(self._feed, self._chunk_size):
+            self._on_chunk(len(chunk))
+            yield chunk
         yield self._tail
-
-
-def tls_failure(exc: BaseException) -> ssl.SSLError | None:
-    """The TLS error behind a failed connection, if that is what it was."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ssl.SSLError):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
-
-
-def transport_problem(exc: httpx.HTTPError, target: str, hint: str) -> str:
-    """What went wrong on the way to the appliance, to retry on; but a TLS failure, which no
-    retry mends, stops the push as refused, with `hint` naming the option that fixes it."""
-    tls = tls_failure(exc) if isinstance(exc, httpx.ConnectError) else None
-    if tls is not None:
-        raise PushError(
-            f"TLS with {target} failed: {tls}. Give the appliance's CA certificate with {hint}",
-            refused=True,
-        ) from None
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 class _State(enum.Enum):
@@ -578,20 +400,25 @@ class Pusher:
             await self._check(job)
         except FileChanged as exc:
             return FileResult(feed, Outcome.FAILED, 0, f"not sent: {exc}")
-        attempts = retries = disk_waits = 0
-        while True:
-            await self._wait_hold()
-            attempts += 1
-            try:
-                status, text = await self._post(feed)
-            except FileChanged as exc:
-                return FileResult(feed, Outcome.FAILED, attempts, f"not sent: {exc}")
-            except httpx.HTTPError as exc:
-                problem = transport_problem(exc, s.base_url, "--cacert (or --http for port 19900)")
-            else:
+        posts = 0
+
+        async def attempt(_: int) -> tuple[Outcome, str] | Again:
+            """One POST; while the appliance says its disk is full, waits and posts again
+            without spending a retry (up to `disk_full_retries` times)."""
+            nonlocal posts
+            disk_waits = 0
+            while True:
+                await self._wait_hold()
+                posts += 1
+                try:
+                    status, text = await self._post(feed)
+                except FileChanged as exc:
+                    return Outcome.FAILED, f"not sent: {exc}"
+                except httpx.HTTPError as exc:
+                    return transport_problem(exc, s.base_url, "--cacert (or --http for port 19900)")
                 answer = _classify(text) if status == 200 else None
                 if answer is _Answer.SUCCESS:
-                    return FileResult(feed, Outcome.ACCEPTED, attempts, "Success")
+                    return Outcome.ACCEPTED, "Success"
                 if answer is _Answer.UNAUTHORIZED:
                     raise PushError(
                         f"{s.base_url} answered {text.strip()!r}: {UNAUTHORIZED_HELP}",
@@ -599,25 +426,24 @@ class Pusher:
                     )
                 if answer is _Answer.DISK_FULL:
                     if disk_waits >= s.disk_full_retries:
-                        return FileResult(feed, Outcome.FAILED, attempts, text.strip())
+                        return Outcome.FAILED, text.strip()
                     disk_waits += 1
                     self._retries += 1
                     self._hold(jitter(s.disk_full_delay))
                     continue
                 if answer is _Answer.OTHER:
-                    return FileResult(feed, Outcome.FAILED, attempts, text.strip()[:500])
+                    return Outcome.FAILED, text.strip()[:500]
                 if answer is None and status < 500 and status not in (408, 429):
-                    return FileResult(
-                        feed, Outcome.FAILED, attempts, f"HTTP {status}: {text.strip()[:500]}"
-                    )
-                problem = text.strip() if answer else f"HTTP {status}: {text.strip()[:200]}"
-            if retries >= s.retries:
-                return FileResult(
-                    feed, Outcome.FAILED, attempts, f"{problem} (gave up after {attempts} attempts)"
-                )
-            retries += 1
-            self._retries += 1
-            await asyncio.sleep(jitter(min(s.backoff_max, s.backoff_base * 2 ** (retries - 1))))
+                    return Outcome.FAILED, f"HTTP {status}: {text.strip()[:500]}"
+                return Again(text.strip() if answer else f"HTTP {status}: {text.strip()[:200]}")
+
+        _, outcome = await retrying(s, attempt, self._count_retry)
+        if isinstance(outcome, Again):
+            return FileResult(feed, Outcome.FAILED, posts, gave_up(outcome, posts))
+        return FileResult(feed, outcome[0], posts, outcome[1])
+
+    def _count_retry(self) -> None:
+        self._retries += 1
 
     async def _post(self, feed: FeedFile) -> tuple[int, str]:
         assert self._client is not None
@@ -668,11 +494,6 @@ class Pusher:
 
 def _failed(job: _Job) -> bool:
     return job.state is _State.DONE and not job.accepted
-
-
-def jitter(delay: float) -> float:
-    """Between half and all of `delay`: retries of many files do not arrive in lockstep."""
-    return delay / 2 + random.uniform(0, delay / 2)
 
 
 async def push_async(
@@ -750,95 +571,5 @@ def push(
             replay=replay,
             allow_full_groups=allow_full_groups,
             allow_empty_full=allow_empty_full,
-        )
-    )
-
-
-async def build_and_push_async(
-    inputs: Sequence[str],
-    out_dir: str | os.PathLike[str],
-    datasource: str,
-    feedtype: FeedType,
-    settings: PushSettings,
-    *,
-    max_ahead: int = 4,
-    progress: Progress | None = None,
-    **build_options: Any,
-) -> tuple[BuildSummary, PushSummary]:
-    """Builds a feed set into `out_dir` and pushes each file as soon as it is finished.
-
-    The builder runs in a thread and waits whenever `max_ahead` of its files are not yet done
-    with by the pusher, so an appliance slower than the builder bounds what piles up unpushed
-    (on disk and in flight) instead of letting the builder run away. The set stays in `out_dir`
-    with its journal, so an interrupted run is finished by `fastfeed push OUT_DIR`.
-
-    A build that fails partway (`InputError`) raises after the files already built were
-    pushed; for a `full` feed, the datasource then holds only those until the next push.
-    """
-    if max_ahead < 1:
-        raise ValueError("max_ahead must be at least 1")
-    loop = asyncio.get_running_loop()
-    room = threading.Semaphore(max_ahead)
-    stopped = threading.Event()
-    directory = Path(out_dir)
-    with contextlib.ExitStack() as journals:
-        journal: list[Journal] = []
-
-        def submit(entry: ManifestEntry) -> None:
-            # The journal is opened with the first file: the builder owns the empty directory
-            # until then.
-            if not journal:
-                journal.append(journals.enter_context(Journal(directory, settings.target)))
-            pusher.submit(FeedFile(directory, entry), journal[0])
-
-        def on_file(entry: ManifestEntry) -> None:  # called on the builder's thread
-            while not room.acquire(timeout=0.1):
-                if stopped.is_set():
-                    break
-            if stopped.is_set():
-                raise PushError("the push stopped, so the build stops too")
-            loop.call_soon_threadsafe(submit, entry)
-
-        async with Pusher(
-            settings, progress=progress, on_result=lambda _: room.release()
-        ) as pusher:
-            building = asyncio.ensure_future(
-                asyncio.to_thread(
-                    build, inputs, directory, datasource, feedtype, on_file=on_file, **build_options
-                )
-            )
-            building.add_done_callback(lambda _: pusher.close_input())
-            try:
-                pushed = await pusher.run()
-            except BaseException:
-                stopped.set()
-                with contextlib.suppress(Exception):
-                    await building
-                raise
-            return await building, pushed
-
-
-def build_and_push(
-    inputs: Sequence[str],
-    out_dir: str | os.PathLike[str],
-    datasource: str,
-    feedtype: FeedType,
-    settings: PushSettings,
-    *,
-    max_ahead: int = 4,
-    progress: Progress | None = None,
-    **build_options: Any,
-) -> tuple[BuildSummary, PushSummary]:
-    """Synchronous `build_and_push_async`."""
-    return asyncio.run(
-        build_and_push_async(
-            inputs,
-            out_dir,
-            datasource,
-            feedtype,
-            settings,
-            max_ahead=max_ahead,
-            progress=progress,
-            **build_options,
         )
     )

@@ -17,12 +17,13 @@ from pathlib import Path
 import orjson
 import trustme
 
+from fastfeed.delivery.settings import PushSettings
 from fastfeed.emulator import Emulator
 from fastfeed.errors import ExitCode
+from fastfeed.gsa.push import push
+from fastfeed.gsa.writer import FeedWriter
 from fastfeed.progress import Progress
-from fastfeed.push import push
-from fastfeed.settings import PushSettings
-from fastfeed.writer import FeedWriter, Record
+from fastfeed.sets.records import Record
 
 TOPICS = ("search", "feeds", "indexing", "crawling", "metadata", "security", "backups")
 

@@ -7,17 +7,11 @@ import sys
 
 import orjson
 
-from fastfeed.cli_build import allow_empty_full_option, set_options
-from fastfeed.cli_push import (
-    connection_options,
-    push_options,
-    report,
-    settings_from_args,
-    stopped,
-)
+from fastfeed.cli.build import allow_empty_full_option, set_options
+from fastfeed.cli.push import connection_options, push_options, report, settings_from_args, stopped
 from fastfeed.errors import ExitCode, FastfeedError
 from fastfeed.progress import Progress, human_bytes
-from fastfeed.writer import DEFAULT_MAX_BYTES
+from fastfeed.sets.writer import DEFAULT_MAX_BYTES
 
 # The groups builder, the uploader (httpx) and the manifest reader are imported by the actions
 # that use them, not here: every fastfeed command pays for what this module imports.
@@ -128,8 +122,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from fastfeed.build import InputError
-    from fastfeed.groups import build_groups
+    from fastfeed.gsa.groups import build_groups
+    from fastfeed.sets.build import InputError
 
     try:
         summary = build_groups(
@@ -177,7 +171,9 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_push(args: argparse.Namespace) -> int:
-    from fastfeed.push import FULL_GROUPS_WARNING, PushError, feed_files, full_groups, push
+    from fastfeed.delivery.results import PushError
+    from fastfeed.gsa.groups import FULL_GROUPS_WARNING, full_groups
+    from fastfeed.gsa.push import feed_files, push
 
     try:
         files = feed_files(args.paths)

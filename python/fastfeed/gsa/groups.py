@@ -16,11 +16,13 @@ from typing import Literal, TypedDict
 import orjson
 
 from fastfeed import _core
-from fastfeed.build import BuildSummary, OnError, write_set
+from fastfeed.delivery.results import FeedFile
 from fastfeed.errors import FastfeedError
-from fastfeed.manifest import ManifestEntry
 from fastfeed.progress import Progress
-from fastfeed.writer import DEFAULT_MAX_BYTES, FeedWarning, Principal, SetWriter
+from fastfeed.sets.build import BuildSummary, OnError, write_set
+from fastfeed.sets.manifest import ManifestEntry
+from fastfeed.sets.records import Principal
+from fastfeed.sets.writer import DEFAULT_MAX_BYTES, FeedWarning, SetWriter
 
 GroupsFeedType = Literal["full", "incremental"]
 
@@ -121,3 +123,14 @@ def build_groups(
         )
 
     return write_set(inputs, out_dir, writer, None, on_error, on_warning, progress)
+
+
+FULL_GROUPS_WARNING = (
+    "a full groups feed replaces the groups of EVERY groupsource on the appliance, not only of "
+    "its own: groups fed by other sources (connectors, other groupsources) are deleted"
+)
+
+
+def full_groups(files: Iterable[FeedFile]) -> list[FeedFile]:
+    """The full groups feeds among `files`: each replaces the groups of every groupsource."""
+    return [f for f in files if f.entry.kind == "groups" and f.entry.feedtype == "full"]

@@ -1,74 +1,21 @@
-"""The Python API for building feeds: `FeedWriter` (and the base it shares with `GroupsWriter`)."""
+"""What every writer of a set of size-capped files shares (`SetWriter`), and the base of the
+writers that take document records (`RecordWriter`)."""
 
 from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import Literal, TypedDict
 
 from fastfeed import _core
 from fastfeed.errors import EmptyFullFeed
-from fastfeed.manifest import ManifestEntry
-
-FeedType = Literal["full", "incremental", "metadata-and-url"]
-Compress = Literal["auto", "always", "never"]
-AclFormat = Literal["per-url", "legacy"]
+from fastfeed.sets.manifest import ManifestEntry
+from fastfeed.sets.records import Record
 
 DEFAULT_MAX_BYTES: int = _core.DEFAULT_MAX_BYTES
 HARD_MAX_BYTES: int = _core.HARD_MAX_BYTES
 DEFAULT_LEVEL: int = _core.DEFAULT_LEVEL
-
-
-class _PrincipalRequired(TypedDict):
-    name: str
-    scope: Literal["user", "group"]
-
-
-class Principal(_PrincipalRequired, total=False):
-    """A user or group: in an ACL (with `access`), or a member of a group (without)."""
-
-    access: Literal["permit", "deny"]
-    namespace: str
-    case_sensitive: bool
-    principal_type: Literal["unqualified"]
-
-
-class Acl(TypedDict, total=False):
-    """A per-URL ACL: who may or may not see the document, and what it inherits."""
-
-    principals: Sequence[Principal]
-    inheritance_type: Literal["child-overrides", "parent-overrides", "and-both-permit", "leaf-node"]
-    inherit_from: str
-
-
-class _RecordRequired(TypedDict):
-    url: str
-
-
-class Record(_RecordRequired, total=False):
-    """One document, as in the JSON Lines schema (see the README). At most one content field.
-
-    With `kind="acl"` it is instead an ACL for a URL that is not a document (a folder, a share)
-    and carries only `url` and `acl`."""
-
-    kind: Literal["document", "acl"]
-    action: Literal["add", "delete", "update", "delete-pattern"]
-    mimetype: str
-    displayurl: str
-    last_modified: str | int | float
-    lock: bool
-    authmethod: Literal["none", "httpbasic", "ntlm", "httpsso"]
-    pagerank: int
-    crawl_immediately: bool
-    crawl_once: bool
-    metadata: Mapping[str, str | Sequence[str]]
-    content: str | bytes
-    content_base64: str
-    content_path: str | os.PathLike[str]
-    acl: Acl
-    overwrite_acls: bool
 
 
 class FeedWarning(UserWarning):
@@ -184,7 +131,7 @@ class SetWriter:
             self.abort()
 
 
-class _RecordWriter(SetWriter):
+class RecordWriter(SetWriter):
     """A writer that takes document records (see `FeedWriter`)."""
 
     def add(self, record: Record) -> None:
@@ -196,90 +143,3 @@ class _RecordWriter(SetWriter):
         batch = records if isinstance(records, (list, tuple)) else list(records)
         problems, finished = self._core.add_batch(batch)
         self._report(problems, finished)
-
-
-class FeedWriter(_RecordWriter):
-    """Writes records into numbered, size-capped feed files in `out_dir`, and `manifest.jsonl`.
-
-    Use it as a context manager; leaving the block closes the last file and writes the manifest,
-    unless an exception escapes it, in which case no manifest is written and the unfinished file
-    is removed, so that an incomplete set is never pushed::
-
-        with FeedWriter("feeds", "docs", "full") as writer:
-            writer.add_batch(records)
-        print(writer.manifest)
-
-    `add_batch` is the fast path: the whole batch crosses into Rust in one call and is encoded on
-    `workers` threads without the GIL. A bad record raises `RecordError` (with `.index` and
-    `.field`) and nothing of its batch is written, so the batch can be retried without it.
-    `acl_format="legacy"` writes ACLs as the google:acl* meta names of appliances before 7.0.
-    A `full` feed with no records is refused when closed (`EmptyFullFeed`) unless
-    `allow_empty_full`: it would remove every document of the datasource.
-    """
-
-    def __init__(
-        self,
-        out_dir: str | os.PathLike[str],
-        datasource: str,
-        feedtype: FeedType = "incremental",
-        *,
-        max_bytes: int = DEFAULT_MAX_BYTES,
-        max_records: int = 0,
-        compress: Compress = "auto",
-        level: int = DEFAULT_LEVEL,
-        workers: int = 0,
-        acl_format: AclFormat = "per-url",
-        allow_empty_full: bool = False,
-        on_file: Callable[[ManifestEntry], None] | None = None,
-        on_warning: Callable[[FeedWarning], None] | None = None,
-    ) -> None:
-        core = _core.FeedWriter(
-            os.fspath(out_dir),
-            datasource,
-            feedtype,
-            max_bytes=max_bytes,
-            max_records=max_records,
-            compress=compress,
-            level=level,
-            workers=workers,
-            acl_format=acl_format,
-        )
-        empty = feedtype == "full" and not allow_empty_full
-        refuse = f"a full feed with no records would remove every document of {datasource!r}"
-        super().__init__(core, out_dir, on_file, on_warning, refuse if empty else None)
-
-    def __enter__(self) -> FeedWriter:
-        return self
-
-
-class ThunderstoneWriter(_RecordWriter):
-    """Writes records as `ThunderstoneReplication` items for a Thunderstone Search Appliance
-    `profile`, in numbered size-capped files and `manifest.jsonl` (entries of kind
-    `thunderstone`, whose `datasource` is the profile). Used like `FeedWriter`; the README
-    says how record fields map onto items, and `action` may also be `update` or
-    `delete-pattern`."""
-
-    def __init__(
-        self,
-        out_dir: str | os.PathLike[str],
-        profile: str,
-        *,
-        max_bytes: int = DEFAULT_MAX_BYTES,
-        max_records: int = 0,
-        workers: int = 0,
-        on_file: Callable[[ManifestEntry], None] | None = None,
-        on_warning: Callable[[FeedWarning], None] | None = None,
-    ) -> None:
-        core = _core.FeedWriter(
-            os.fspath(out_dir),
-            profile,
-            "incremental",
-            kind="thunderstone",
-            max_bytes=max_bytes,
-            max_records=max_records,
-            workers=workers,
-        )
-        super().__init__(core, out_dir, on_file, on_warning)
-
-    def __enter__(self) -> ThunderstoneWriter:
-        return self

@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fastfeed import config
-from fastfeed.build import InputError, build
-from fastfeed.cli_build import allow_empty_full_option, require_datasource
+from fastfeed.cli.build import allow_empty_full_option, require_datasource
+from fastfeed.delivery.settings import HTTP_PORT, HTTPS_PORT, PushSettings, Secret
 from fastfeed.errors import ExitCode, FastfeedError
+from fastfeed.gsa.build import build
 from fastfeed.progress import Progress
-from fastfeed.settings import HTTP_PORT, HTTPS_PORT, PushSettings, Secret
+from fastfeed.sets.build import InputError
 
 if TYPE_CHECKING:
-    from fastfeed.push import PushSummary
+    from fastfeed.delivery.results import PushSummary
 
 # The uploader (httpx) is imported by the commands that push, not here: every command pays for
 # what this module imports, `fastfeed build` and `validate` included.
@@ -155,10 +155,6 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     d.add_argument("--out", metavar="DIR", help="where to keep the sample feed set")
     d.add_argument("--json", action="store_true", help="print the index summary as JSON")
     d.set_defaults(func=run_demo)
-
-    # Settings files and FASTFEED_* variables apply to every command registered so far.
-    for command in commands.choices.values():
-        config.prepare(command)
 
 
 def connection_options(p: argparse.ArgumentParser) -> None:
@@ -334,7 +330,7 @@ def report(command: str, summary: PushSummary, as_json: bool) -> int:
 
 def stopped(command: str, exc: FastfeedError, as_json: bool) -> int:
     """A push that could not go on: says why, and what was done before."""
-    from fastfeed.push import PushError
+    from fastfeed.delivery.results import PushError
 
     print(f"fastfeed {command}: error: {exc}", file=sys.stderr)
     summary = exc.summary if isinstance(exc, PushError) else None
@@ -349,7 +345,7 @@ def stopped(command: str, exc: FastfeedError, as_json: bool) -> int:
 
 
 def _push_command(args: argparse.Namespace, *, replay: bool) -> int:
-    from fastfeed.push import push
+    from fastfeed.gsa.push import push
 
     try:
         settings = settings_from_args(args)
@@ -374,7 +370,7 @@ def run_replay(args: argparse.Namespace) -> int:
 
 
 def run_run(args: argparse.Namespace) -> int:
-    from fastfeed.push import build_and_push
+    from fastfeed.gsa.run import build_and_push
 
     require_datasource(args)
     out = args.out or str(
@@ -412,7 +408,7 @@ def run_run(args: argparse.Namespace) -> int:
 
 
 def run_backlog(args: argparse.Namespace) -> int:
-    from fastfeed.backlog import BacklogError
+    from fastfeed.gsa.backlog import BacklogError
 
     try:
         settings = settings_from_args(args)
@@ -436,14 +432,14 @@ def run_backlog(args: argparse.Namespace) -> int:
 
 
 async def _backlog(settings: PushSettings) -> int | None:
-    from fastfeed.backlog import fetch_backlog
-    from fastfeed.settings import http_client
+    from fastfeed.delivery.settings import http_client
+    from fastfeed.gsa.backlog import fetch_backlog
 
     async with http_client(settings) as client:
         return await fetch_backlog(client, settings)
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from fastfeed.demo import demo
+    from fastfeed.emulator.demo import demo
 
     return demo(out=args.out, as_json=args.json)

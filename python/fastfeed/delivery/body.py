@@ -1,0 +1,60 @@
+"""A feed file as a request body: read from disk in large chunks, checked against its
+manifest entry before anything is sent and again while it is sent."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+
+from fastfeed.delivery.results import FeedFile
+from fastfeed.errors import FastfeedError
+
+
+class FileChanged(FastfeedError):
+    """The file on disk is not the one the manifest describes."""
+
+
+def check_file(feed: FeedFile) -> None:
+    """Hashes the whole file before sending: a feed edited or truncated since it was built is
+    refused rather than replacing a datasource with something nobody validated."""
+    digest = hashlib.sha256()
+    try:
+        with open(feed.path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+    except OSError as exc:
+        raise FileChanged(f"cannot read it: {exc.strerror or exc}") from None
+    if digest.hexdigest() != feed.entry.sha256:
+        raise FileChanged("its sha256 differs from the manifest's: it changed since it was built")
+
+
+async def file_chunks(feed: FeedFile, chunk_size: int) -> AsyncIterator[bytes]:
+    """The file's bytes, as many as its manifest entry says, in chunks of `chunk_size`.
+
+    The file is hashed on the way and its last chunk is held back until the hash matches the
+    manifest's: a file changed while it is sent (after `check_file`) raises `FileChanged`
+    before the request is complete, so the appliance never receives bytes nobody built. The
+    same for a file that became shorter or unreadable.
+    """
+    digest = hashlib.sha256()
+    remaining = feed.entry.bytes
+    held = b""
+    # Plain reads on the event loop: a page-cache read of a chunk takes well under a
+    # millisecond, and a thread hop per chunk would cost more than it saves.
+    try:
+        with open(feed.path, "rb") as f:
+            while remaining:
+                chunk = f.read(min(chunk_size, remaining))
+                if not chunk:
+                    raise FileChanged("it became shorter while being sent")
+                remaining -= len(chunk)
+                digest.update(chunk)
+                if held:
+                    yield held
+                held = chunk
+    except OSError as exc:  # removed or unreadable since its check
+        raise FileChanged(f"cannot read it: {exc.strerror or exc}") from None
+    if digest.hexdigest() != feed.entry.sha256:
+        raise FileChanged("it changed while being sent: the request was abandoned before its end")
+    if held:
+        yield held

@@ -1,0 +1,110 @@
+"""What a push did: a result per file and the summary, and the error that stops a push."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fastfeed.errors import FastfeedError
+from fastfeed.progress import human_bytes
+from fastfeed.sets.manifest import ManifestEntry
+
+
+class PushError(FastfeedError):
+    """The push could not go on. `refused` means the setup is wrong (untrusted IP, TLS, missing
+    manifest) rather than the feeds; `summary` tells what was done before it stopped."""
+
+    def __init__(
+        self, message: str, *, refused: bool = False, summary: PushSummary | None = None
+    ) -> None:
+        super().__init__(message)
+        self.refused = refused
+        self.summary = summary
+
+
+class Outcome(enum.StrEnum):
+    ACCEPTED = "accepted"  # the appliance answered Success to this run
+    SKIPPED = "skipped"  # the journal says this target accepted it before
+    FAILED = "failed"  # not accepted: see the message
+    BLOCKED = "blocked"  # not sent, because an earlier file of its datasource failed
+
+
+@dataclass(frozen=True)
+class FeedFile:
+    """A file to push: its set's directory and its manifest entry."""
+
+    directory: Path
+    entry: ManifestEntry
+
+    @property
+    def path(self) -> Path:
+        return self.directory / self.entry.file
+
+
+@dataclass(frozen=True)
+class FileResult:
+    feed: FeedFile
+    outcome: Outcome
+    attempts: int = 0
+    message: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "file": str(self.feed.path),
+            "kind": self.feed.entry.kind,
+            "datasource": self.feed.entry.datasource,
+            "feedtype": self.feed.entry.feedtype,
+            "records": self.feed.entry.records,
+            "bytes": self.feed.entry.bytes,
+            "outcome": self.outcome.value,
+            "attempts": self.attempts,
+            "message": self.message,
+        }
+
+
+@dataclass
+class PushSummary:
+    target: str
+    results: list[FileResult] = field(default_factory=list)
+    seconds: float = 0.0
+    retries: int = 0
+    backlog: int | None = None
+
+    def count(self, outcome: Outcome) -> int:
+        return sum(1 for r in self.results if r.outcome is outcome)
+
+    @property
+    def ok(self) -> bool:
+        """Every file is on the appliance, pushed now or before."""
+        return all(r.outcome in (Outcome.ACCEPTED, Outcome.SKIPPED) for r in self.results)
+
+    @property
+    def bytes_sent(self) -> int:
+        return sum(r.feed.entry.bytes for r in self.results if r.outcome is Outcome.ACCEPTED)
+
+    @property
+    def records_sent(self) -> int:
+        return sum(r.feed.entry.records for r in self.results if r.outcome is Outcome.ACCEPTED)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "ok": self.ok,
+            "target": self.target,
+            "files": {o.value: self.count(o) for o in Outcome},
+            "records": self.records_sent,
+            "bytes": self.bytes_sent,
+            "seconds": round(self.seconds, 3),
+            "retries": self.retries,
+            "backlog": self.backlog,
+            "results": [r.to_dict() for r in self.results],
+        }
+
+    def describe(self) -> str:
+        counts = ", ".join(f"{self.count(o)} {o.value}" for o in Outcome if self.count(o))
+        rate = self.bytes_sent / self.seconds if self.seconds > 0 else 0.0
+        return (
+            f"{self.target}: {counts or 'no files'}; {self.records_sent} records, "
+            f"{human_bytes(self.bytes_sent)} in {self.seconds:.1f} s "
+            f"({human_bytes(rate)}/s), {self.retries} retries"
+        )

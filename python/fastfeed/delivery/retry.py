@@ -1,0 +1,76 @@
+"""The one retry loop of every pusher, and what a failed request on the way to an appliance
+was: something to retry after a backoff, or a TLS failure that no retry mends."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import ssl
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import httpx
+
+from fastfeed.delivery.results import PushError
+from fastfeed.delivery.settings import PushSettings
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Again:
+    """An attempt that may succeed when made again: what went wrong, for the message if the
+    retries run out."""
+
+    problem: str
+
+
+async def retrying(
+    settings: PushSettings,
+    attempt: Callable[[int], Awaitable[T]],
+    on_retry: Callable[[], None],
+) -> tuple[int, T]:
+    """Makes attempts 1, 2, ... until one comes to an outcome (anything but `Again`) or
+    `settings.retries` retries are spent, waiting between them a backoff that doubles from
+    `backoff_base` to `backoff_max`. Returns how many attempts were made and the last outcome."""
+    attempts = 0
+    while True:
+        attempts += 1
+        outcome = await attempt(attempts)
+        if not isinstance(outcome, Again) or attempts > settings.retries:
+            return attempts, outcome
+        on_retry()
+        backoff = settings.backoff_base * 2 ** (attempts - 1)
+        await asyncio.sleep(jitter(min(settings.backoff_max, backoff)))
+
+
+def gave_up(again: Again, attempts: int) -> str:
+    return f"{again.problem} (gave up after {attempts} attempts)"
+
+
+def jitter(delay: float) -> float:
+    """Between half and all of `delay`: retries of many files do not arrive in lockstep."""
+    return delay / 2 + random.uniform(0, delay / 2)
+
+
+def tls_failure(exc: BaseException) -> ssl.SSLError | None:
+    """The TLS error behind a failed connection, if that is what it was."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def transport_problem(exc: httpx.HTTPError, target: str, hint: str) -> Again:
+    """What went wrong on the way to the appliance, to retry on; but a TLS failure, which no
+    retry mends, stops the push as refused, with `hint` naming the option that fixes it."""
+    tls = tls_failure(exc) if isinstance(exc, httpx.ConnectError) else None
+    if tls is not None:
+        raise PushError(
+            f"TLS with {target} failed: {tls}. Give the appliance's CA certificate with {hint}",
+            refused=True,
+        ) from None
+    return Again(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)

@@ -1,0 +1,111 @@
+"""`build_and_push`: a GSA feed set built and pushed as one pipeline (`fastfeed run`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fastfeed.delivery.results import FeedFile, PushError, PushSummary
+from fastfeed.delivery.settings import PushSettings
+from fastfeed.gsa.build import build
+from fastfeed.gsa.push import Pusher
+from fastfeed.gsa.writer import FeedType
+from fastfeed.progress import Progress
+from fastfeed.sets.build import BuildSummary
+from fastfeed.sets.journal import Journal
+from fastfeed.sets.manifest import ManifestEntry
+
+
+async def build_and_push_async(
+    inputs: Sequence[str],
+    out_dir: str | os.PathLike[str],
+    datasource: str,
+    feedtype: FeedType,
+    settings: PushSettings,
+    *,
+    max_ahead: int = 4,
+    progress: Progress | None = None,
+    **build_options: Any,
+) -> tuple[BuildSummary, PushSummary]:
+    """Builds a feed set into `out_dir` and pushes each file as soon as it is finished.
+
+    The builder runs in a thread and waits whenever `max_ahead` of its files are not yet done
+    with by the pusher, so an appliance slower than the builder bounds what piles up unpushed
+    (on disk and in flight) instead of letting the builder run away. The set stays in `out_dir`
+    with its journal, so an interrupted run is finished by `fastfeed push OUT_DIR`.
+
+    A build that fails partway (`InputError`) raises after the files already built were
+    pushed; for a `full` feed, the datasource then holds only those until the next push.
+    """
+    if max_ahead < 1:
+        raise ValueError("max_ahead must be at least 1")
+    loop = asyncio.get_running_loop()
+    room = threading.Semaphore(max_ahead)
+    stopped = threading.Event()
+    directory = Path(out_dir)
+    with contextlib.ExitStack() as journals:
+        journal: list[Journal] = []
+
+        def submit(entry: ManifestEntry) -> None:
+            # The journal is opened with the first file: the builder owns the empty directory
+            # until then.
+            if not journal:
+                journal.append(journals.enter_context(Journal(directory, settings.target)))
+            pusher.submit(FeedFile(directory, entry), journal[0])
+
+        def on_file(entry: ManifestEntry) -> None:  # called on the builder's thread
+            while not room.acquire(timeout=0.1):
+                if stopped.is_set():
+                    break
+            if stopped.is_set():
+                raise PushError("the push stopped, so the build stops too")
+            loop.call_soon_threadsafe(submit, entry)
+
+        async with Pusher(
+            settings, progress=progress, on_result=lambda _: room.release()
+        ) as pusher:
+            building = asyncio.ensure_future(
+                asyncio.to_thread(
+                    build, inputs, directory, datasource, feedtype, on_file=on_file, **build_options
+                )
+            )
+            building.add_done_callback(lambda _: pusher.close_input())
+            try:
+                pushed = await pusher.run()
+            except BaseException:
+                stopped.set()
+                with contextlib.suppress(Exception):
+                    await building
+                raise
+            return await building, pushed
+
+
+def build_and_push(
+    inputs: Sequence[str],
+    out_dir: str | os.PathLike[str],
+    datasource: str,
+    feedtype: FeedType,
+    settings: PushSettings,
+    *,
+    max_ahead: int = 4,
+    progress: Progress | None = None,
+    **build_options: Any,
+) -> tuple[BuildSummary, PushSummary]:
+    """Synchronous `build_and_push_async`."""
+    return asyncio.run(
+        build_and_push_async(
+            inputs,
+            out_dir,
+            datasource,
+            feedtype,
+            settings,
+            max_ahead=max_ahead,
+            progress=progress,
+            **build_options,
+        )
+    )

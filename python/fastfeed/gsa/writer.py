@@ -1,0 +1,69 @@
+"""`FeedWriter`: records into gsafeed files."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Literal
+
+from fastfeed import _core
+from fastfeed.sets.manifest import ManifestEntry
+from fastfeed.sets.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES, FeedWarning, RecordWriter
+
+FeedType = Literal["full", "incremental", "metadata-and-url"]
+Compress = Literal["auto", "always", "never"]
+AclFormat = Literal["per-url", "legacy"]
+
+
+class FeedWriter(RecordWriter):
+    """Writes records into numbered, size-capped feed files in `out_dir`, and `manifest.jsonl`.
+
+    Use it as a context manager; leaving the block closes the last file and writes the manifest,
+    unless an exception escapes it, in which case no manifest is written and the unfinished file
+    is removed, so that an incomplete set is never pushed::
+
+        with FeedWriter("feeds", "docs", "full") as writer:
+            writer.add_batch(records)
+        print(writer.manifest)
+
+    `add_batch` is the fast path: the whole batch crosses into Rust in one call and is encoded on
+    `workers` threads without the GIL. A bad record raises `RecordError` (with `.index` and
+    `.field`) and nothing of its batch is written, so the batch can be retried without it.
+    `acl_format="legacy"` writes ACLs as the google:acl* meta names of appliances before 7.0.
+    A `full` feed with no records is refused when closed (`EmptyFullFeed`) unless
+    `allow_empty_full`: it would remove every document of the datasource.
+    """
+
+    def __init__(
+        self,
+        out_dir: str | os.PathLike[str],
+        datasource: str,
+        feedtype: FeedType = "incremental",
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_records: int = 0,
+        compress: Compress = "auto",
+        level: int = DEFAULT_LEVEL,
+        workers: int = 0,
+        acl_format: AclFormat = "per-url",
+        allow_empty_full: bool = False,
+        on_file: Callable[[ManifestEntry], None] | None = None,
+        on_warning: Callable[[FeedWarning], None] | None = None,
+    ) -> None:
+        core = _core.FeedWriter(
+            os.fspath(out_dir),
+            datasource,
+            feedtype,
+            max_bytes=max_bytes,
+            max_records=max_records,
+            compress=compress,
+            level=level,
+            workers=workers,
+            acl_format=acl_format,
+        )
+        empty = feedtype == "full" and not allow_empty_full
+        refuse = f"a full feed with no records would remove every document of {datasource!r}"
+        super().__init__(core, out_dir, on_file, on_warning, refuse if empty else None)
+
+    def __enter__(self) -> FeedWriter:
+        return self

@@ -156,6 +156,70 @@ def test_a_file_changed_since_the_build_is_not_sent(
     assert len(emulator.pushes()) == 1
 
 
+def test_a_file_changed_while_it_is_streamed_is_abandoned_before_its_last_chunk(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+    import random
+
+    from fastfeed import FeedWriter
+    from fastfeed.delivery.body import FileChanged, file_chunks
+    from fastfeed.delivery.results import FeedFile
+
+    text = "".join(random.Random(1).choices("abcdefgh ", k=300_000))
+    with FeedWriter(tmp_path / "s", "docs", compress="never") as writer:
+        writer.add_batch([{"url": "http://e.example.com/a", "content": text}])
+    feed = FeedFile(tmp_path / "s", writer.manifest[0])
+
+    async def stream() -> int:
+        sent = 0
+        async for chunk in file_chunks(feed, 1 << 16):
+            if not sent:  # 20 bytes overwritten behind the reader, as an editor would
+                with open(feed.path, "r+b") as f:
+                    f.seek(feed.entry.bytes - 5000)
+                    f.write(b"X" * 20)
+            sent += len(chunk)
+        return sent
+
+    with pytest.raises(FileChanged, match="changed while being sent"):
+        asyncio.run(stream())
+
+
+def test_a_push_whose_file_changes_mid_stream_fails_that_file_and_journals_nothing(
+    emulator: Emulator, push_settings: Settings, tmp_path: Path
+) -> None:
+    import base64
+    import os
+
+    from fastfeed import FeedWriter
+    from fastfeed.sets.journal import Journal
+
+    text = base64.b64encode(os.urandom(30_000_000)).decode()
+    with FeedWriter(tmp_path / "s", "docs", compress="never") as writer:
+        writer.add_batch([{"url": "http://e.example.com/a", "content": text}])
+    [entry] = writer.manifest
+    # The appliance reads nothing for a second: the upload stalls once the socket buffers are
+    # full, far before the changed bytes near the end of the file.
+    emulator.add_fault(Fault.slow(1.0))
+
+    def edit() -> None:
+        time.sleep(0.5)
+        with open(tmp_path / "s" / entry.file, "r+b") as f:
+            f.seek(entry.bytes - 5000)
+            f.write(b"X" * 20)
+
+    editor = threading.Thread(target=edit)
+    editor.start()
+    summary = push(tmp_path / "s", push_settings(emulator, chunk_size=1 << 16))
+    editor.join()
+
+    [result] = summary.results
+    assert result.outcome is Outcome.FAILED and "changed while being sent" in result.message
+    assert [p.sha256 for p in emulator.pushes() if p.outcome == "applied"] == []
+    with Journal(tmp_path / "s", push_settings(emulator).target) as journal:
+        assert not journal.is_accepted(entry)
+
+
 def test_an_unverifiable_certificate_is_refused_unless_insecure(
     emulator: Emulator, make_feed_set: MakeSet, push_settings: Settings
 ) -> None:

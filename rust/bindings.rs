@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use pyo3::buffer::PyBuffer;
 use pyo3::create_exception;
-use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::exceptions::{PyException, PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{
     PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMemoryView, PyString,
@@ -32,8 +32,14 @@ use crate::writer::{
 
 create_exception!(
     _core,
+    FastfeedError,
+    PyException,
+    "The root of every fastfeed error: catching it catches them all."
+);
+create_exception!(
+    _core,
     FeedError,
-    PyValueError,
+    FastfeedError,
     "A feed cannot be built as asked: bad settings, or a record that breaks the protocol."
 );
 create_exception!(
@@ -617,6 +623,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(url_problem, m)?)?;
     m.add_function(wrap_pyfunction!(parse_last_modified, m)?)?;
     m.add_function(wrap_pyfunction!(datasource_problem, m)?)?;
+    m.add("FastfeedError", py.get_type::<FastfeedError>())?;
     m.add("FeedError", py.get_type::<FeedError>())?;
     m.add("RecordError", py.get_type::<RecordError>())?;
     m.add("DEFAULT_MAX_BYTES", DEFAULT_MAX_BYTES)?;

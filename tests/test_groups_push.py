@@ -13,9 +13,10 @@ import pytest
 from conftest import TLSFiles
 from fastfeed import read_manifest
 from fastfeed.cli import main
-from fastfeed.delivery.results import Outcome, PushError
+from fastfeed.delivery.results import Outcome
 from fastfeed.delivery.settings import PushSettings
 from fastfeed.emulator import Emulator, Membership, Principal
+from fastfeed.errors import PushError
 from fastfeed.gsa.groups import GroupsWriter
 from fastfeed.gsa.push import push
 from fastfeed.gsa.validate import validate_file

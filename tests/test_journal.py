@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fastfeed.sets.journal import JOURNAL, Journal, JournalError, JournalWarning
+from fastfeed.errors import JournalError
+from fastfeed.sets.journal import JOURNAL, Journal, JournalWarning
 from fastfeed.sets.manifest import ManifestEntry
 
 

@@ -12,9 +12,10 @@ import pytest
 import trustme
 from cryptography.hazmat.primitives import serialization
 from fastfeed import read_manifest
-from fastfeed.delivery.results import Outcome, PushError
-from fastfeed.delivery.settings import PushSettings, Secret, SettingsError
+from fastfeed.delivery.results import Outcome
+from fastfeed.delivery.settings import PushSettings, Secret
 from fastfeed.emulator import Emulator, Fault
+from fastfeed.errors import PushError, SettingsError
 from fastfeed.gsa.push import push
 
 MakeSet = Callable[..., Path]

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastfeed.seedlist import LoadError, SeedlistStore
+from fastfeed.errors import LoadError
+from fastfeed.seedlist import SeedlistStore
 
 URL = "http://docs.example.com/a"
 

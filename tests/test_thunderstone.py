@@ -19,18 +19,12 @@ import orjson
 import pytest
 from conftest import TLSFiles
 from fastfeed.cli import main
-from fastfeed.delivery.results import Outcome, PushError
+from fastfeed.delivery.results import Outcome
 from fastfeed.delivery.settings import PushSettings
 from fastfeed.emulator import Emulator, Fault
+from fastfeed.errors import PushError, ReplyError
 from fastfeed.sets.journal import JOURNAL
-from fastfeed.thunderstone.push import (
-    UPDATE_INDEXES,
-    ReplyError,
-    _form_encode,
-    parse_reply,
-    push,
-    url_settings,
-)
+from fastfeed.thunderstone.push import UPDATE_INDEXES, _form_encode, parse_reply, push, url_settings
 
 Item = dict[str, Any]
 DT = 'dt:dt="bin.base64"'

@@ -1,16 +1,48 @@
-"""The Python layer's errors and the CLI's exit statuses.
+"""Every error fastfeed raises, in one tree: catching `FastfeedError` catches them all.
 
-Errors raised by the Rust core (`FeedError`, `RecordError`) are created in its bindings module;
-they are re-exported here so that users import every fastfeed error from one place.
+    FastfeedError            the root (made in the Rust core, so that its errors are under it)
+    ├── FeedError            a feed cannot be built as asked (writer settings, a closed writer)
+    │   └── RecordError      a record breaks a rule: `.index`, `.field`, `.reason`
+    ├── InputError           an input record that cannot be read or is refused, where it came from
+    ├── EmptyFullFeed        a full feed with no records, refused unless allowed
+    ├── SettingsError        a push setting is missing or out of range
+    ├── JournalError         the push journal cannot be used
+    ├── FileChanged          a feed file is not the one its manifest describes
+    ├── PushError            a push cannot go on: `.refused`, `.summary`
+    ├── BacklogError         the appliance's backlog could not be read
+    ├── ReplyError           a Thunderstone answer that is not a ThunderstoneReplicationResult
+    └── LoadError            a seedlist load refused a record
+
+The servers (emulator, seedlist) have private errors of their own, under the same root, that
+become HTTP answers and never reach a caller. Errors of the system (a file that cannot be
+read or written) stay `OSError`, which `describe` words for the command line.
 """
 
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
-from fastfeed._core import FeedError, RecordError
+from fastfeed._core import FastfeedError, FeedError, RecordError
 
-__all__ = ["EmptyFullFeed", "ExitCode", "FastfeedError", "FeedError", "RecordError"]
+if TYPE_CHECKING:
+    from fastfeed.delivery.results import PushSummary
+
+__all__ = [
+    "BacklogError",
+    "EmptyFullFeed",
+    "ExitCode",
+    "FastfeedError",
+    "FeedError",
+    "FileChanged",
+    "InputError",
+    "JournalError",
+    "LoadError",
+    "PushError",
+    "RecordError",
+    "ReplyError",
+    "SettingsError",
+]
 
 
 class ExitCode(IntEnum):
@@ -23,8 +55,13 @@ class ExitCode(IntEnum):
     REFUSED = 3
 
 
-class FastfeedError(Exception):
-    """A problem in the Python layer (input files, configuration, pushing) the user can act on."""
+class InputError(FastfeedError):
+    """An input record that cannot be read or is refused, with where it came from."""
+
+    def __init__(self, location: str, message: str) -> None:
+        super().__init__(f"{location}: {message}")
+        self.location = location
+        self.reason = message
 
 
 class EmptyFullFeed(FastfeedError):
@@ -32,6 +69,49 @@ class EmptyFullFeed(FastfeedError):
     (a full groups feed: every group) from the appliance; an empty input is far more often a
     broken export than an empty source, so it takes the user's explicit word
     (`allow_empty_full=True`, `--allow-empty-full`)."""
+
+
+class SettingsError(FastfeedError):
+    """A setting is missing or out of range."""
+
+
+class JournalError(FastfeedError):
+    """The journal cannot be used: unwritable, or another push holds it."""
+
+
+class FileChanged(FastfeedError):
+    """The file on disk is not the one the manifest describes."""
+
+
+class PushError(FastfeedError):
+    """The push could not go on. `refused` means the setup is wrong (untrusted IP, TLS, missing
+    manifest) rather than the feeds; `summary` tells what was done before it stopped."""
+
+    def __init__(
+        self, message: str, *, refused: bool = False, summary: PushSummary | None = None
+    ) -> None:
+        super().__init__(message)
+        self.refused = refused
+        self.summary = summary
+
+
+class BacklogError(FastfeedError):
+    """The backlog could not be read."""
+
+
+class ReplyError(FastfeedError):
+    """The appliance's answer is not a `ThunderstoneReplicationResult`."""
+
+
+class LoadError(FastfeedError):
+    """A refused record, with where it came from; nothing of its load was kept."""
+
+    def __init__(self, location: str, field: str | None, reason: str) -> None:
+        where = f"{location}: {field}" if field else location
+        super().__init__(f"{where}: {reason}")
+        self.location = location
+        self.field = field
+        self.reason = reason
 
 
 def describe(exc: Exception) -> str:

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from fastfeed.cli import build, config, emulator, groups, push, seedlist, thunderstone
-from fastfeed.errors import ExitCode, FastfeedError, FeedError, describe
+from fastfeed.errors import ExitCode, FastfeedError, describe
 
 DESCRIPTION = """\
 Build search appliance feeds from a corpus and push them, fast and without losing a record.
@@ -49,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config.apply(parser, args, argv)
     try:
         status: int = args.func(args)
-    except (FastfeedError, FeedError, OSError) as exc:
+    except (FastfeedError, OSError) as exc:
         print(f"fastfeed {args.command}: error: {describe(exc)}", file=sys.stderr)
         return ExitCode.FAILED
     except KeyboardInterrupt:

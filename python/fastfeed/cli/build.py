@@ -10,10 +10,9 @@ from typing import Any
 
 import orjson
 
-from fastfeed.errors import ExitCode, FastfeedError, describe
+from fastfeed.errors import ExitCode, FastfeedError, InputError, describe
 from fastfeed.gsa.build import build
 from fastfeed.progress import Progress, human_bytes
-from fastfeed.sets.build import InputError
 from fastfeed.sets.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES, HARD_MAX_BYTES
 from fastfeed.thunderstone.build import build_thunderstone
 

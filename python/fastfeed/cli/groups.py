@@ -9,7 +9,7 @@ import orjson
 
 from fastfeed.cli.build import allow_empty_full_option, set_options
 from fastfeed.cli.push import connection_options, push_options, report, settings_from_args, stopped
-from fastfeed.errors import ExitCode, FastfeedError
+from fastfeed.errors import ExitCode, FastfeedError, InputError, PushError
 from fastfeed.progress import Progress, human_bytes
 from fastfeed.sets.writer import DEFAULT_MAX_BYTES
 
@@ -123,7 +123,6 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def run_build(args: argparse.Namespace) -> int:
     from fastfeed.gsa.groups import build_groups
-    from fastfeed.sets.build import InputError
 
     try:
         summary = build_groups(
@@ -171,7 +170,6 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_push(args: argparse.Namespace) -> int:
-    from fastfeed.delivery.results import PushError
     from fastfeed.gsa.groups import FULL_GROUPS_WARNING, full_groups
     from fastfeed.gsa.push import feed_files, push
 

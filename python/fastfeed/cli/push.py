@@ -15,10 +15,9 @@ import orjson
 
 from fastfeed.cli.build import allow_empty_full_option, require_datasource
 from fastfeed.delivery.settings import HTTP_PORT, HTTPS_PORT, PushSettings, Secret
-from fastfeed.errors import ExitCode, FastfeedError
+from fastfeed.errors import BacklogError, ExitCode, FastfeedError, InputError, PushError
 from fastfeed.gsa.build import build
 from fastfeed.progress import Progress
-from fastfeed.sets.build import InputError
 
 if TYPE_CHECKING:
     from fastfeed.delivery.results import PushSummary
@@ -330,7 +329,6 @@ def report(command: str, summary: PushSummary, as_json: bool) -> int:
 
 def stopped(command: str, exc: FastfeedError, as_json: bool) -> int:
     """A push that could not go on: says why, and what was done before."""
-    from fastfeed.delivery.results import PushError
 
     print(f"fastfeed {command}: error: {exc}", file=sys.stderr)
     summary = exc.summary if isinstance(exc, PushError) else None
@@ -408,7 +406,6 @@ def run_run(args: argparse.Namespace) -> int:
 
 
 def run_backlog(args: argparse.Namespace) -> int:
-    from fastfeed.gsa.backlog import BacklogError
 
     try:
         settings = settings_from_args(args)

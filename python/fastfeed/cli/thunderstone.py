@@ -10,7 +10,7 @@ import orjson
 
 from fastfeed.cli.push import retry_options, tls_options
 from fastfeed.delivery.settings import PushSettings
-from fastfeed.errors import ExitCode, FastfeedError
+from fastfeed.errors import ExitCode, FastfeedError, PushError
 
 if TYPE_CHECKING:
     from fastfeed.thunderstone.push import ThunderstoneSummary
@@ -87,7 +87,6 @@ def _settings(args: argparse.Namespace) -> PushSettings:
 
 
 def run_push(args: argparse.Namespace) -> int:
-    from fastfeed.delivery.results import PushError
     from fastfeed.progress import Progress
     from fastfeed.thunderstone.push import ThunderstoneSummary, push
 

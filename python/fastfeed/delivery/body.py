@@ -7,11 +7,7 @@ import hashlib
 from collections.abc import AsyncIterator
 
 from fastfeed.delivery.results import FeedFile
-from fastfeed.errors import FastfeedError
-
-
-class FileChanged(FastfeedError):
-    """The file on disk is not the one the manifest describes."""
+from fastfeed.errors import FileChanged
 
 
 def check_file(feed: FeedFile) -> None:

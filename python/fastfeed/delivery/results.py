@@ -6,21 +6,8 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fastfeed.errors import FastfeedError
 from fastfeed.progress import human_bytes
 from fastfeed.sets.manifest import ManifestEntry
-
-
-class PushError(FastfeedError):
-    """The push could not go on. `refused` means the setup is wrong (untrusted IP, TLS, missing
-    manifest) rather than the feeds; `summary` tells what was done before it stopped."""
-
-    def __init__(
-        self, message: str, *, refused: bool = False, summary: PushSummary | None = None
-    ) -> None:
-        super().__init__(message)
-        self.refused = refused
-        self.summary = summary
 
 
 class Outcome(enum.StrEnum):

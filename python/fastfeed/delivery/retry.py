@@ -12,8 +12,8 @@ from typing import TypeVar
 
 import httpx
 
-from fastfeed.delivery.results import PushError
 from fastfeed.delivery.settings import PushSettings
+from fastfeed.errors import PushError
 
 T = TypeVar("T")
 

@@ -10,7 +10,7 @@ import ssl
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from fastfeed.errors import FastfeedError
+from fastfeed.errors import SettingsError
 
 if TYPE_CHECKING:
     import httpx
@@ -41,10 +41,6 @@ class Secret:
 
     def __hash__(self) -> int:
         return hash(self._value)
-
-
-class SettingsError(FastfeedError):
-    """A setting is missing or out of range."""
 
 
 @dataclass(frozen=True)

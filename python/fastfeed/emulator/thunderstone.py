@@ -38,6 +38,7 @@ from lxml import etree
 from fastfeed.emulator.index import Index
 from fastfeed.emulator.server import STATE, State, drain, drop, plain_text
 from fastfeed.emulator.upload import MAX_FEED_BYTES, DataFile, UploadError, receive, too_large
+from fastfeed.errors import FastfeedError
 
 PATH = "/texis/dowalk/recvdata.xml"
 DATATYPES = "urn:schemas-microsoft-com:datatypes"
@@ -244,7 +245,7 @@ def _xml_safe(text: str) -> str:
 # Applying a document
 
 
-class _ItemError(Exception):
+class _ItemError(FastfeedError):
     def __init__(self, status: str, info: str) -> None:
         super().__init__(info)
         self.status = status

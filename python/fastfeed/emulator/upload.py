@@ -14,6 +14,8 @@ from urllib.parse import unquote_to_bytes
 
 from aiohttp import BodyPartReader, web
 
+from fastfeed.errors import FastfeedError
+
 #: The guide: "An XML feed must be less than 1 GB in size."
 MAX_FEED_BYTES = 10**9
 #: The short fields (datasource, feedtype) are names; anything longer is not one.
@@ -21,7 +23,7 @@ MAX_FIELD_BYTES = 4096
 CHUNK = 1 << 16
 
 
-class UploadError(Exception):
+class UploadError(FastfeedError):
     """The request cannot be taken as a feed; the message tells the client why."""
 
     def __init__(self, message: str, status: int = 400) -> None:

@@ -15,13 +15,9 @@ from collections.abc import Callable
 import httpx
 
 from fastfeed.delivery.settings import PushSettings
-from fastfeed.errors import FastfeedError
+from fastfeed.errors import BacklogError
 
 PATH = "/getbacklogcount"
-
-
-class BacklogError(FastfeedError):
-    """The backlog could not be read."""
 
 
 def _parse(response: httpx.Response) -> int | None:

@@ -40,11 +40,11 @@ from pathlib import Path
 
 import httpx
 
-from fastfeed.delivery.body import FileChanged, check_file, file_chunks
-from fastfeed.delivery.results import FeedFile, FileResult, Outcome, PushError, PushSummary
+from fastfeed.delivery.body import check_file, file_chunks
+from fastfeed.delivery.results import FeedFile, FileResult, Outcome, PushSummary
 from fastfeed.delivery.retry import Again, gave_up, jitter, retrying, transport_problem
 from fastfeed.delivery.settings import PushSettings, http_client
-from fastfeed.errors import FastfeedError
+from fastfeed.errors import FastfeedError, FileChanged, PushError
 from fastfeed.gsa.backlog import BacklogGate
 from fastfeed.gsa.groups import FULL_GROUPS_WARNING, full_groups
 from fastfeed.progress import Progress, human_bytes

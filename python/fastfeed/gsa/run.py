@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fastfeed.delivery.results import FeedFile, PushError, PushSummary
+from fastfeed.delivery.results import FeedFile, PushSummary
 from fastfeed.delivery.settings import PushSettings
+from fastfeed.errors import PushError
 from fastfeed.gsa.build import build
 from fastfeed.gsa.push import Pusher
 from fastfeed.gsa.writer import FeedType

@@ -5,6 +5,7 @@ them as seedlist pages over HTTP(S). The server is not imported here: it needs a
 loading records does not.
 """
 
-from fastfeed.seedlist.store import LoadError, LoadSummary, SeedlistStore
+from fastfeed.errors import LoadError
+from fastfeed.seedlist.store import LoadSummary, SeedlistStore
 
 __all__ = ["LoadError", "LoadSummary", "SeedlistStore"]

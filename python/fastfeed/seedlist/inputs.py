@@ -9,8 +9,7 @@ from typing import IO, Any
 
 import orjson
 
-from fastfeed.errors import FastfeedError
-from fastfeed.seedlist.store import LoadError
+from fastfeed.errors import FastfeedError, LoadError
 
 
 def read_jsonl(inputs: Sequence[str]) -> Iterator[tuple[str, Mapping[str, Any]]]:

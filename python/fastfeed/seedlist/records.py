@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from fastfeed import _core
+from fastfeed.errors import FastfeedError
 from fastfeed.sets.codec import decode_base64
 
 #: Characters XML 1.0 cannot carry in any form, not even as character references.
@@ -59,7 +60,7 @@ _INHERITANCE = {"child-overrides", "parent-overrides", "and-both-permit", "leaf-
 _PRINCIPAL_KEYS = {"name", "scope", "access", "namespace", "case_sensitive"}
 
 
-class RecordProblem(ValueError):
+class RecordProblem(FastfeedError):
     """A record the seedlist store refuses; `field` names the culprit (None: the whole record)."""
 
     def __init__(self, field: str | None, reason: str) -> None:

@@ -42,7 +42,7 @@ STARTUP_TIMEOUT = 30.0
 _REALM = 'Basic realm="fastfeed seedlist", charset="UTF-8"'
 
 
-class Refused(Exception):
+class Refused(FastfeedError):
     """A request the server answers with a 4xx status and a message."""
 
     def __init__(self, status: int, message: str) -> None:

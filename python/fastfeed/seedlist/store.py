@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from fastfeed.errors import FastfeedError
+from fastfeed.errors import LoadError
 from fastfeed.seedlist.records import (
     AUTHOR,
     SUMMARY,
@@ -59,17 +59,6 @@ CREATE INDEX IF NOT EXISTS documents_changed ON documents (changed);
 -- every custom field name loaded, for the feed's wplc:fieldInfo
 CREATE TABLE IF NOT EXISTS fields (name TEXT PRIMARY KEY);
 """
-
-
-class LoadError(FastfeedError):
-    """A refused record, with where it came from; nothing of its load was kept."""
-
-    def __init__(self, location: str, field: str | None, reason: str) -> None:
-        where = f"{location}: {field}" if field else location
-        super().__init__(f"{where}: {reason}")
-        self.location = location
-        self.field = field
-        self.reason = reason
 
 
 @dataclass

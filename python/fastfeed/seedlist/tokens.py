@@ -15,8 +15,10 @@ from dataclasses import dataclass
 
 import orjson
 
+from fastfeed.errors import FastfeedError
 
-class TokenError(ValueError):
+
+class TokenError(FastfeedError):
     """A Timestamp or State that is not one this server made."""
 
 

@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 import orjson
 
-from fastfeed.errors import FastfeedError, RecordError
+from fastfeed.errors import FastfeedError, InputError, RecordError
 from fastfeed.progress import Progress, human_bytes
 from fastfeed.sets.manifest import ManifestEntry
 from fastfeed.sets.writer import HARD_MAX_BYTES, FeedWarning, SetWriter
@@ -46,15 +46,6 @@ MAX_STREAMED_LINE = HARD_MAX_BYTES
 
 REJECTED = "rejected.jsonl"
 REJECTED_LOG = "rejected.log"
-
-
-class InputError(FastfeedError):
-    """An input record that cannot be read or is refused, with where it came from."""
-
-    def __init__(self, location: str, message: str) -> None:
-        super().__init__(f"{location}: {message}")
-        self.location = location
-        self.reason = message
 
 
 @dataclass

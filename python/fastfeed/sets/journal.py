@@ -24,16 +24,12 @@ from types import TracebackType
 
 import orjson
 
-from fastfeed.errors import FastfeedError
+from fastfeed.errors import JournalError
 from fastfeed.sets.manifest import ManifestEntry
 
 JOURNAL = "push-journal.jsonl"
 
 Key = tuple[str, str, str]
-
-
-class JournalError(FastfeedError):
-    """The journal cannot be used: unwritable, or another push holds it."""
 
 
 class JournalWarning(UserWarning):

@@ -46,11 +46,11 @@ from urllib.parse import urlencode, urlsplit
 import httpx
 from lxml import etree
 
-from fastfeed.delivery.body import FileChanged, check_file, file_chunks
-from fastfeed.delivery.results import FeedFile, FileResult, Outcome, PushError, PushSummary
+from fastfeed.delivery.body import check_file, file_chunks
+from fastfeed.delivery.results import FeedFile, FileResult, Outcome, PushSummary
 from fastfeed.delivery.retry import Again, gave_up, retrying, transport_problem
-from fastfeed.delivery.settings import PushSettings, SettingsError, http_client
-from fastfeed.errors import FastfeedError
+from fastfeed.delivery.settings import PushSettings, http_client
+from fastfeed.errors import FastfeedError, FileChanged, PushError, ReplyError, SettingsError
 from fastfeed.progress import Progress, human_bytes
 from fastfeed.sets.journal import Journal
 from fastfeed.sets.manifest import ManifestEntry, read_manifest
@@ -142,10 +142,6 @@ class ThunderstoneSummary(PushSummary):
         data = super().to_dict()
         data["failed_items"] = [asdict(f) for f in self.failed_items]
         return data
-
-
-class ReplyError(FastfeedError):
-    """The appliance's answer is not a `ThunderstoneReplicationResult`."""
 
 
 def url_settings(url: str, **options: Any) -> PushSettings:

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from fastfeed.gsa.validate import Problem, validate_file
     from fastfeed.thunderstone.push import ThunderstoneSummary
     from fastfeed.thunderstone.push import push as push_thunderstone
+    from fastfeed.thunderstone.push import url_settings as thunderstone_settings
 
 #: Name: (module, attribute), imported on first access.
 _LAZY = {
@@ -54,6 +55,7 @@ _LAZY = {
     "build_and_push_async": ("fastfeed.gsa.run", "build_and_push_async"),
     "push_thunderstone": ("fastfeed.thunderstone.push", "push"),
     "ThunderstoneSummary": ("fastfeed.thunderstone.push", "ThunderstoneSummary"),
+    "thunderstone_settings": ("fastfeed.thunderstone.push", "url_settings"),
     "validate_file": ("fastfeed.gsa.validate", "validate_file"),
     "Problem": ("fastfeed.gsa.validate", "Problem"),
     "Emulator": ("fastfeed.emulator", "Emulator"),
@@ -101,6 +103,7 @@ __all__ = [
     "push_async",
     "push_thunderstone",
     "read_manifest",
+    "thunderstone_settings",
     "validate_file",
 ]
 

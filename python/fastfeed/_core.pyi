@@ -2,7 +2,20 @@
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Self, final
+
+__all__ = [
+    "FeedWriter",
+    "url_problem",
+    "parse_last_modified",
+    "datasource_problem",
+    "FastfeedError",
+    "FeedError",
+    "RecordError",
+    "DEFAULT_MAX_BYTES",
+    "HARD_MAX_BYTES",
+    "DEFAULT_LEVEL",
+]
 
 DEFAULT_MAX_BYTES: int
 HARD_MAX_BYTES: int
@@ -20,9 +33,10 @@ class RecordError(FeedError):
     field: str | None
     reason: str
 
+@final
 class FeedWriter:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         out_dir: str | os.PathLike[str],
         datasource: str,
         feedtype: str,
@@ -34,7 +48,7 @@ class FeedWriter:
         level: int = ...,
         workers: int = 0,
         acl_format: str = "per-url",
-    ) -> None: ...
+    ) -> Self: ...
     def add_batch(
         self, records: Iterable[Mapping[str, Any]]
     ) -> tuple[list[tuple[int, str]], list[dict[str, Any]]]: ...

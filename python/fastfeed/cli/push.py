@@ -200,6 +200,14 @@ def tls_options(g: argparse._ArgumentGroup) -> None:
         help="seconds without progress while sending or awaiting an answer "
         f"(default {defaults.timeout:g})",
     )
+    g.add_argument(
+        "--deadline",
+        type=float,
+        default=defaults.deadline,
+        metavar="S",
+        help="seconds one request may take in all, however steadily the appliance answers "
+        f"(default {defaults.deadline:g})",
+    )
 
 
 def push_options(p: argparse.ArgumentParser) -> None:

@@ -79,6 +79,9 @@ class PushSettings:
     connect_timeout: float = 10.0
     #: Seconds without progress while sending a file or waiting for its answer.
     timeout: float = 300.0
+    #: Seconds one request may take in all, sending and answer: an appliance that answers a
+    #: byte now and then never trips `timeout`. Enough for a 950 MB file at 1 MB/s.
+    deadline: float = 3600.0
 
     backlog_high: int = 50
     backlog_low: int = 20
@@ -92,6 +95,8 @@ class PushSettings:
             raise SettingsError("no appliance host: give --host HOST (or FASTFEED_HOST)")
         if self.port is not None and not 0 < self.port < 65536:
             raise SettingsError(f"port {self.port} is not a TCP port")
+        if self.deadline <= 0 or self.timeout <= 0 or self.connect_timeout <= 0:
+            raise SettingsError("timeouts and the deadline must be more than 0 seconds")
         if self.concurrency < 1:
             raise SettingsError("concurrency must be at least 1")
         if self.retries < 0 or self.disk_full_retries < 0:

@@ -14,19 +14,20 @@ from collections.abc import Callable
 
 import httpx
 
+from fastfeed.delivery.exchange import Answer, exchange
 from fastfeed.delivery.settings import PushSettings
 from fastfeed.errors import BacklogError
 
 PATH = "/getbacklogcount"
 
 
-def _parse(response: httpx.Response) -> int | None:
+def _parse(answer: Answer) -> int | None:
     """The count, or None when the appliance does not offer it (older software: 404)."""
-    if response.status_code == 404:
+    if answer.status == 404:
         return None
-    if response.status_code != 200:
-        raise BacklogError(f"{PATH} answered HTTP {response.status_code}")
-    text = response.text.strip()
+    if answer.status != 200:
+        raise BacklogError(f"{PATH} answered HTTP {answer.status}")
+    text = answer.text.strip()
     try:
         return int(text)
     except ValueError:
@@ -35,10 +36,12 @@ def _parse(response: httpx.Response) -> int | None:
 
 async def fetch_backlog(client: httpx.AsyncClient, settings: PushSettings) -> int | None:
     try:
-        response = await client.get(settings.base_url + PATH)
+        answer = await exchange(
+            client, "GET", settings.base_url + PATH, deadline=settings.deadline, limit=1024
+        )
     except httpx.HTTPError as exc:
         raise BacklogError(f"cannot read {settings.base_url}{PATH}: {exc!r}") from None
-    return _parse(response)
+    return _parse(answer)
 
 
 class BacklogGate:

@@ -41,6 +41,7 @@ from pathlib import Path
 import httpx
 
 from fastfeed.delivery.body import check_file, file_chunks
+from fastfeed.delivery.exchange import exchange
 from fastfeed.delivery.results import FeedFile, FileResult, Outcome, PushSummary
 from fastfeed.delivery.retry import Again, gave_up, jitter, retrying, transport_problem
 from fastfeed.delivery.settings import PushSettings, http_client
@@ -448,12 +449,15 @@ class Pusher:
     async def _post(self, feed: FeedFile) -> tuple[int, str]:
         assert self._client is not None
         body = _Multipart(feed, self.settings.chunk_size, self._count_bytes)
-        response = await self._client.post(
+        answer = await exchange(
+            self._client,
+            "POST",
             self.settings.base_url + ENDPOINTS[feed.entry.kind][0],
+            deadline=self.settings.deadline,
             content=body,
             headers={"Content-Type": body.content_type, "Content-Length": str(body.length)},
         )
-        return response.status_code, response.text
+        return answer.status, answer.text
 
     def _count_bytes(self, n: int) -> None:
         self._wire_bytes += n

@@ -47,6 +47,7 @@ import httpx
 from lxml import etree
 
 from fastfeed.delivery.body import check_file, file_chunks
+from fastfeed.delivery.exchange import ANSWER_BYTES, exchange
 from fastfeed.delivery.results import FeedFile, FileResult, Outcome, PushSummary
 from fastfeed.delivery.retry import Again, gave_up, retrying, transport_problem
 from fastfeed.delivery.settings import PushSettings, http_client
@@ -420,15 +421,27 @@ class _Pusher:
 
         async def attempt(attempts: int) -> list[ItemResult] | FileResult | Again:
             try:
-                response = await self.client.post(self.url, content=body(), headers=headers)
+                answer = await exchange(
+                    self.client,
+                    "POST",
+                    self.url,
+                    deadline=self.settings.deadline,
+                    # An ItemResult for each item, each a few hundred bytes at most.
+                    limit=ANSWER_BYTES + 1024 * feed.entry.records,
+                    content=body(),
+                    headers=headers,
+                )
             except FileChanged as exc:
                 return FileResult(feed, Outcome.FAILED, attempts, f"not sent: {exc}")
             except httpx.HTTPError as exc:
                 return transport_problem(exc, self.url, "--cacert")
-            status, text = response.status_code, response.text.strip()
+            status, text = answer.status, answer.text.strip()
             if status == 200:
+                if answer.cut:
+                    message = f"the appliance's reply is longer than {len(answer.body):,} bytes"
+                    return FileResult(feed, Outcome.FAILED, attempts, message)
                 try:
-                    return parse_reply(response.content)
+                    return parse_reply(answer.body)
                 except ReplyError as exc:
                     message = f"not a Thunderstone reply: {exc}"
                     return FileResult(feed, Outcome.FAILED, attempts, message)

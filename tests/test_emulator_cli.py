@@ -119,3 +119,35 @@ def test_cli_emulator_needs_cert_and_key_together(
 
     assert status == 1
     assert "give both --cert and --key" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "command", [["demo"], ["emulator"], ["seedlist", "serve", "x.db", "--port", "0"]]
+)
+def test_server_commands_without_the_server_extra_say_how_to_install_it(
+    command: list[str], tmp_path: Path
+) -> None:
+    # aiohttp made unimportable, as in an install without the extra.
+    script = (
+        "import sys; sys.modules['aiohttp'] = None\n"
+        "from fastfeed.cli import main\n"
+        f"sys.exit(main({command!r}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert done.returncode == 1
+    assert "needs aiohttp, of the server extra: pip install 'fastfeed[server]'" in done.stderr
+
+
+def test_building_needs_no_server_extra(tmp_path: Path) -> None:
+    (tmp_path / "docs.jsonl").write_text('{"url": "http://e.example.com/a", "content": "a"}\n')
+    script = (
+        "import sys; sys.modules['aiohttp'] = None; sys.modules['trustme'] = None\n"
+        "from fastfeed.cli import main\n"
+        "sys.exit(main(['build', 'docs.jsonl', '--datasource', 'd', '--out', 'out']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr

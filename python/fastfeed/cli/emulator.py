@@ -1,4 +1,5 @@
-"""`fastfeed emulator`: run the local appliance in the foreground until Ctrl-C."""
+"""`fastfeed emulator` (the local appliance in the foreground until Ctrl-C) and `fastfeed demo`
+(the whole job on it)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,17 @@ examples:
 """
 
 
+DEMO_HELP = """\
+Try fastfeed end to end on this machine, with nothing to set up: starts an emulated appliance
+on 127.0.0.1 over HTTPS (with a certificate made for it), builds a small sample corpus (text
+and binary documents), pushes it with certificate verification, waits for the emulated feeder
+and prints what the index holds and where the feed set is kept.
+
+example:
+  fastfeed demo
+"""
+
+
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = commands.add_parser(
         "emulator",
@@ -83,6 +95,16 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "data for others is answered No Profile; default: every name exists",
     )
     p.set_defaults(func=run)
+
+    d = commands.add_parser(
+        "demo",
+        help="try it all on a local emulated appliance",
+        description=DEMO_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    d.add_argument("--out", metavar="DIR", help="where to keep the sample feed set")
+    d.add_argument("--json", action="store_true", help="print the index summary as JSON")
+    d.set_defaults(func=run_demo)
 
 
 class _Append(argparse._AppendAction):
@@ -129,6 +151,7 @@ def _certificate(data_dir: Path, bind: str) -> tuple[Path, Path, Path]:
 
 
 def run(args: argparse.Namespace) -> int:
+    require_server_extra("emulator")
     from fastfeed.emulator.appliance import Emulator
 
     if (args.cert is None) != (args.key is None):
@@ -183,3 +206,23 @@ def run(args: argparse.Namespace) -> int:
         emulator.stop()
     print("fastfeed emulator: stopped")
     return ExitCode.OK
+
+
+def require_server_extra(command: str) -> None:
+    """The emulator, the demo and the seedlist server run on aiohttp and make certificates with
+    trustme: the `server` extra, which a pipeline that only builds and pushes does without."""
+    try:
+        import aiohttp  # noqa: F401
+        import trustme  # noqa: F401
+    except ImportError as exc:
+        raise FastfeedError(
+            f"`fastfeed {command}` needs {exc.name}, of the server extra: "
+            "pip install 'fastfeed[server]'"
+        ) from None
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    require_server_extra("demo")
+    from fastfeed.emulator.demo import demo
+
+    return demo(out=args.out, as_json=args.json)

@@ -1,4 +1,4 @@
-"""`fastfeed push`, `run`, `replay`, `backlog` and `demo`: the command line over `fastfeed.push`."""
+"""`fastfeed push`, `run`, `replay` and `backlog`: the command line over the GSA pusher."""
 
 from __future__ import annotations
 
@@ -86,16 +86,6 @@ example:
   fastfeed backlog --host gsa.example.com --cacert corp-ca.pem
 """
 
-DEMO_HELP = """\
-Try fastfeed end to end on this machine, with nothing to set up: starts an emulated appliance
-on 127.0.0.1 over HTTPS (with a certificate made for it), builds a small sample corpus (text
-and binary documents), pushes it with certificate verification, waits for the emulated feeder
-and prints what the index holds and where the feed set is kept.
-
-example:
-  fastfeed demo
-"""
-
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
@@ -144,16 +134,6 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     connection_options(b)
     b.add_argument("--json", action="store_true", help='print {"backlog": N} on stdout')
     b.set_defaults(func=run_backlog)
-
-    d = commands.add_parser(
-        "demo",
-        help="try it all on a local emulated appliance",
-        description=DEMO_HELP,
-        formatter_class=fmt,
-    )
-    d.add_argument("--out", metavar="DIR", help="where to keep the sample feed set")
-    d.add_argument("--json", action="store_true", help="print the index summary as JSON")
-    d.set_defaults(func=run_demo)
 
 
 def connection_options(p: argparse.ArgumentParser) -> None:
@@ -442,9 +422,3 @@ async def _backlog(settings: PushSettings) -> int | None:
 
     async with http_client(settings) as client:
         return await fetch_backlog(client, settings)
-
-
-def run_demo(args: argparse.Namespace) -> int:
-    from fastfeed.emulator.demo import demo
-
-    return demo(out=args.out, as_json=args.json)

@@ -12,6 +12,7 @@ from types import FrameType
 
 import orjson
 
+from fastfeed.cli.emulator import require_server_extra
 from fastfeed.errors import ExitCode, FastfeedError
 
 # The store, the server (aiohttp) and lxml are imported by the commands that use them, not here:
@@ -151,6 +152,7 @@ def _credentials(args: argparse.Namespace) -> tuple[str, str] | None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    require_server_extra("seedlist serve")
     from fastfeed.seedlist.server import SeedlistServer
 
     if (args.cert is None) != (args.key is None):

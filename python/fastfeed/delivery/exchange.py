@@ -12,12 +12,15 @@ from typing import Any
 
 import httpx
 
+from fastfeed.errors import FastfeedError
+
 #: What is kept of an answer by default: the feedergate answers a sentence.
 ANSWER_BYTES = 64 * 1024
 
 
-class DeadlineExceeded(httpx.TimeoutException):
-    """The request took longer than its total deadline: retried like any timeout."""
+class DeadlineExceeded(httpx.TimeoutException, FastfeedError):
+    """The request took longer than its total deadline: a timeout of httpx's, retried like any,
+    and a fastfeed error like every other."""
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,13 @@ with Emulator(data_dir=tmp_path) as emu:
     ...  # emu.acls("ds") holds per-URL ACLs; emu.groups() what /xmlgroups fed
 """
 
+try:
+    import aiohttp  # noqa: F401
+except ImportError as exc:  # the server extra is not installed
+    raise ImportError(
+        "fastfeed's emulator runs on aiohttp: pip install 'fastfeed[server]'"
+    ) from exc
+
 from fastfeed.emulator.appliance import Emulator
 from fastfeed.emulator.faults import Fault
 from fastfeed.emulator.index import Document, Push

@@ -609,6 +609,12 @@ fn url_problem(url: &str) -> Option<String> {
     check_url(url).err()
 }
 
+/// Why this is not a MIME type, or None when it is one.
+#[pyfunction]
+fn mimetype_problem(mimetype: &str) -> Option<String> {
+    record::check_mimetype(mimetype).err()
+}
+
 /// Why this datasource name is not allowed, or None when it is fine.
 #[pyfunction]
 fn datasource_problem(name: &str) -> Option<String> {
@@ -623,6 +629,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(url_problem, m)?)?;
     m.add_function(wrap_pyfunction!(parse_last_modified, m)?)?;
     m.add_function(wrap_pyfunction!(datasource_problem, m)?)?;
+    m.add_function(wrap_pyfunction!(mimetype_problem, m)?)?;
     m.add("FastfeedError", py.get_type::<FastfeedError>())?;
     m.add("FeedError", py.get_type::<FeedError>())?;
     m.add("RecordError", py.get_type::<RecordError>())?;

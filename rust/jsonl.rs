@@ -50,6 +50,41 @@ enum MetaValue {
     Many(Vec<String>),
 }
 
+/// The metadata object, sorted by name. A name given twice is refused rather than letting the
+/// last value win in silence: several values of one name are given as a list.
+struct Metadata(BTreeMap<String, MetaValue>);
+
+impl<'de> Deserialize<'de> for Metadata {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<Self, D::Error> {
+        struct Names;
+        impl<'de> serde::de::Visitor<'de> for Names {
+            type Value = Metadata;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object of names and values")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut map: M,
+            ) -> std::result::Result<Metadata, M::Error> {
+                let mut names = BTreeMap::new();
+                while let Some(name) = map.next_key::<String>()? {
+                    if names.contains_key(&name) {
+                        return Err(serde::de::Error::custom(format!(
+                            "the name '{name}' is given twice: give its values as one list"
+                        )));
+                    }
+                    let value = map.next_value::<MetaValue>()?;
+                    names.insert(name, value);
+                }
+                Ok(Metadata(names))
+            }
+        }
+        deserializer.deserialize_map(Names)
+    }
+}
+
 /// A string borrowed from the input when it has no escapes (serde's `borrow` does not reach
 /// through `Option<Cow>` by itself).
 #[derive(Deserialize)]
@@ -71,7 +106,7 @@ struct RawRecord<'a> {
     crawl_immediately: Option<bool>,
     crawl_once: Option<bool>,
     // Sorted by name here already; the record keeps list order for repeated names.
-    metadata: Option<BTreeMap<String, MetaValue>>,
+    metadata: Option<Metadata>,
     #[serde(borrow)]
     content: Option<Text<'a>>,
     #[serde(borrow)]
@@ -112,6 +147,13 @@ pub(crate) fn parse_object<'a, T: Deserialize<'a>>(
     line: &'a [u8],
     fields: &[&'static str],
 ) -> Result<T> {
+    if line.starts_with("\u{feff}".as_bytes()) {
+        return Err(Error::record(
+            index,
+            None,
+            "the line starts with a byte order mark (U+FEFF): save the file as UTF-8 without BOM",
+        ));
+    }
     // serde would take a JSON array for a struct, field by field.
     if line.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(Error::record(
@@ -217,7 +259,7 @@ fn into_record<'a>(
         .transpose()
         .map_err(|m| bad("acl", m))?;
     let mut metadata = Vec::new();
-    for (name, value) in raw.metadata.into_iter().flatten() {
+    for (name, value) in raw.metadata.into_iter().flat_map(|m| m.0) {
         match value {
             MetaValue::One(v) => metadata.push((name, v)),
             MetaValue::Many(vs) => metadata.extend(vs.into_iter().map(|v| (name.clone(), v))),
@@ -308,6 +350,19 @@ mod tests {
             Some(Content::Base64(Cow::Borrowed("aGk=")))
         ));
         assert!(matches!(r.last_modified, Some(Timestamp::Epoch(_))));
+    }
+
+    #[test]
+    fn a_metadata_name_given_twice_is_refused_not_overwritten() {
+        assert_eq!(
+            err(r#"{"url":"x","metadata":{"k":"v1","k":"v2"}}"#),
+            "record 0: field 'metadata': the name 'k' is given twice: give its values as one list"
+        );
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_named() {
+        assert!(err("\u{feff}{\"url\":\"x\"}").contains("byte order mark"));
     }
 
     #[test]

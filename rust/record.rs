@@ -255,6 +255,33 @@ pub struct EncodeOptions {
 }
 
 /// Whether a MIME type names text that may travel as XML text.
+/// A MIME type as RFC 2045 writes one: `type/subtype`, of token characters, and parameters
+/// after `;` without control characters. What is not one (`"/><record`) is refused here, for
+/// every receiver alike.
+pub fn check_mimetype(mimetype: &str) -> std::result::Result<(), String> {
+    let token = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$&^_.+-".contains(&b))
+    };
+    let (essence, params) = match mimetype.split_once(';') {
+        Some((essence, params)) => (essence.trim_end(), params),
+        None => (mimetype, ""),
+    };
+    let well_formed = essence
+        .split_once('/')
+        .is_some_and(|(t, s)| token(t) && token(s))
+        && !params.chars().any(|c| c.is_control());
+    if well_formed {
+        Ok(())
+    } else {
+        Err(format!(
+            "'{}' is not a MIME type like text/plain",
+            mimetype.escape_debug()
+        ))
+    }
+}
+
 fn is_textual(mimetype: &str) -> bool {
     let essence = mimetype
         .split(';')
@@ -285,14 +312,37 @@ pub fn check_url(url: &str) -> std::result::Result<(), String> {
     if !scheme_ok {
         return Err(format!("'{url}' has no valid scheme"));
     }
+    if let Some(c) = url.chars().find(|c| c.is_control()) {
+        return Err(format!(
+            "'{}' holds the control character {c:?}: a URL has none (percent-encode it)",
+            url.escape_debug()
+        ));
+    }
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let host = if hostport.starts_with('[') {
-        // An IPv6 literal is fully qualified by nature.
-        return Ok(());
-    } else {
-        hostport.split(':').next().unwrap_or("")
+    let (host, port) = match hostport.strip_prefix('[') {
+        // An IPv6 literal is fully qualified by nature: only its port is left to check.
+        Some(literal) => (
+            "",
+            literal
+                .split_once(']')
+                .and_then(|(_, p)| p.strip_prefix(':')),
+        ),
+        None => match hostport.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (hostport, None),
+        },
     };
+    if let Some(port) = port.filter(|p| !p.is_empty()) {
+        if !matches!(port.parse::<u16>(), Ok(1..)) || !port.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!(
+                "'{url}' has the port '{port}', not one of 1 to 65535"
+            ));
+        }
+    }
+    if hostport.starts_with('[') {
+        return Ok(());
+    }
     if host.is_empty() {
         return Err(format!("'{url}' has no host"));
     }
@@ -425,6 +475,7 @@ impl<'a> Record<'a> {
             if m.trim().is_empty() {
                 return Err(Error::record(index, Some("mimetype"), "is empty"));
             }
+            check_mimetype(m).map_err(|e| Error::record(index, Some("mimetype"), e))?;
             return Ok(m);
         }
         let guessed = match &self.content {

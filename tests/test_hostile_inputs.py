@@ -231,3 +231,69 @@ def test_a_non_empty_output_directory_is_refused(
     assert main(build_args(str(source), tmp_path / "out")) == 1
     assert f"{tmp_path / 'out'} is not empty" in capsys.readouterr().err
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["notes.txt"]
+
+
+LOOSE = [
+    ({"url": "http://docs.example.com/a\nb", "content": "x"}, "url", "control character"),
+    ({"url": "http://docs.example.com:99999999/a", "content": "x"}, "url", "not one of 1 to 65535"),
+    ({"url": "http://docs.example.com:0/a", "content": "x"}, "url", "not one of 1 to 65535"),
+    ({"url": "http://[::1]:70000/a", "content": "x"}, "url", "not one of 1 to 65535"),
+    (
+        {"url": "http://docs.example.com/a", "content": "x", "mimetype": '"/><record'},
+        "mimetype",
+        "is not a MIME type like text/plain",
+    ),
+]
+
+
+@pytest.mark.parametrize(("record", "field", "reason"), LOOSE)
+def test_every_command_refuses_the_same_loose_values(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    record: dict[str, str],
+    field: str,
+    reason: str,
+) -> None:
+    from fastfeed import LoadError
+    from fastfeed.seedlist import SeedlistStore
+
+    source = tmp_path / "docs.jsonl"
+    source.write_bytes(orjson.dumps(record) + b"\n")
+    assert main(build_args(str(source), tmp_path / "out")) == 1
+    err = capsys.readouterr().err
+    assert f"{source}:1: {field}:" in err and reason in err
+    with pytest.raises(LoadError) as refused:
+        SeedlistStore(tmp_path / "seedlist.db").load([record])
+    assert refused.value.field == field and reason in refused.value.reason
+
+
+def test_good_ports_and_mime_types_still_pass(tmp_path: Path) -> None:
+    records = [
+        {"url": "http://docs.example.com:8080/a", "content": "x", "mimetype": "text/plain"},
+        {"url": "http://[::1]:443/b", "content": "x", "mimetype": "text/html; charset=utf-8"},
+        {"url": "https://docs.example.com:/c", "content": "x"},
+    ]
+    source = tmp_path / "docs.jsonl"
+    source.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    assert main(build_args(str(source), tmp_path / "out")) == 0
+    assert len(urls(tmp_path / "out")) == 3
+
+
+def test_a_metadata_name_given_twice_is_refused_not_overwritten(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "docs.jsonl"
+    source.write_bytes(b'{"url": "http://e.example.com/a", "metadata": {"k": "v1", "k": "v2"}}\n')
+    assert main(build_args(str(source), tmp_path / "out")) == 1
+    assert "metadata: the name 'k' is given twice: give its values as one list" in (
+        capsys.readouterr().err
+    )
+
+
+def test_a_byte_order_mark_is_named_as_such(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "docs.jsonl"
+    source.write_bytes(b'\xef\xbb\xbf{"url": "http://e.example.com/a", "content": "x"}\n')
+    assert main(build_args(str(source), tmp_path / "out")) == 1
+    assert f"{source}:1: the line starts with a byte order mark" in capsys.readouterr().err

@@ -31,7 +31,6 @@ from fastfeed.sets.codec import decode_base64
 #: Characters XML 1.0 cannot carry in any form, not even as character references.
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 #: type/subtype and parameters: it is also the content's Content-Type header.
-_MIMETYPE = re.compile(r"[\w!#$&^.+-]+/[\w!#$&^.+-]+(\s*;[^\x00-\x1f\x7f]*)?", re.ASCII)
 #: Metadata that becomes a standard Atom element of the entry instead of a `wplc:field`.
 TITLE, SUMMARY, AUTHOR = "title", "summary", "author"
 #: The namespace of a principal that names none, as on the appliance.
@@ -128,8 +127,9 @@ def parse(record: Mapping[str, Any]) -> Document | Deletion:
         raise RecordProblem(given[1], f"at most one of {', '.join(_CONTENTS)}")
     content, text = _content(fields)
     mimetype = _string(fields, "mimetype") or _guess_mimetype(fields, url, text)
-    if not _MIMETYPE.fullmatch(mimetype):
-        raise RecordProblem("mimetype", f"{mimetype!r} is not a MIME type like text/plain")
+    problem = _core.mimetype_problem(mimetype)
+    if problem is not None:
+        raise RecordProblem("mimetype", problem)
     displayurl = _string(fields, "displayurl")
     last_modified = _last_modified(fields.get("last_modified"))
     return Document(

@@ -71,6 +71,15 @@ impl Membership {
         self.group
             .check()
             .map_err(|m| Error::record(index, Some("group"), m))?;
+        if self.members.is_empty() {
+            // Google's groups DTD: `members (principal+)`; the protocol has no empty group.
+            return Err(Error::record(
+                index,
+                Some("members"),
+                "a group needs at least one member (the groups DTD has no empty group): leave \
+                 the group out instead, and a full groups feed drops it",
+            ));
+        }
         for (i, member) in self.members.iter().enumerate() {
             member
                 .check()
@@ -132,5 +141,8 @@ mod tests {
         .contains("no access"));
         assert!(err(r#"{"group": " ", "members": []}"#).contains("field 'group'"));
         assert!(err(r#"{"members": []}"#).contains("missing field 'group'"));
+        assert!(err(r#"{"group": "g", "members": []}"#)
+            .contains("field 'members': a group needs at least one member"));
+        assert!(err(r#"{"group": "g"}"#).contains("field 'members'"));
     }
 }

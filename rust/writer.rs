@@ -312,8 +312,13 @@ impl Files {
     fn finish(&mut self) -> Result<Vec<ManifestEntry>> {
         let mut finished = Vec::new();
         // An empty full feed still gets its one (empty) file: pushing it deletes the
-        // datasource's documents, which is what it means.
-        if self.current.is_none() && self.entries.is_empty() && self.feedtype == FeedType::Full {
+        // datasource's documents, which is what it means. Groups feeds have no empty form
+        // (`xmlgroups (membership+)`).
+        if self.current.is_none()
+            && self.entries.is_empty()
+            && self.feedtype == FeedType::Full
+            && self.set != SetKind::Groups
+        {
             self.open_next()?;
         }
         if self.current.is_some() {

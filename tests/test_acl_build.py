@@ -212,7 +212,7 @@ def test_bad_groups_are_refused_with_their_line(capsys: pytest.CaptureFixture[st
     source = jsonl(
         Path("groups.jsonl"),
         [
-            {"group": "ok", "members": []},
+            {"group": "ok", "members": [{"name": "m", "scope": "user"}]},
             {"group": "eng", "members": [{"name": "a", "scope": "usr"}]},
         ],
     )

@@ -245,15 +245,21 @@ def test_an_empty_full_feed_is_pushed_only_when_allowed(
     assert emulator.documents("docs") == {}
 
 
-def test_an_empty_full_groups_feed_is_refused_without_its_flag(
+def test_an_empty_full_groups_feed_is_neither_built_nor_pushed(
     emulator: Emulator, tls: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "groups"
     argv = ["groups", "build", "/dev/null", "--groupsource", "ldap", "--feedtype", "full"]
     assert main([*argv, "--out", str(out)]) == 1
-    assert "would remove every group of every source" in capsys.readouterr().err
-    assert main([*argv, "--out", str(out), "--allow-empty-full"]) == 0
+    assert "a full groups feed needs at least one membership" in capsys.readouterr().err
+    assert not (out / "manifest.jsonl").exists()
+    # A set made by hand (or by an older version) is not sent either.
+    out.mkdir(exist_ok=True)
+    (out / "ldap-groups-000001.xml").write_bytes(b"<xmlgroups>\n</xmlgroups>\n")
+    entry = {"file": "ldap-groups-000001.xml", "datasource": "ldap", "feedtype": "full",
+             "records": 0, "bytes": 25, "sha256": "0" * 64, "kind": "groups"}  # fmt: skip
+    (out / "manifest.jsonl").write_bytes(json.dumps(entry).encode() + b"\n")
     push = ["groups", "push", str(out), *target(emulator, tls), "--allow-full"]
     assert main(push) == 3
-    assert "Nothing was sent" in capsys.readouterr().err
+    assert "would remove every group of every source" in capsys.readouterr().err
     assert emulator.pushes() == []

@@ -35,9 +35,14 @@ GROUPS: list[dict[str, Any]] = [
             {"name": "site owners", "scope": "group", "principal_type": "unqualified"},
         ],
     },
-    {"group": "empty", "members": []},
+    {"group": "solo", "members": [{"name": "m", "scope": "user"}]},
     {"group": "a&b <c>", "members": [{"name": "d\"e'f", "scope": "user"}]},
 ]
+
+
+def group(name: str) -> dict[str, object]:
+    """A group with one member: the groups DTD has no empty group."""
+    return {"group": name, "members": [{"name": "m", "scope": "user"}]}
 
 
 @pytest.fixture(autouse=True)
@@ -141,7 +146,11 @@ def test_a_full_groups_feed_is_refused_without_allow_full(
     push_settings: Settings,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    write_groups(tmp_path / "other", "sharepoint", [{"group": "owners", "members": []}])
+    write_groups(
+        tmp_path / "other",
+        "sharepoint",
+        [group("owners")],
+    )
     assert push(tmp_path / "other", push_settings(emulator)).ok
     full = write_groups(tmp_path / "all", "ldap", GROUPS, "full")
     assert [e.feedtype for e in read_manifest(full)] == ["full", "incremental"]
@@ -186,8 +195,13 @@ def test_a_full_groups_feed_goes_alone_after_every_earlier_groups_file(
 ) -> None:
     # Three groupsources with concurrency 4: without the rule they would all go at once.
     ldap = write_groups(tmp_path / "ldap", "ldap", GROUPS)  # two files
-    full = write_groups(tmp_path / "full", "ad", [{"group": "g", "members": []}], "full")
-    after = write_groups(tmp_path / "after", "nis", [{"group": "h", "members": []}])
+    full = write_groups(
+        tmp_path / "full",
+        "ad",
+        [group("g")],
+        "full",
+    )
+    after = write_groups(tmp_path / "after", "nis", [group("h")])
 
     summary = push([ldap, full, after], push_settings(emulator), allow_full_groups=True)
     emulator.wait_idle()

@@ -148,6 +148,8 @@ principals = st.lists(
         },
         optional={"namespace": principal_name, "case_sensitive": st.booleans()},
     ),
+    # At least one: the groups DTD has no group without members.
+    min_size=1,
     max_size=5,
 )
 

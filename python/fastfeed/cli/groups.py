@@ -7,7 +7,7 @@ import sys
 
 import orjson
 
-from fastfeed.cli.build import allow_empty_full_option, set_options
+from fastfeed.cli.build import set_options
 from fastfeed.cli.push import connection_options, push_options, report, settings_from_args, stopped
 from fastfeed.errors import ExitCode, FastfeedError, InputError, PushError
 from fastfeed.progress import Progress, human_bytes
@@ -101,7 +101,6 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "groups of every groupsource on the appliance",
     )
     set_options(b, "groups")
-    allow_empty_full_option(b)
     b.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     b.set_defaults(func=run_build)
 
@@ -133,7 +132,6 @@ def run_build(args: argparse.Namespace) -> int:
             max_bytes=args.max_bytes,
             max_records=args.max_records,
             on_error=args.on_error,
-            allow_empty_full=args.allow_empty_full,
             progress=Progress(),
         )
     except InputError as exc:

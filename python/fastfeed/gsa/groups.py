@@ -45,8 +45,9 @@ class GroupsWriter(SetWriter):
     `manifest.jsonl` (entries of kind `groups`, whose `datasource` is the groupsource).
 
     Used like `FeedWriter`. A full groups feed replaces the groups of every source on the
-    appliance; split, only its first file is full. An empty full groups feed is refused when
-    closed (`EmptyFullFeed`) unless `allow_empty_full`."""
+    appliance; split, only its first file is full. A full groups feed with no membership has
+    no form in the protocol (`xmlgroups (membership+)`): it is refused when closed
+    (`EmptyFullFeed`)."""
 
     def __init__(
         self,
@@ -57,7 +58,6 @@ class GroupsWriter(SetWriter):
         max_bytes: int = DEFAULT_MAX_BYTES,
         max_records: int = 0,
         workers: int = 0,
-        allow_empty_full: bool = False,
         on_file: Callable[[ManifestEntry], None] | None = None,
         on_warning: Callable[[FeedWarning], None] | None = None,
     ) -> None:
@@ -70,9 +70,11 @@ class GroupsWriter(SetWriter):
             max_records=max_records,
             workers=workers,
         )
-        empty = feedtype == "full" and not allow_empty_full
-        refuse = "a full groups feed with no memberships would remove every group of every source"
-        super().__init__(core, out_dir, on_file, on_warning, refuse if empty else None)
+        refuse = (
+            "a full groups feed needs at least one membership (the groups DTD has no empty "
+            "feed); nothing was written. Is the input the export you meant?"
+        )
+        super().__init__(core, out_dir, on_file, on_warning, refuse if feedtype == "full" else None)
 
     def add(self, membership: Membership) -> None:
         self.add_batch((membership,))
@@ -96,7 +98,6 @@ def build_groups(
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_records: int = 0,
     workers: int = 0,
-    allow_empty_full: bool = False,
     on_error: OnError = "stop",
     on_file: Callable[[ManifestEntry], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
@@ -117,7 +118,6 @@ def build_groups(
             max_bytes=max_bytes,
             max_records=max_records,
             workers=workers,
-            allow_empty_full=allow_empty_full,
             on_file=on_file,
             on_warning=warn,
         )

@@ -62,7 +62,11 @@ class FeedWriter(RecordWriter):
             acl_format=acl_format,
         )
         empty = feedtype == "full" and not allow_empty_full
-        refuse = f"a full feed with no records would remove every document of {datasource!r}"
+        refuse = (
+            f"a full feed with no records would remove every document of {datasource!r}; "
+            "nothing was written. If that is what you want, build it with --allow-empty-full "
+            "(Python: allow_empty_full=True)"
+        )
         super().__init__(core, out_dir, on_file, on_warning, refuse if empty else None)
 
     def __enter__(self) -> FeedWriter:

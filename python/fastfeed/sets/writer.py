@@ -39,7 +39,7 @@ class SetWriter:
         refuse_empty: str | None = None,
     ) -> None:
         self._core = core
-        # What an empty set would do on the appliance, when that is refused.
+        # Why an empty set is refused, when it is.
         self._refuse_empty = refuse_empty
         self.out_dir = os.fspath(out_dir)
         self._on_file = on_file
@@ -74,10 +74,7 @@ class SetWriter:
         if self._manifest is None:
             if self._refuse_empty is not None and self._core.records == 0:
                 self.abort()
-                raise EmptyFullFeed(
-                    f"{self._refuse_empty}; nothing was written. If that is what you want, build "
-                    "it with --allow-empty-full (Python: allow_empty_full=True)"
-                )
+                raise EmptyFullFeed(self._refuse_empty)
             entries, finished = self._core.finish()
             self._report([], finished)
             self._manifest = [ManifestEntry(**e) for e in entries]

@@ -5,6 +5,7 @@ driven over real HTTPS with hand-written feeds."""
 from __future__ import annotations
 
 import httpx
+import pytest
 import test_emulator
 from fastfeed.emulator import Acl, Emulator, Membership, Principal
 from test_emulator import feed, group, push, record
@@ -302,3 +303,20 @@ def test_xmlgroups_refuses_requests_without_a_groupsource_or_with_a_feed_feedtyp
     assert missing.status_code == 400 and "missing form field(s) groupsource" in missing.text
     assert wrong_type.status_code == 400 and "not one of full, incremental" in wrong_type.text
     assert emulator.backlog == 0 and emulator.groups() == {}
+
+
+@pytest.mark.parametrize(
+    "data",
+    [groups_feed(), groups_feed(membership("eng")), groups_feed(membership("eng", "alice"), "")],
+    ids=["no membership", "a group without members", "fine"],
+)
+def test_groups_feeds_are_held_to_googles_groups_dtd(
+    client: httpx.Client, emulator: Emulator, data: bytes
+) -> None:
+    assert push_groups(client, emulator, "ldap", "incremental", data).text == "Success"
+    emulator.wait_idle()
+    [pushed] = emulator.pushes()
+    if b"alice" in data:
+        assert pushed.outcome == "applied"
+    else:
+        assert pushed.outcome.startswith("failed in error: ") and "DTD" in pushed.outcome

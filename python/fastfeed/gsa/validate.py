@@ -289,15 +289,22 @@ def _validate_groups(
     """The rest of a groups feed, its <xmlgroups> start already read: each <membership> is
     checked against the groups DTD as it ends, then freed."""
     depth = 1
+    memberships = 0
     try:
         for event, elem in context:
             if event == "start":
                 depth += 1
                 continue
             depth -= 1
+            if depth == 0:  # </xmlgroups>
+                if not memberships:
+                    message = "<xmlgroups> holds no <membership> (groups DTD: membership+)"
+                    checker.report(elem.sourceline, message)
+                continue
             if depth != 1:
                 continue
             if elem.tag == "membership":
+                memberships += 1
                 checker.dtd(elem, _GROUPS_DTD)
                 checker.principals(elem)
             else:

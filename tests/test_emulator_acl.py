@@ -320,3 +320,18 @@ def test_groups_feeds_are_held_to_googles_groups_dtd(
         assert pushed.outcome == "applied"
     else:
         assert pushed.outcome.startswith("failed in error: ") and "DTD" in pushed.outcome
+
+
+def test_a_groups_feed_with_a_dtd_of_its_own_is_refused_as_a_feed_is(
+    client: httpx.Client, emulator: Emulator
+) -> None:
+    data = (
+        b'<?xml version="1.0"?><!DOCTYPE xmlgroups [<!ENTITY x SYSTEM "file:///etc/passwd">]>'
+        b'<xmlgroups><membership><principal scope="GROUP">g&x;</principal>'
+        b'<members><principal scope="USER">u</principal></members></membership></xmlgroups>'
+    )
+    push_groups(client, emulator, "ldap", "incremental", data)
+    emulator.wait_idle()
+    [pushed] = emulator.pushes()
+    assert pushed.outcome.startswith("failed in error: ") and "a DTD of its own" in pushed.outcome
+    assert emulator.groups() == {}

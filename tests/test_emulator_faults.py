@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -207,3 +208,16 @@ def test_status_shows_outcomes_like_the_feeds_page(
     page = client.get(f"{emulator.url}/status")
     assert page.headers["content-type"].startswith("text/html")
     assert "failed in error" in page.text and "<td>docs</td>" in page.text
+
+
+def test_the_controls_obey_the_trusted_ips(
+    make_emulator: Callable[..., Emulator], tls: Any
+) -> None:
+    emulator = make_emulator(trusted_ips=["10.1.2.3"])
+    with httpx.Client(verify=tls.client_context()) as client:
+        posted = client.post(f"{emulator.url}/_emulator/faults", json={"kind": "disk_full"})
+        listed = client.get(f"{emulator.url}/_emulator/faults")
+        changed = client.post(f"{emulator.url}/_emulator/settings", json={"feeder_paused": True})
+    assert [r.status_code for r in (posted, listed, changed)] == [403, 403, 403]
+    assert "127.0.0.1 is not a trusted IP" in posted.text
+    assert emulator.state.faults.pending() == [] and not emulator.state.feeder.paused

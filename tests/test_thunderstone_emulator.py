@@ -123,3 +123,22 @@ def test_unparseable_data_is_nodata(emulator: Emulator, tls: TLSFiles) -> None:
 
 def test_a_request_without_profile_is_no_profile(send: Send) -> None:
     assert send(item("I", "http://e.example.com/1"), profile="")[0][1] == "No Profile"
+
+
+def test_data_with_a_dtd_of_its_own_is_refused_as_a_feed_is(
+    emulator: Emulator, tls: TLSFiles
+) -> None:
+    data = (
+        '<?xml version="1.0"?><!DOCTYPE ThunderstoneReplication '
+        '[<!ENTITY x SYSTEM "file:///etc/passwd">]>'
+        "<ThunderstoneReplication><Item><Type>I</Type><Url>http://e.example.com/1</Url>"
+        "<Body>&x;</Body></Item></ThunderstoneReplication>"
+    )
+    response = httpx.post(
+        f"{emulator.url}/texis/dowalk/recvdata.xml",
+        data={"profile": "docs", "data": data},
+        verify=tls.client_context(),
+    )
+    [result] = parse_reply(response.content)
+    assert result.status == "NODATA" and "a DTD of its own" in result.info
+    assert emulator.thunderstone_documents("docs") == {}

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from fastfeed import _core
 from fastfeed.emulator import status
@@ -45,9 +46,20 @@ class State:
 STATE = web.AppKey("state", State)
 
 
+@web.middleware
+async def trusted_controls(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The emulator's controls (faults, settings) obey the trusted IPs as the feedergate does:
+    an untrusted client must not script the appliance's failures."""
+    trusted = request.app[STATE].trusted_ips
+    untrusted = trusted is not None and request.remote not in trusted
+    if untrusted and request.path.startswith("/_emulator/"):
+        return plain_text(f"{request.remote} is not a trusted IP", 403)
+    return await handler(request)
+
+
 def make_app(state: State) -> web.Application:
     # client_max_size bounds only bodies read whole (the JSON controls); uploads are streamed.
-    app = web.Application(client_max_size=1 << 20)
+    app = web.Application(client_max_size=1 << 20, middlewares=[trusted_controls])
     app[STATE] = state
     app.add_routes(
         [

@@ -39,6 +39,7 @@ from fastfeed.emulator.index import Index
 from fastfeed.emulator.server import STATE, State, drain, drop, plain_text
 from fastfeed.emulator.upload import MAX_FEED_BYTES, DataFile, UploadError, receive, too_large
 from fastfeed.errors import FastfeedError
+from fastfeed.gsa.validate import OWN_DTD, declares
 
 PATH = "/texis/dowalk/recvdata.xml"
 DATATYPES = "urn:schemas-microsoft-com:datatypes"
@@ -256,9 +257,13 @@ def _apply(index: Index, profile: str, path: Path) -> list[_Result]:
     nothing, and the others still apply (as on the appliance)."""
     parser = etree.XMLParser(huge_tree=True, resolve_entities=False, no_network=True)
     try:
-        root = etree.parse(str(path), parser).getroot()
+        tree = etree.parse(str(path), parser)
     except (etree.XMLSyntaxError, OSError) as exc:
         return [_Result("", "NODATA", f"no parseable data: {exc}")]
+    if declares(tree):
+        # Refused as a feed with one is: its entities would be dropped in silence.
+        return [_Result("", "NODATA", OWN_DTD)]
+    root = tree.getroot()
     items = list(root.iterchildren("Item")) if root.tag == "ThunderstoneReplication" else []
     if not items:
         return [_Result("", "NODATA", f"no <Item> in <{root.tag}>")]

@@ -45,6 +45,20 @@ def _load_dtd(name: str) -> etree.DTD:
 _DTD = _load_dtd("gsafeed.dtd")
 _GROUPS_DTD = _load_dtd("xmlgroups.dtd")
 
+#: Entity declarations could pull in files or expand without bound: a feed declares none.
+OWN_DTD = "the document declares a DTD of its own (<!DOCTYPE ... [...]>): a feed may not"
+
+
+def declares(tree: etree._ElementTree) -> bool:
+    """Whether the document's DOCTYPE declares anything itself (`[...]`), or points at a DTD
+    file of its own (`SYSTEM "..."`), whose entities would go unread; a DOCTYPE that only names
+    a public DTD, as the gsafeed one does, declares nothing."""
+    dtd = tree.docinfo.internalDTD
+    if dtd is None:
+        return False
+    return bool(dtd.entities() or dtd.elements() or (dtd.external_id is None and dtd.system_url))
+
+
 #: The root element of each kind of file, as `ManifestEntry.kind` names the kinds.
 ROOTS = {"feed": "gsafeed", "groups": "xmlgroups"}
 INHERITANCE_TYPES = ("child-overrides", "parent-overrides", "and-both-permit", "leaf-node")
@@ -228,6 +242,9 @@ def validate_file(
                 depth += 1
                 if depth == 1:
                     root = elem
+                    if declares(elem.getroottree()):
+                        checker.report(elem.sourceline, OWN_DTD)
+                        return checker.problems
                     if elem.tag not in expected:
                         roots = " or ".join(f"<{name}>" for name in expected)
                         checker.report(

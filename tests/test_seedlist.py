@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
+import orjson
 import pytest
 from conftest import TLSFiles
 from fastfeed.seedlist import SeedlistStore
@@ -527,3 +528,31 @@ def test_a_timestamp_older_than_purged_deletions_gets_410(
 
     assert stale.status_code == 410 and "purged" in stale.text
     assert fine.entries == []
+
+
+def test_altered_or_made_up_crawl_values_get_400(
+    db: Path, serve: Callable[..., SeedlistServer], client: httpx.Client
+) -> None:
+
+    with SeedlistStore(db) as store:
+        store.load(record(i) for i in range(5))
+        identity = store.position().store
+    server = serve(db)
+    next_url = httpx.URL(_first_next(client, server.url + "?Range=2"))
+    state = next_url.params["State"]
+    payload, _, signature = state.partition(".")
+    numbers = orjson.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    skipped = [numbers[0], numbers[1], numbers[2], numbers[3], numbers[4] + 1]  # skip one entry
+    altered_payload = base64.urlsafe_b64encode(orjson.dumps(skipped)).decode().rstrip("=")
+    made_up = base64.urlsafe_b64encode(orjson.dumps([identity, 0])).decode().rstrip("=")
+
+    assert client.get(next_url).status_code == 200
+    for params in (
+        {"State": f"{altered_payload}.{signature}", "Start": "2"},
+        {"State": payload, "Start": "2"},  # unsigned, as values were before
+        {"State": state[:-1] + ("A" if state[-1] != "A" else "B"), "Start": "2"},
+        {"Timestamp": made_up},
+    ):
+        response = client.get(server.url, params=params)
+        assert response.status_code == 400, (params, response.text)
+        assert "is not a value this server gave" in response.text

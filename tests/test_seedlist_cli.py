@@ -151,3 +151,36 @@ def test_serve_over_https_with_basic_auth_until_interrupted(tmp_path: Path, tls:
     assert process.returncode == 0
     assert password not in banner + out
     assert "stopped" in out
+
+
+@pytest.mark.parametrize(
+    ("extra", "warned"),
+    [
+        ([], "without TLS (--cert, --key) or authentication (--user)"),
+        (
+            ["--user", "crawler", "--password-env", "SEEDLIST_PASSWORD"],
+            "without TLS (--cert, --key): ",
+        ),
+    ],
+)
+def test_serving_beyond_loopback_without_tls_or_auth_warns(
+    tmp_path: Path, extra: list[str], warned: str
+) -> None:
+    db = tmp_path / "s.sqlite"
+    docs = write_jsonl(tmp_path / "a.jsonl", {"url": "http://e.example.com/1", "content": "hi"})
+    assert main(["seedlist", "load", str(docs), "--db", str(db)]) == 0
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fastfeed", "seedlist", "serve", str(db), "--port", "0"]
+        + ["--bind", "0.0.0.0", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "SEEDLIST_PASSWORD": "secret"},
+    )
+    try:
+        assert process.stdout is not None
+        warning = process.stdout.readline()
+        assert "warning: serving on 0.0.0.0" in warning and warned in warning, warning
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=30)

@@ -158,10 +158,19 @@ def run_serve(args: argparse.Namespace) -> int:
     if (args.cert is None) != (args.key is None):
         raise FastfeedError("give both --cert and --key for HTTPS, or neither for plain HTTP")
     try:
-        ipaddress.ip_address(args.bind)
+        address = ipaddress.ip_address(args.bind)
     except ValueError as exc:
         raise FastfeedError(f"--bind: {exc}") from exc
     credentials = _credentials(args)
+    protections = (("TLS (--cert, --key)", args.cert), ("authentication (--user)", credentials))
+    missing = [what for what, given in protections if not given]
+    if not address.is_loopback and missing:
+        print(
+            f"fastfeed seedlist serve: warning: serving on {args.bind}, reachable from other "
+            f"machines, without {' or '.join(missing)}: anyone who reaches it can read every "
+            "document (and passwords would cross the network in clear)",
+            file=sys.stderr,
+        )
     server = SeedlistServer(
         args.state,
         host=args.bind,

@@ -69,6 +69,8 @@ class _Stores(threading.local):
 class ServerState:
     path: Path
     stores: _Stores
+    #: Signs the State and Timestamp values given out, and checks those that come back.
+    signer: tokens.Signer
 
     def store(self) -> SeedlistStore:
         if self.stores.store is None:
@@ -84,7 +86,7 @@ def _number(text: str) -> bool:
     return text.isascii() and text.isdigit() and len(text) <= 18
 
 
-def parse_query(query: dict[str, str]) -> Query:
+def parse_query(query: dict[str, str], signer: tokens.Signer) -> Query:
     """The paging parameters, checked for form; raises Refused(400)."""
     action = query.get("Action", "GetDocuments")
     if action != "GetDocuments":
@@ -96,8 +98,8 @@ def parse_query(query: dict[str, str]) -> Query:
     if start_text is not None and not _number(start_text):
         raise Refused(400, f"Start={start_text} is not a whole number")
     try:
-        state = tokens.decode_state(query["State"]) if "State" in query else None
-        stamp = tokens.decode_timestamp(query["Timestamp"]) if "Timestamp" in query else None
+        state = signer.decode_state(query["State"]) if "State" in query else None
+        stamp = signer.decode_timestamp(query["Timestamp"]) if "Timestamp" in query else None
     except tokens.TokenError as exc:
         raise Refused(400, f"{exc}; use the values of this server's pages as given") from None
     start = None if start_text is None else int(start_text)
@@ -119,7 +121,7 @@ def _stale(what: str, reason: str) -> Refused:
     return Refused(410, f"{what} is stale: {reason}; crawl again in full (without Timestamp)")
 
 
-def page(store: SeedlistStore, query: Query, url: URL) -> bytes:
+def page(store: SeedlistStore, query: Query, url: URL, signer: tokens.Signer) -> bytes:
     """Renders the page `query` asks for; raises Refused for stale or inconsistent values."""
     position = store.position()
     if query.state is not None:
@@ -154,11 +156,13 @@ def page(store: SeedlistStore, query: Query, url: URL) -> bytes:
         state = tokens.State(position.store, since, upto, rows[-1].changed, start + len(rows))
         next_href = str(
             url.update_query(
-                Range=str(query.range), Start=str(state.start), State=tokens.encode_state(state)
+                Range=str(query.range),
+                Start=str(state.start),
+                State=signer.encode_state(state),
             )
         )
     else:
-        timestamp = tokens.encode_timestamp(tokens.Timestamp(position.store, upto))
+        timestamp = signer.encode_timestamp(tokens.Timestamp(position.store, upto))
     return render(
         Page(
             feed_id=str(url),
@@ -180,9 +184,9 @@ def _text(status: int, message: str) -> web.Response:
 async def pages(request: web.Request) -> web.Response:
     state = request.app[STATE]
     try:
-        query = parse_query(dict(request.query))
+        query = parse_query(dict(request.query), state.signer)
         body = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: page(state.store(), query, request.url)
+            None, lambda: page(state.store(), query, request.url, state.signer)
         )
     except Refused as exc:
         return _text(exc.status, exc.message)
@@ -238,7 +242,12 @@ def basic_auth(user: str, password: str) -> Middleware:
 def make_app(path: Path, credentials: tuple[str, str] | None = None) -> web.Application:
     middlewares = [basic_auth(*credentials)] if credentials else []
     app = web.Application(middlewares=middlewares)
-    app[STATE] = ServerState(path, _Stores())
+    store = SeedlistStore(path)
+    try:
+        signer = tokens.Signer(store.position().store, store.signing_key())
+    finally:
+        store.close()
+    app[STATE] = ServerState(path, _Stores(), signer)
     app.add_routes([web.get(PAGES, pages), web.get(CONTENT, content)])
     return app
 

@@ -119,8 +119,9 @@ class SeedlistStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.executescript(SCHEMA)
             self._db.execute(
-                "INSERT OR IGNORE INTO meta VALUES ('store', ?), ('change', 0), ('horizon', 0)",
-                (secrets.token_hex(8),),
+                "INSERT OR IGNORE INTO meta VALUES ('store', ?), ('change', 0), ('horizon', 0), "
+                "('key', ?)",
+                (secrets.token_hex(8), secrets.token_hex(32)),
             )
 
     def close(self) -> None:
@@ -247,6 +248,13 @@ class SeedlistStore:
         return "updated" if not row[1] else "inserted"
 
     # Reading, for the server
+
+    def signing_key(self) -> bytes:
+        """The key that signs the crawl values the server gives out (stores made before keys
+        existed get one now)."""
+        self._db.execute("INSERT OR IGNORE INTO meta VALUES ('key', ?)", (secrets.token_hex(32),))
+        (key,) = self._db.execute("SELECT value FROM meta WHERE key = 'key'").fetchone()
+        return bytes.fromhex(key)
 
     def position(self) -> Position:
         values = dict(self._db.execute("SELECT key, value FROM meta").fetchall())

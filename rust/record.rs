@@ -375,12 +375,13 @@ pub(crate) fn parse_date(
 
 fn parse_any_date(ts: &Timestamp) -> std::result::Result<(DateTime<Utc>, Option<&str>), String> {
     let from_epoch = |secs: f64| {
+        // `{secs:e}` for the messages: 1e300 would print as a 301-digit number.
         if !secs.is_finite() {
-            return Err(format!("{secs} is not a time"));
+            return Err(format!("{secs:e} is not a time"));
         }
         DateTime::<Utc>::from_timestamp(secs.floor() as i64, 0)
             .map(|t| (t, None))
-            .ok_or_else(|| format!("{secs} seconds since the epoch is out of range"))
+            .ok_or_else(|| format!("{secs:e} seconds since the epoch is out of range"))
     };
     let text = match ts {
         Timestamp::Epoch(secs) => return from_epoch(*secs),

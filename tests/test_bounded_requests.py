@@ -138,3 +138,25 @@ def test_an_answer_that_drips_is_cut_at_the_deadline(
     assert result.outcome is Outcome.FAILED
     assert "no complete answer within the deadline of 1.5 s" in result.message
     assert time.monotonic() - started < 10
+
+
+def test_an_empty_answer_and_a_handshake_that_never_ends_say_what_happened(
+    appliance: Callable[[Handler], RawAppliance], make_feed_set: Callable[..., Path]
+) -> None:
+    async def empty(writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+
+    server = appliance(empty)
+    feeds = make_feed_set("docs", files=1)
+    [result] = push(feeds, settings(server.port)).results
+    assert result.message == "the appliance answered HTTP 200 with an empty body, not Success"
+
+    # HTTPS to a server that never answers the TLS handshake (it waits for an HTTP request).
+    silent = PushSettings(
+        host="127.0.0.1", port=server.port, retries=0, connect_timeout=0.5, insecure=True
+    )
+    [result] = push(feeds, silent).results
+    assert result.message.startswith(
+        "ConnectTimeout: no connection within --connect-timeout (the TLS handshake included)"
+    ), result.message

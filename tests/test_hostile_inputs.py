@@ -297,3 +297,14 @@ def test_a_byte_order_mark_is_named_as_such(
     source.write_bytes(b'\xef\xbb\xbf{"url": "http://e.example.com/a", "content": "x"}\n')
     assert main(build_args(str(source), tmp_path / "out")) == 1
     assert f"{source}:1: the line starts with a byte order mark" in capsys.readouterr().err
+
+
+def test_a_huge_epoch_is_said_briefly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "docs.jsonl"
+    source.write_bytes(
+        b'{"url": "http://e.example.com/a", "content": "x", "last_modified": 1e300}\n'
+    )
+    assert main(build_args(str(source), tmp_path / "out")) == 1
+    err = capsys.readouterr().err
+    assert "last_modified: 1e300 seconds since the epoch is out of range" in err
+    assert len(err) < 400

@@ -184,3 +184,12 @@ def test_serving_beyond_loopback_without_tls_or_auth_warns(
     finally:
         process.send_signal(signal.SIGINT)
         process.communicate(timeout=30)
+
+
+@pytest.mark.parametrize("user", ["", " ", "a:b"])
+def test_a_user_name_that_is_none_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], user: str
+) -> None:
+    argv = ["seedlist", "serve", str(tmp_path / "s.sqlite"), "--port", "0", "--user", user]
+    assert main([*argv, "--password-env", "HOME"]) == 1
+    assert "give a user name, without ':'" in capsys.readouterr().err

@@ -142,6 +142,9 @@ def _credentials(args: argparse.Namespace) -> tuple[str, str] | None:
         return None
     if args.user is None or args.password_env is None:
         raise FastfeedError("give both --user and --password-env, or neither (no authentication)")
+    if not args.user.strip() or ":" in args.user:
+        # Basic authentication sends "user:password": a colon would end the user name.
+        raise FastfeedError(f"--user {args.user!r}: give a user name, without ':'")
     password = os.environ.get(args.password_env)
     if not password:
         raise FastfeedError(

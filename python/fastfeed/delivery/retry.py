@@ -73,4 +73,14 @@ def transport_problem(exc: httpx.HTTPError, target: str, hint: str) -> Again:
             f"TLS with {target} failed: {tls}. Give the appliance's CA certificate with {hint}",
             refused=True,
         ) from None
-    return Again(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+    name = type(exc).__name__
+    if str(exc):
+        return Again(f"{name}: {exc}")
+    # httpx's timeouts often come without words: say which wait ran out.
+    waits: dict[type[httpx.HTTPError], str] = {
+        httpx.ConnectTimeout: "no connection within --connect-timeout (the TLS handshake included)",
+        httpx.WriteTimeout: "sending made no progress within --timeout",
+        httpx.ReadTimeout: "no answer within --timeout",
+        httpx.PoolTimeout: "no free connection within --timeout",
+    }
+    return Again(f"{name}: {waits.get(type(exc), 'no detail given')}")

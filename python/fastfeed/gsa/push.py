@@ -55,6 +55,8 @@ from fastfeed.sets.manifest import read_manifest
 #: Where each kind of manifest entry is POSTed, and the form field that names its source.
 ENDPOINTS = {"feed": ("/xmlfeed", "datasource"), "groups": ("/xmlgroups", "groupsource")}
 
+EMPTY_ANSWER = "the appliance answered HTTP 200 with an empty body, not Success"
+
 UNAUTHORIZED_HELP = (
     "add this machine's IP address in the appliance's Admin Console, under "
     "Crawl and Index > Feeds > List of Trusted IP Addresses, then push again"
@@ -433,7 +435,7 @@ class Pusher:
                     self._hold(jitter(s.disk_full_delay))
                     continue
                 if answer is _Answer.OTHER:
-                    return Outcome.FAILED, text.strip()[:500]
+                    return Outcome.FAILED, text.strip()[:500] or EMPTY_ANSWER
                 if answer is None and status < 500 and status not in (408, 429):
                     return Outcome.FAILED, f"HTTP {status}: {text.strip()[:500]}"
                 return Again(text.strip() if answer else f"HTTP {status}: {text.strip()[:200]}")

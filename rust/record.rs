@@ -137,16 +137,7 @@ impl Content<'_> {
                 (buf, None)
             }
             Content::Path(p) => {
-                buf.clear();
-                std::fs::File::open(p)
-                    .and_then(|mut f| f.read_to_end(buf))
-                    .map_err(|e| {
-                        Error::record(
-                            index,
-                            Some(field),
-                            format!("cannot read {}: {e}", p.display()),
-                        )
-                    })?;
+                read_content_file(p, buf).map_err(|m| Error::record(index, Some(field), m))?;
                 // A file is text when its type says so and its bytes are UTF-8.
                 let text = is_textual(mimetype)
                     .then(|| std::str::from_utf8(buf).ok())
@@ -155,6 +146,49 @@ impl Content<'_> {
             }
         })
     }
+}
+
+/// Reads a `content_path` file into `buf`: only a regular file (a FIFO would block the build,
+/// a device never end), and no more than the hard ceiling on a feed file, which no content
+/// larger can fit under (a file that grows while read stops there too).
+fn read_content_file(path: &std::path::Path, buf: &mut Vec<u8>) -> std::result::Result<(), String> {
+    let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    // Opening a FIFO for reading waits for a writer: O_NONBLOCK returns at once, and fstat then
+    // tells what it is. It changes nothing for a regular file's reads.
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path).map_err(cannot)?;
+    let meta = file.metadata().map_err(cannot)?;
+    if !meta.is_file() {
+        return Err(format!(
+            "{} is not a regular file (a FIFO, socket or device)",
+            path.display()
+        ));
+    }
+    let limit = crate::writer::HARD_MAX_BYTES;
+    if meta.len() > limit {
+        return Err(format!(
+            "{} is {} bytes, more than a feed file can hold ({limit}): feed its URL in a web \
+             feed instead",
+            path.display(),
+            meta.len()
+        ));
+    }
+    buf.clear();
+    buf.reserve(meta.len() as usize);
+    file.take(limit + 1).read_to_end(buf).map_err(cannot)?;
+    if buf.len() as u64 > limit {
+        return Err(format!(
+            "{} grew past {limit} bytes while it was read",
+            path.display()
+        ));
+    }
+    Ok(())
 }
 
 /// `last_modified` before it is checked: a string, or seconds since the epoch.

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -308,3 +309,27 @@ def test_a_huge_epoch_is_said_briefly(tmp_path: Path, capsys: pytest.CaptureFixt
     err = capsys.readouterr().err
     assert "last_modified: 1e300 seconds since the epoch is out of range" in err
     assert len(err) < 400
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "huge"])
+def test_a_content_path_that_never_ends_or_blocks_or_is_too_big_is_refused_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    if kind == "device":
+        path, reason = "/dev/zero", "is not a regular file"
+    elif kind == "fifo":
+        path, reason = str(tmp_path / "pipe"), "is not a regular file"
+        os.mkfifo(path)  # no writer: opening it to read would wait for ever
+    else:
+        path, reason = str(tmp_path / "sparse.bin"), "is 1000000000 bytes, more than a feed file"
+        with open(path, "wb") as f:
+            f.truncate(1_000_000_000)  # a gigabyte that takes no disk
+    source = tmp_path / "docs.jsonl"
+    source.write_bytes(
+        orjson.dumps({"url": "http://e.example.com/a", "content_path": path}) + b"\n"
+    )
+    started = time.monotonic()
+    assert main(build_args(str(source), tmp_path / "out")) == 1
+    assert time.monotonic() - started < 5
+    err = capsys.readouterr().err
+    assert f"{source}:1: content_path: {path} {reason}" in err

@@ -20,6 +20,7 @@ use pyo3::types::{
 use crate::acl::AclInput;
 use crate::encode::Compress;
 use crate::error::Error;
+use crate::guard::Guard;
 use crate::record::{
     self, check_url, parse_date, AclFormat, Action, AuthMethod, Content, FeedType, Record,
     Timestamp,
@@ -621,11 +622,39 @@ fn datasource_problem(name: &str) -> Option<String> {
     check_datasource(name).err().map(|e| e.to_string())
 }
 
+/// Guards a mapped input file while it is read (see `guard.rs`): a read past the end of a file
+/// that shrank finds zeros instead of killing the process, and `truncated` tells. The mapping
+/// must outlive the guard, which `close` (or its end) unregisters.
+#[pyclass(module = "fastfeed._core", name = "MappingGuard")]
+struct PyMappingGuard {
+    guard: Option<Guard>,
+}
+
+#[pymethods]
+impl PyMappingGuard {
+    #[new]
+    fn new(mapping: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let buffer = PyBuffer::<u8>::get(mapping)?;
+        let guard = Guard::new(buffer.buf_ptr() as *const u8, buffer.len_bytes());
+        Ok(Self { guard })
+    }
+
+    #[getter]
+    fn truncated(&self) -> bool {
+        self.guard.as_ref().is_some_and(Guard::hit)
+    }
+
+    fn close(&mut self) {
+        self.guard = None;
+    }
+}
+
 #[pymodule]
 #[pyo3(name = "_core")]
 fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<PyFeedWriter>()?;
+    m.add_class::<PyMappingGuard>()?;
     m.add_function(wrap_pyfunction!(url_problem, m)?)?;
     m.add_function(wrap_pyfunction!(parse_last_modified, m)?)?;
     m.add_function(wrap_pyfunction!(datasource_problem, m)?)?;

@@ -8,6 +8,7 @@ pub mod encode;
 pub mod error;
 pub mod escape;
 pub mod groups;
+pub mod guard;
 pub mod jsonl;
 mod lift;
 mod output;

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -333,3 +334,36 @@ def test_a_content_path_that_never_ends_or_blocks_or_is_too_big_is_refused_at_on
     assert time.monotonic() - started < 5
     err = capsys.readouterr().err
     assert f"{source}:1: content_path: {path} {reason}" in err
+
+
+def test_an_input_truncated_during_the_build_stops_it_with_a_message_not_sigbus(
+    tmp_path: Path,
+) -> None:
+    # About 24 MB: six chunks. The first finished feed file (the first chunk's) truncates the
+    # input, while the next chunk is already being encoded and the rest is still to be mapped.
+    source = tmp_path / "docs.jsonl"
+    text = "y" * 3000
+    with open(source, "wb") as f:
+        for i in range(8000):
+            f.write(orjson.dumps({"url": f"http://e.example.com/{i}", "content": text}) + b"\n")
+    script = textwrap.dedent(
+        f"""
+        import os, sys
+        import fastfeed
+        source = {str(source)!r}
+        def truncate(entry):
+            if os.path.getsize(source) > 4096:
+                os.truncate(source, 4096)
+        try:
+            fastfeed.build([source], {str(tmp_path / "out")!r}, "docs", max_records=500,
+                           compress="never", on_file=truncate)
+        except fastfeed.InputError as exc:
+            print(exc)
+            sys.exit(1)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 1, (done.returncode, done.stderr)  # -7 was SIGBUS
+    assert f"{source}: the file shrank while it was read" in done.stdout
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
+    assert [p.name for p in (tmp_path / "out").iterdir() if p.name.endswith(".tmp")] == []

@@ -6,6 +6,7 @@ from typing import Any, Self, final
 
 __all__ = [
     "FeedWriter",
+    "MappingGuard",
     "url_problem",
     "parse_last_modified",
     "datasource_problem",
@@ -67,3 +68,10 @@ class FeedWriter:
     def bytes(self) -> int: ...
     @property
     def files(self) -> int: ...
+
+@final
+class MappingGuard:
+    def __new__(cls, mapping: Any) -> Self: ...
+    @property
+    def truncated(self) -> bool: ...
+    def close(self) -> None: ...

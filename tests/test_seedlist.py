@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -301,6 +302,44 @@ def test_documents_loaded_during_a_crawl_come_with_the_next_one(
     assert {e["action"] for e in delta.entries} == {"insert", "update", "delete"}
 
 
+def test_crawls_begun_before_loads_get_exactly_the_state_they_began_at(
+    db: Path, serve: Callable[..., SeedlistServer], tls: TLSFiles
+) -> None:
+    """Eight crawlers, begun before loads that update and delete while they page: each gets
+    the 300 documents of its start, in their first versions, each once."""
+    with SeedlistStore(db) as store:
+        store.load(record(i) for i in range(300))
+    server = serve(db)
+    crawlers = 8
+    begun = threading.Barrier(crawlers + 1, timeout=30)
+    results: list[Crawl] = []
+
+    def one_crawl() -> None:
+        with httpx.Client(verify=tls.client_context(), timeout=30) as own:
+            results.append(crawl(own, server.url, range_=20, after_first_page=begun.wait))
+
+    threads = [threading.Thread(target=one_crawl) for _ in range(crawlers)]
+    for thread in threads:
+        thread.start()
+    begun.wait()
+    with SeedlistStore(db) as store:
+        for n in range(5):  # while they page: updates, deletes and a new document
+            gone = range(250 + 5 * n, 255 + 5 * n)
+            store.load(
+                [record(i, version=1) for i in range(n * 40, n * 40 + 30)]
+                + [{"url": record(i)["url"], "action": "delete"} for i in gone]
+                + [record(300 + n)]
+            )
+    for thread in threads:
+        thread.join(timeout=60)
+
+    expected = {r["url"]: seen(r) for r in map(record, range(300))}
+    assert len(results) == crawlers
+    for result in results:
+        assert {e["id"]: collected(e) for e in result.entries} == expected
+        assert len(result.entries) == 300
+
+
 def test_pages_are_served_while_a_load_is_in_progress(
     db: Path, serve: Callable[..., SeedlistServer], client: httpx.Client
 ) -> None:
@@ -368,7 +407,7 @@ def test_text_and_markup_arrive_exactly_and_binary_or_unsafe_content_by_src(
     assert empty["content"] is None and empty["acl"] is None and empty["title"] == "no content"
 
 
-def test_content_of_a_deleted_document_is_gone(
+def test_content_of_a_deleted_document_is_gone_once_no_crawl_can_need_it(
     db: Path, serve: Callable[..., SeedlistServer], client: httpx.Client
 ) -> None:
     with SeedlistStore(db) as store:
@@ -380,11 +419,19 @@ def test_content_of_a_deleted_document_is_gone(
     with SeedlistStore(db) as store:
         assert store.delete(record(10)["url"])
 
+    # The crawl that listed it began before the deletion: its version is still served.
+    assert client.get(src).status_code == 200
+    latest = client.get(src.rsplit(".", 1)[0])
+    with SeedlistStore(db) as store:
+        store.purge_history(before=time.time() + 1)
     response = client.get(src)
-    unknown = [client.get(src.rsplit("/", 1)[0] + f"/{n}") for n in ("2", "x", "²", "9" * 30)]
+    unknown = [
+        client.get(src.rsplit("/", 1)[0] + f"/{n}") for n in ("2", "x", "²", "9" * 30, "1.x")
+    ]
 
+    assert latest.status_code == 404 and "deleted" in latest.text
     assert response.status_code == 404 and "deleted" in response.text
-    assert [r.status_code for r in unknown] == [404] * 4
+    assert [r.status_code for r in unknown] == [404] * 5
 
 
 # Protection

@@ -49,7 +49,7 @@ class Page:
     next_href: str | None
     timestamp: str | None
     fields: Sequence[str]
-    #: The content URL of a document: `content_href.format(id=change.id)`.
+    #: The content URL of a document's version: `content_href.format(id="ID.CHANGED")`.
     content_href: str
 
 
@@ -140,7 +140,8 @@ def _entry(feed: Any, change: Change, page: Page) -> None:
         if change.inline is not None and inline_type is not None:
             _el(entry, ATOM, "content", change.inline, type=inline_type)
         elif change.has_content:
-            src = page.content_href.format(id=change.id)
+            # The version read, not the document's latest: a crawl reads the store as it was.
+            src = page.content_href.format(id=f"{change.id}.{change.changed}")
             _el(entry, ATOM, "content", type=change.mimetype, src=src)
         for author in change.authors:
             _el(_el(entry, ATOM, "author"), ATOM, "name", author)

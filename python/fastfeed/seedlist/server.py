@@ -132,6 +132,8 @@ def page(store: SeedlistStore, query: Query, url: URL, signer: tokens.Signer) ->
             raise Refused(400, "State is not a value this server gave")
         if 0 < state.since < position.horizon:
             raise _stale("State", "deletions it would report have been purged meanwhile")
+        if state.upto < position.history:
+            raise _stale("State", "the crawl began too long ago: what it reads was replaced")
         since, upto, after, start = state.since, state.upto, state.after, state.start
     else:
         since = 0
@@ -196,10 +198,12 @@ async def pages(request: web.Request) -> web.Response:
 async def content(request: web.Request) -> web.Response:
     state = request.app[STATE]
     text = request.match_info["id"]
+    doc_id, _, version = text.partition(".")
     found = None
-    if _number(text):
+    if _number(doc_id) and (not version or _number(version)):
         found = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: state.store().content(int(text))
+            None,
+            lambda: state.store().content(int(doc_id), int(version) if version else None),
         )
     if found is None:
         return _text(404, f"no content {text}: the document was deleted or has none")

@@ -56,9 +56,41 @@ CREATE TABLE IF NOT EXISTS documents (
     text INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS documents_changed ON documents (changed);
+-- versions replaced by a later load, kept for the crawls begun before it (HISTORY_SECONDS)
+CREATE TABLE IF NOT EXISTS history (
+    id INTEGER NOT NULL,
+    url TEXT NOT NULL,
+    changed INTEGER NOT NULL,
+    created INTEGER NOT NULL,
+    changed_at REAL NOT NULL,
+    deleted INTEGER NOT NULL,
+    mimetype TEXT,
+    displayurl TEXT,
+    last_modified TEXT,
+    metadata TEXT NOT NULL,
+    acl TEXT,
+    content BLOB,
+    text INTEGER NOT NULL,
+    -- the change that replaced this version, and when
+    superseded INTEGER NOT NULL,
+    superseded_at REAL NOT NULL,
+    PRIMARY KEY (id, changed)
+);
+CREATE INDEX IF NOT EXISTS history_changed ON history (changed);
 -- every custom field name loaded, for the feed's wplc:fieldInfo
 CREATE TABLE IF NOT EXISTS fields (name TEXT PRIMARY KEY);
 """
+
+
+#: How long a version replaced by a load is kept for the crawls begun before the load: a crawl
+#: that takes longer is told to crawl again (HTTP 410), rather than given a mix of two states.
+HISTORY_SECONDS = 24 * 3600
+
+#: The columns of a version, in documents and in history alike.
+_VERSION = (
+    "id, url, changed, created, changed_at, deleted, mimetype, displayurl, last_modified, "
+    "metadata, acl, content, text"
+)
 
 
 @dataclass
@@ -71,12 +103,14 @@ class LoadSummary:
 
 @dataclass(frozen=True)
 class Position:
-    """Where the store stands: its identity, its last change number, and the oldest change an
-    incremental crawl may start from (deletions before it were purged)."""
+    """Where the store stands: its identity, its last change number, the oldest change an
+    incremental crawl may start from (deletions before it were purged), and the oldest change
+    a crawl may have begun at (versions it would read were purged)."""
 
     store: str
     change: int
     horizon: int
+    history: int = 0
 
 
 @dataclass(frozen=True)
@@ -146,6 +180,7 @@ class SeedlistStore:
         """As `load`, with each record's location for messages (`docs.jsonl:17`)."""
         summary = LoadSummary()
         with self._transaction():
+            self._purge_history(time.time() - HISTORY_SECONDS)
             for location, record in records:
                 try:
                     item = parse(record)
@@ -191,6 +226,33 @@ class SeedlistStore:
             raise
         self._db.execute("COMMIT")
 
+    def purge_history(self, before: float) -> None:
+        """Forgets the versions that loads replaced before `before` (seconds since the epoch;
+        each load forgets those older than HISTORY_SECONDS). Crawls begun before the newest
+        of them can no longer be served from the state they began at (they get HTTP 410)."""
+        with self._transaction():
+            self._purge_history(before)
+
+    def _purge_history(self, before: float) -> None:
+        newest = self._db.execute(
+            "SELECT max(superseded) FROM history WHERE superseded_at < ?", (before,)
+        ).fetchone()[0]
+        if newest is not None:
+            self._db.execute("DELETE FROM history WHERE superseded_at < ?", (before,))
+            self._db.execute(
+                "INSERT INTO meta VALUES ('history', ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)",
+                (newest,),
+            )
+
+    def _keep_version(self, doc_id: int, change: int) -> None:
+        """Keeps the version `change` replaces, for the crawls that began before it."""
+        self._db.execute(
+            f"INSERT INTO history ({_VERSION}, superseded, superseded_at) "
+            f"SELECT {_VERSION}, ?, ? FROM documents WHERE id = ?",
+            (change, time.time(), doc_id),
+        )
+
     def _next_change(self) -> int:
         self._db.execute("UPDATE meta SET value = value + 1 WHERE key = 'change'")
         row = self._db.execute("SELECT value FROM meta WHERE key = 'change'").fetchone()
@@ -203,10 +265,12 @@ class SeedlistStore:
         if isinstance(item, Deletion):
             if row is None or row[1]:
                 return "unchanged"
+            change = self._next_change()
+            self._keep_version(row[0], change)
             self._db.execute(
                 "UPDATE documents SET changed = ?, changed_at = ?, deleted = 1, digest = NULL, "
                 "metadata = '[]', acl = NULL, content = NULL WHERE id = ?",
-                (self._next_change(), time.time(), row[0]),
+                (change, time.time(), row[0]),
             )
             return "deleted"
         digest = item.digest()
@@ -237,6 +301,7 @@ class SeedlistStore:
                 (item.url, change, *values),
             )
             return "inserted"
+        self._keep_version(row[0], change)
         # A tombstone brought back is a new insert for crawls that saw it deleted.
         self._db.execute(
             "UPDATE documents SET created = CASE WHEN deleted THEN ? ELSE created END, "
@@ -258,7 +323,12 @@ class SeedlistStore:
 
     def position(self) -> Position:
         values = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
-        return Position(str(values["store"]), int(values["change"]), int(values["horizon"]))
+        return Position(
+            str(values["store"]),
+            int(values["change"]),
+            int(values["horizon"]),
+            int(values.get("history", 0)),
+        )
 
     def fields(self) -> list[str]:
         """Every custom field name loaded, sorted."""
@@ -267,26 +337,38 @@ class SeedlistStore:
     def changes(
         self, after: int, upto: int, limit: int, *, deletions: bool, inline_limit: int
     ) -> list[Change]:
-        """The documents changed after change `after` up to `upto`, in change order; tombstones
-        too if `deletions` (incremental crawls), else only live documents (full crawls)."""
+        """The documents changed after change `after` up to `upto`, as they were at `upto` (a
+        crawl reads the store as it was when it began, even while loads go on), in change
+        order; tombstones too if `deletions` (incremental crawls), else only live documents
+        (full crawls). A version is current, or kept in history if a later load replaced it."""
         rows = self._db.execute(
             "SELECT id, url, changed, created, changed_at, deleted, mimetype, displayurl, "
             "last_modified, metadata, acl, length(content), text, "
-            "CASE WHEN text AND length(content) <= ? THEN content END "
-            "FROM documents WHERE changed > ? AND changed <= ? "
-            + ("" if deletions else "AND NOT deleted ")
-            + "ORDER BY changed LIMIT ?",
-            (inline_limit, after, upto, limit),
+            "CASE WHEN text AND length(content) <= :inline THEN content END FROM ("
+            f"SELECT {_VERSION} FROM documents WHERE changed > :after AND changed <= :upto "
+            f"UNION ALL SELECT {_VERSION} FROM history "
+            "WHERE changed > :after AND changed <= :upto AND superseded > :upto) "
+            + ("" if deletions else "WHERE NOT deleted ")
+            + "ORDER BY changed LIMIT :limit",
+            {"inline": inline_limit, "after": after, "upto": upto, "limit": limit},
         )
         return [_change(row) for row in rows]
 
-    def content(self, doc_id: int) -> tuple[str, bytes] | None:
-        """(MIME type, bytes) of a live document's content, None if it has none."""
-        row = self._db.execute(
-            "SELECT mimetype, content FROM documents WHERE id = ? AND NOT deleted "
-            "AND content IS NOT NULL",
-            (doc_id,),
-        ).fetchone()
+    def content(self, doc_id: int, version: int | None = None) -> tuple[str, bytes] | None:
+        """(MIME type, bytes) of a live document's content, None if it has none; of its version
+        `version` (the change that made it: current, or kept in history) if given."""
+        live = "NOT deleted AND content IS NOT NULL"
+        if version is None:
+            query = f"SELECT mimetype, content FROM documents WHERE id = ? AND {live}"
+            values: tuple[int, ...] = (doc_id,)
+        else:
+            query = (
+                f"SELECT mimetype, content FROM documents WHERE id = ? AND changed = ? AND {live} "
+                f"UNION ALL SELECT mimetype, content FROM history "
+                f"WHERE id = ? AND changed = ? AND {live}"
+            )
+            values = (doc_id, version) * 2
+        row = self._db.execute(query, values).fetchone()
         return None if row is None else (row[0], row[1])
 
 

@@ -24,7 +24,8 @@ from fastfeed.delivery.settings import PushSettings
 from fastfeed.emulator import Emulator, Fault
 from fastfeed.errors import PushError, ReplyError
 from fastfeed.sets.journal import JOURNAL
-from fastfeed.thunderstone.push import UPDATE_INDEXES, _form_encode, parse_reply, push, url_settings
+from fastfeed.thunderstone.push import push, url_settings
+from fastfeed.thunderstone.recvdata import UPDATE_INDEXES, _form_encode, parse_reply
 
 Item = dict[str, Any]
 DT = 'dt:dt="bin.base64"'

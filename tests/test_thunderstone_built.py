@@ -13,7 +13,8 @@ from fastfeed import read_manifest
 from fastfeed.cli import main
 from fastfeed.delivery.results import Outcome
 from fastfeed.emulator import Emulator
-from fastfeed.thunderstone.push import UPDATE_INDEXES, push, url_settings
+from fastfeed.thunderstone.push import push, url_settings
+from fastfeed.thunderstone.recvdata import UPDATE_INDEXES
 from fastfeed.thunderstone.writer import ThunderstoneWriter
 
 BINARY = bytes(range(256)) * 40 + b"\x00\xff"

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from conftest import TLSFiles
 from fastfeed.emulator import Emulator
-from fastfeed.thunderstone.push import parse_reply
+from fastfeed.thunderstone.recvdata import parse_reply
 
 HEAD = '<ThunderstoneReplication xmlns:dt="urn:schemas-microsoft-com:datatypes">'
 Send = Callable[..., list[tuple[str, str, str]]]

@@ -33,34 +33,31 @@ import contextlib
 import enum
 import os
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-from fastfeed.delivery.body import check_file, file_chunks
+from fastfeed.delivery.body import check_file
 from fastfeed.delivery.exchange import exchange
 from fastfeed.delivery.results import FeedFile, FileResult, Outcome, PushSummary
 from fastfeed.delivery.retry import Again, gave_up, jitter, retrying, transport_problem
 from fastfeed.delivery.settings import PushSettings, http_client
 from fastfeed.errors import FastfeedError, FileChanged, PushError
 from fastfeed.gsa.backlog import BacklogGate
+from fastfeed.gsa.feedergate import (
+    EMPTY_ANSWER,
+    ENDPOINTS,
+    UNAUTHORIZED_HELP,
+    Answer,
+    Multipart,
+    classify,
+)
 from fastfeed.gsa.groups import FULL_GROUPS_WARNING, full_groups
 from fastfeed.progress import Progress, human_bytes
 from fastfeed.sets.journal import Journal
 from fastfeed.sets.manifest import read_manifest
-
-#: Where each kind of manifest entry is POSTed, and the form field that names its source.
-ENDPOINTS = {"feed": ("/xmlfeed", "datasource"), "groups": ("/xmlgroups", "groupsource")}
-
-EMPTY_ANSWER = "the appliance answered HTTP 200 with an empty body, not Success"
-
-UNAUTHORIZED_HELP = (
-    "add this machine's IP address in the appliance's Admin Console, under "
-    "Crawl and Index > Feeds > List of Trusted IP Addresses, then push again"
-)
 
 
 def feed_files(paths: Iterable[str | os.PathLike[str]]) -> list[FeedFile]:
@@ -104,69 +101,6 @@ def feed_files(paths: Iterable[str | os.PathLike[str]]) -> list[FeedFile]:
                 )
         files.extend(FeedFile(directory, e) for e in entries if names is None or e.file in names)
     return files
-
-
-class _Answer(enum.Enum):
-    SUCCESS = enum.auto()
-    UNAUTHORIZED = enum.auto()
-    DISK_FULL = enum.auto()
-    INTERNAL_ERROR = enum.auto()
-    OTHER = enum.auto()
-
-
-def _classify(text: str) -> _Answer:
-    """The feedergate's HTTP 200 answers, from the Feeds Protocol guide's troubleshooting."""
-    text = text.strip()
-    if text == "Success":
-        return _Answer.SUCCESS
-    if text.startswith("Error - Unauthorized Request"):
-        return _Answer.UNAUTHORIZED
-    if text.startswith("Feed not accepted due to insufficient disk space"):
-        return _Answer.DISK_FULL
-    if text == "Internal Error":
-        return _Answer.INTERNAL_ERROR
-    return _Answer.OTHER
-
-
-def _quote(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\r", "").replace("\n", "")
-
-
-class _Multipart:
-    """The `/xmlfeed` (or `/xmlgroups`) form, streamed from disk with a known length.
-
-    Built by hand rather than with httpx's `files=`: this yields the fields in the order the
-    guide shows (datasource or groupsource, feedtype, data), reads the file in large chunks
-    (fewer, bigger writes), and stops with an error if the file is shorter than the manifest
-    says, so a file changed after the check can never be sent cut short as if it were complete.
-    """
-
-    def __init__(self, feed: FeedFile, chunk_size: int, on_chunk: Callable[[int], None]) -> None:
-        boundary = f"fastfeed-{uuid.uuid4().hex}"
-        self.content_type = f"multipart/form-data; boundary={boundary}"
-        entry = feed.entry
-        source_field = ENDPOINTS[entry.kind][1]
-        head = "".join(
-            f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'
-            for name, value in ((source_field, entry.datasource), ("feedtype", entry.feedtype))
-        )
-        head += (
-            f'--{boundary}\r\nContent-Disposition: form-data; name="data"; '
-            f'filename="{_quote(entry.file)}"\r\nContent-Type: text/xml\r\n\r\n'
-        )
-        self._head = head.encode()
-        self._tail = f"\r\n--{boundary}--\r\n".encode()
-        self._feed = feed
-        self._chunk_size = chunk_size
-        self._on_chunk = on_chunk
-        self.length = len(self._head) + entry.bytes + len(self._tail)
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        yield self._head
-        async for chunk in file_chunks(self._feed, self._chunk_size):
-            self._on_chunk(len(chunk))
-            yield chunk
-        yield self._tail
 
 
 class _State(enum.Enum):
@@ -419,22 +353,22 @@ class Pusher:
                     return Outcome.FAILED, f"not sent: {exc}"
                 except httpx.HTTPError as exc:
                     return transport_problem(exc, s.base_url, "--cacert (or --http for port 19900)")
-                answer = _classify(text) if status == 200 else None
-                if answer is _Answer.SUCCESS:
+                answer = classify(text) if status == 200 else None
+                if answer is Answer.SUCCESS:
                     return Outcome.ACCEPTED, "Success"
-                if answer is _Answer.UNAUTHORIZED:
+                if answer is Answer.UNAUTHORIZED:
                     raise PushError(
                         f"{s.base_url} answered {text.strip()!r}: {UNAUTHORIZED_HELP}",
                         refused=True,
                     )
-                if answer is _Answer.DISK_FULL:
+                if answer is Answer.DISK_FULL:
                     if disk_waits >= s.disk_full_retries:
                         return Outcome.FAILED, text.strip()
                     disk_waits += 1
                     self._retries += 1
                     self._hold(jitter(s.disk_full_delay))
                     continue
-                if answer is _Answer.OTHER:
+                if answer is Answer.OTHER:
                     return Outcome.FAILED, text.strip()[:500] or EMPTY_ANSWER
                 if answer is None and status < 500 and status not in (408, 429):
                     return Outcome.FAILED, f"HTTP {status}: {text.strip()[:500]}"
@@ -450,7 +384,7 @@ class Pusher:
 
     async def _post(self, feed: FeedFile) -> tuple[int, str]:
         assert self._client is not None
-        body = _Multipart(feed, self.settings.chunk_size, self._count_bytes)
+        body = Multipart(feed, self.settings.chunk_size, self._count_bytes)
         answer = await exchange(
             self._client,
             "POST",

@@ -65,7 +65,7 @@ class PushSettings:
 
     #: Files in flight at once, across all datasources.
     concurrency: int = 4
-    #: Let the incremental files of one datasource overlap (see the ordering rule in push.py).
+    #: Let the incremental files of one datasource overlap (see the ordering rule in gsa/push.py).
     overlap_incremental: bool = False
 
     #: Attempts after the first one for a retryable failure (5xx, timeout, `Internal Error`).

@@ -104,7 +104,7 @@ def build_groups(
     progress: Progress | None = None,
 ) -> BuildSummary:
     """Builds a groups feed set from JSON Lines `inputs` (`-` for standard input), like
-    `fastfeed.build.build`: refused lines stop the build, or with `on_error="skip"` go to
+    `fastfeed.build`: refused lines stop the build, or with `on_error="skip"` go to
     `rejected.jsonl`."""
     for name in inputs:
         if name != "-" and Path(name).is_dir():

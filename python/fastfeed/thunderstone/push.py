@@ -24,7 +24,7 @@ Retries (HTTP 5xx, 408, 429, timeouts, dropped connections) send the whole file 
 is harmless even if the appliance had loaded it before the answer was lost: every Type is
 idempotent (I overwrites, U sets the same fields, D and DP delete what is already gone).
 
-The push journal (`fastfeed.journal`) records each file whose items were all loaded, and the
+The push journal (`fastfeed.sets.journal`) records each file whose items were all loaded, and the
 `UI` request as the set's pseudo-file `update-indexes` (keyed by the set's hashes): a re-run
 sends only what is missing, and sends `UI` again only if it sent something or `UI` was never
 acknowledged.

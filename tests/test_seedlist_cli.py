@@ -193,3 +193,19 @@ def test_a_user_name_that_is_none_is_refused(
     argv = ["seedlist", "serve", str(tmp_path / "s.sqlite"), "--port", "0", "--user", user]
     assert main([*argv, "--password-env", "HOME"]) == 1
     assert "give a user name, without ':'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"url": "http://e.example.com/1", "metadata": {"k": "v1", "k": "v2"}}',
+        b'{"url": "http://e.example.com/1", "url": "http://e.example.com/2"}',
+    ],
+)
+def test_a_name_given_twice_is_refused_by_load_as_by_build(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], line: bytes
+) -> None:
+    docs = tmp_path / "a.jsonl"
+    docs.write_bytes(line + b"\n")
+    assert main(["seedlist", "load", str(docs), "--db", str(tmp_path / "s.sqlite")]) == 1
+    assert f"{docs}:1: the name" in capsys.readouterr().err

@@ -3,6 +3,7 @@ lines skipped, each record located by file and line for messages."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import IO, Any
@@ -36,6 +37,26 @@ def _lines(stream: IO[bytes], name: str) -> Iterator[tuple[str, Mapping[str, Any
             record = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
             raise LoadError(location, None, f"invalid JSON: {exc}") from None
+        _refuse_repeated_names(line, location)
         if not isinstance(record, dict):
             raise LoadError(location, None, f"expected a JSON object, got {type(record).__name__}")
         yield location, record
+
+
+def _refuse_repeated_names(line: bytes, location: str) -> None:
+    """orjson keeps the last of a name given twice in an object (a metadata name, a field): the
+    line is read again by a parser that sees every pair, and refused as `fastfeed build`
+    refuses it, rather than a value lost in silence."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        names = [name for name, _ in items]
+        for name in names:
+            if names.count(name) > 1:
+                raise LoadError(
+                    location,
+                    None,
+                    f"the name '{name}' is given twice in one object: give its values as one list",
+                )
+        return dict(items)
+
+    json.loads(line, object_pairs_hook=pairs)

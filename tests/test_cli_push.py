@@ -263,3 +263,49 @@ def test_an_empty_full_groups_feed_is_neither_built_nor_pushed(
     assert main(push) == 3
     assert "would remove every group of every source" in capsys.readouterr().err
     assert emulator.pushes() == []
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_port_where_nothing_listens_fails_at_once_naming_it(
+    make_feed_set: MakeSet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    port = free_port()
+    started = time.monotonic()
+    status = main(["push", str(make_feed_set("docs", files=1)), "--host", "127.0.0.1", "--http"]
+                  + ["--port", str(port), "--backlog-interval", "0.05"])  # fmt: skip
+    assert status == 3
+    assert time.monotonic() - started < 5  # not six retries over 19 s
+    assert f"connection refused: nothing listens on port {port} of 127.0.0.1" in (
+        capsys.readouterr().err
+    )
+
+
+def test_https_to_the_plain_http_port_says_to_use_http(
+    make_emulator: Callable[..., Emulator],
+    tls: Any,
+    make_feed_set: MakeSet,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    emulator = make_emulator(http_port=0)
+    argv = ["push", str(make_feed_set("docs", files=1)), "--host", "127.0.0.1"]
+    assert main([*argv, "--port", str(emulator.http_port), "--cacert", str(tls.ca_path)]) == 3
+    assert f"port {emulator.http_port} answers in plain HTTP, not HTTPS: give --http" in (
+        capsys.readouterr().err
+    )
+
+
+def test_backlog_without_the_ca_is_refused_with_the_hint_as_push_is(
+    emulator: Emulator, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = main(["backlog", "--host", "127.0.0.1", "--port", str(emulator.port)])
+    err = capsys.readouterr().err
+    assert status == 3
+    assert "TLS with https://127.0.0.1" in err and "--cacert" in err
+    assert "ConnectError(" not in err

@@ -54,23 +54,41 @@ def jitter(delay: float) -> float:
     return delay / 2 + random.uniform(0, delay / 2)
 
 
-def tls_failure(exc: BaseException) -> ssl.SSLError | None:
-    """The TLS error behind a failed connection, if that is what it was."""
+E = TypeVar("E", bound=BaseException)
+
+
+def cause(exc: BaseException, kind: type[E]) -> E | None:
+    """The error of type `kind` behind `exc` (itself included), if there is one."""
     seen: BaseException | None = exc
     while seen is not None:
-        if isinstance(seen, ssl.SSLError):
+        if isinstance(seen, kind):
             return seen
         seen = seen.__cause__ or seen.__context__
     return None
 
 
-def transport_problem(exc: httpx.HTTPError, target: str, hint: str) -> Again:
-    """What went wrong on the way to the appliance, to retry on; but a TLS failure, which no
-    retry mends, stops the push as refused, with `hint` naming the option that fixes it."""
-    tls = tls_failure(exc) if isinstance(exc, httpx.ConnectError) else None
+def transport_problem(exc: httpx.HTTPError, target: str, hint: str, *, first: bool) -> Again:
+    """What went wrong on the way to the appliance, to retry on. But what no retry mends stops
+    the push as refused: a TLS failure (`hint` names the option that fixes it; an answer in
+    plain HTTP means the port is the HTTP one), and a connection refused at the first attempt
+    (nothing listens there: a wrong host or port; later, an appliance restarting)."""
+    port = httpx.URL(target).port
+    tls = cause(exc, ssl.SSLError) if isinstance(exc, httpx.ConnectError) else None
+    if tls is not None and tls.reason == "WRONG_VERSION_NUMBER":
+        raise PushError(
+            f"{target}: port {port} answers in plain HTTP, not HTTPS: give --http (or the "
+            "appliance's HTTPS port with --port)",
+            refused=True,
+        ) from None
     if tls is not None:
         raise PushError(
             f"TLS with {target} failed: {tls}. Give the appliance's CA certificate with {hint}",
+            refused=True,
+        ) from None
+    if first and isinstance(exc, httpx.ConnectError) and cause(exc, ConnectionRefusedError):
+        raise PushError(
+            f"{target}: connection refused: nothing listens on port {port} of "
+            f"{httpx.URL(target).host} (check --host and --port, or --http)",
             refused=True,
         ) from None
     name = type(exc).__name__

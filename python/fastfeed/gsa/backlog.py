@@ -15,8 +15,10 @@ from collections.abc import Callable
 import httpx
 
 from fastfeed.delivery.exchange import Answer, exchange
+from fastfeed.delivery.retry import transport_problem
 from fastfeed.delivery.settings import PushSettings
-from fastfeed.errors import BacklogError
+from fastfeed.errors import BacklogError, FastfeedError
+from fastfeed.gsa.feedergate import TLS_HINT
 
 PATH = "/getbacklogcount"
 
@@ -40,7 +42,9 @@ async def fetch_backlog(client: httpx.AsyncClient, settings: PushSettings) -> in
             client, "GET", settings.base_url + PATH, deadline=settings.deadline, limit=1024
         )
     except httpx.HTTPError as exc:
-        raise BacklogError(f"cannot read {settings.base_url}{PATH}: {exc!r}") from None
+        # What no retry mends (TLS, nothing listening) raises PushError, as for a push.
+        again = transport_problem(exc, settings.base_url, TLS_HINT, first=True)
+        raise BacklogError(f"cannot read {settings.base_url}{PATH}: {again.problem}") from None
     return _parse(answer)
 
 
@@ -105,7 +109,7 @@ class BacklogGate:
             while True:
                 try:
                     count = await fetch_backlog(self._client, self._settings)
-                except BacklogError:
+                except FastfeedError:  # BacklogError, or PushError for TLS or nothing listening
                     # The gate keeps its state and the next poll may succeed; but a gate held
                     # shut by a count that can no longer be read would stall the push forever.
                     self._failures += 1

@@ -13,6 +13,9 @@ from fastfeed.delivery.results import FeedFile
 #: Where each kind of manifest entry is POSTed, and the form field that names its source.
 ENDPOINTS = {"feed": ("/xmlfeed", "datasource"), "groups": ("/xmlgroups", "groupsource")}
 
+#: The options that mend a TLS failure with the feedergate.
+TLS_HINT = "--cacert (or --http for port 19900)"
+
 EMPTY_ANSWER = "the appliance answered HTTP 200 with an empty body, not Success"
 
 UNAUTHORIZED_HELP = (

@@ -49,6 +49,7 @@ from fastfeed.gsa.backlog import BacklogGate
 from fastfeed.gsa.feedergate import (
     EMPTY_ANSWER,
     ENDPOINTS,
+    TLS_HINT,
     UNAUTHORIZED_HELP,
     Answer,
     Multipart,
@@ -172,6 +173,9 @@ class Pusher:
         self._wire_bytes = 0
         self._started = time.monotonic()
         self._client: httpx.AsyncClient | None = None
+        # Whether the appliance answered anything yet: a connection refused before that means
+        # nothing listens there, and after it an appliance restarting.
+        self._answered = False
         self._gate: BacklogGate | None = None
 
     async def __aenter__(self) -> Pusher:
@@ -352,7 +356,8 @@ class Pusher:
                 except FileChanged as exc:
                     return Outcome.FAILED, f"not sent: {exc}"
                 except httpx.HTTPError as exc:
-                    return transport_problem(exc, s.base_url, "--cacert (or --http for port 19900)")
+                    return transport_problem(exc, s.base_url, TLS_HINT, first=not self._answered)
+                self._answered = True
                 answer = classify(text) if status == 200 else None
                 if answer is Answer.SUCCESS:
                     return Outcome.ACCEPTED, "Success"

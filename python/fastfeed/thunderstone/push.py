@@ -162,6 +162,8 @@ class _Pusher:
         self.client = client
         self.progress = progress
         self.summary = ThunderstoneSummary(target=url)
+        # Whether the appliance answered anything yet (see `transport_problem`).
+        self.answered = False
         self.total = 0
         self.wire_bytes = 0
         self.started = time.monotonic()
@@ -290,7 +292,8 @@ class _Pusher:
             except FileChanged as exc:
                 return FileResult(feed, Outcome.FAILED, attempts, f"not sent: {exc}")
             except httpx.HTTPError as exc:
-                return transport_problem(exc, self.url, "--cacert")
+                return transport_problem(exc, self.url, "--cacert", first=not self.answered)
+            self.answered = True
             status, text = answer.status, answer.text.strip()
             if status == 200:
                 if answer.cut:

@@ -309,3 +309,54 @@ def test_backlog_without_the_ca_is_refused_with_the_hint_as_push_is(
     assert status == 3
     assert "TLS with https://127.0.0.1" in err and "--cacert" in err
     assert "ConnectError(" not in err
+
+
+def test_what_push_is_given_by_mistake_is_named_with_the_command_to_use(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    records = tmp_path / "docs.jsonl"
+    records.write_text('{"url": "http://e.example.com/a", "content": "a"}\n')
+    thunderstone = tmp_path / "ts"
+    build = ["build", str(records), "--format", "thunderstone", "--profile", "docs"]
+    assert main([*build, "--out", str(thunderstone)]) == 0
+    capsys.readouterr()
+
+    target = ["--host", "127.0.0.1", "--json"]
+    assert main(["push", str(records), *target]) == 3
+    out, err = capsys.readouterr()
+    assert "holds JSON Lines records, not a feed set: build it first" in err
+    assert "fastfeed run" in err and json.loads(out)["ok"] is False
+    assert main(["push", str(thunderstone), *target]) == 3
+    assert "is a Thunderstone set: push it with fastfeed thunderstone push" in (
+        capsys.readouterr().err
+    )
+
+
+def test_json_summaries_say_ok_false_whenever_the_status_is_not_0(
+    emulator: Emulator, make_feed_set: MakeSet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # TLS failure: the push stops refused, with nothing sent.
+    feeds = make_feed_set("docs", files=1)
+    assert main(["push", str(feeds), "--host", "127.0.0.1", "--port", str(emulator.port)]
+                + ["--json"]) == 3  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["ok"] is False
+    # A build stopped by a bad record still prints a JSON object.
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"url": "nope"}\n')
+    argv = ["build", str(bad), "--datasource", "d", "--out", str(tmp_path / "o"), "--json"]
+    assert main(argv) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["ok"] is False and "url" in result["error"]
+
+
+def test_bare_fastfeed_shows_the_help_and_version_is_known(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import fastfeed
+
+    assert main([]) == 0
+    assert "usage: fastfeed" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"fastfeed {fastfeed.__version__}"

@@ -7,6 +7,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from fastfeed import __version__
 from fastfeed.cli import build, config, emulator, groups, push, seedlist, thunderstone
 from fastfeed.errors import ExitCode, FastfeedError, describe
 
@@ -29,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"fastfeed {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     build.register(commands)
     emulator.register(commands)
     seedlist.register(commands)
@@ -45,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    if not argv:  # a newcomer's first try: the help, not an error
+        parser.print_help()
+        return ExitCode.OK
     args = parser.parse_args(argv)
     config.apply(parser, args, argv)
     try:

@@ -202,7 +202,12 @@ def run_build(args: argparse.Namespace) -> int:
                 allow_empty_full=args.allow_empty_full,
                 **common,
             )
-    except (InputError, OSError) as exc:  # OSError: writing the set (disk full, permissions...)
+    except (FastfeedError, OSError) as exc:  # OSError: writing the set (disk full, permissions)
+        if args.json:
+            error = {"ok": False, "out": args.out, "error": describe(exc)}
+            sys.stdout.buffer.write(orjson.dumps(error) + b"\n")
+        if not isinstance(exc, (InputError, OSError)):
+            raise
         remedy = "the record (or use --on-error skip)" if isinstance(exc, InputError) else "it"
         print(f"fastfeed build: error: {describe(exc)}", file=sys.stderr)
         print(
@@ -212,6 +217,7 @@ def run_build(args: argparse.Namespace) -> int:
         )
         return ExitCode.FAILED
     result: dict[str, Any] = {
+        "ok": not summary.rejected,  # as the exit status: 1 when records were refused
         "out": summary.out_dir,
         "files": len(summary.manifest),
         "records": summary.records,

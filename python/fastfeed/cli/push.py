@@ -323,8 +323,9 @@ def stopped(command: str, exc: FastfeedError, as_json: bool) -> int:
     if summary is not None and summary.results:
         print(f"fastfeed {command}: before stopping: {summary.describe()}", file=sys.stderr)
     if as_json:
-        data: dict[str, object] = summary.to_dict() if summary is not None else {"ok": False}
-        data["error"] = str(exc)
+        data: dict[str, object] = summary.to_dict() if summary is not None else {}
+        # Whatever was done before, the command failed: `ok` says so as the exit status does.
+        data.update(ok=False, error=str(exc))
         sys.stdout.buffer.write(orjson.dumps(data) + b"\n")
     refused = not isinstance(exc, PushError) or exc.refused
     return ExitCode.REFUSED if refused else ExitCode.FAILED

@@ -75,6 +75,13 @@ def feed_files(paths: Iterable[str | os.PathLike[str]]) -> list[FeedFile]:
             raise PushError(f"{path} does not exist", refused=True)
         if path.is_dir():
             selected[path] = None
+        elif _looks_like_records(path):
+            raise PushError(
+                f"{path} holds JSON Lines records, not a feed set: build it first "
+                f"(fastfeed build {path} --datasource NAME --out DIR, then fastfeed push DIR), "
+                f"or build and push at once (fastfeed run {path} --datasource NAME --host ...)",
+                refused=True,
+            )
         else:
             names = selected.setdefault(path.parent, set())
             if names is not None:
@@ -86,6 +93,12 @@ def feed_files(paths: Iterable[str | os.PathLike[str]]) -> list[FeedFile]:
         except FastfeedError as exc:
             raise PushError(str(exc), refused=True) from None
         unknown = {e.kind for e in entries} - ENDPOINTS.keys()
+        if unknown == {"thunderstone"}:
+            raise PushError(
+                f"{directory} is a Thunderstone set: push it with fastfeed thunderstone push "
+                f"{directory} --url https://HOST/texis/dowalk/recvdata.xml",
+                refused=True,
+            )
         if unknown:
             raise PushError(
                 f"{directory}/manifest.jsonl has entries of kind {', '.join(sorted(unknown))}, "
@@ -102,6 +115,17 @@ def feed_files(paths: Iterable[str | os.PathLike[str]]) -> list[FeedFile]:
                 )
         files.extend(FeedFile(directory, e) for e in entries if names is None or e.file in names)
     return files
+
+
+def _looks_like_records(path: Path) -> bool:
+    """JSON Lines given where a feed file is expected: by its name, or a first `{`."""
+    if path.suffix in (".jsonl", ".ndjson", ".json"):
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(4096).lstrip()[:1] == b"{"
+    except OSError:
+        return False
 
 
 class _State(enum.Enum):

@@ -173,6 +173,33 @@ pub(crate) fn parse_object<'a, T: Deserialize<'a>>(
     Ok(value)
 }
 
+/// The field a mistyped name most likely meant: at most two edits away (one for short names).
+fn closest(name: &str, fields: &[&'static str]) -> Option<&'static str> {
+    let distance = |a: &str, b: &str| {
+        let b: Vec<char> = b.chars().collect();
+        let mut row: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.chars().enumerate() {
+            let mut previous = row[0];
+            row[0] = i + 1;
+            for (j, cb) in b.iter().enumerate() {
+                let next = (previous + usize::from(ca != *cb))
+                    .min(row[j] + 1)
+                    .min(row[j + 1] + 1);
+                previous = row[j + 1];
+                row[j + 1] = next;
+            }
+        }
+        row[b.len()]
+    };
+    let allowed = if name.chars().count() <= 4 { 1 } else { 2 };
+    fields
+        .iter()
+        .map(|f| (distance(&name.to_lowercase(), f), *f))
+        .filter(|(d, _)| *d <= allowed)
+        .min()
+        .map(|(_, f)| f)
+}
+
 /// Turns serde's error at `path` (like `metadata.tags[0]`) into one naming the top field.
 fn json_error(
     index: usize,
@@ -190,6 +217,16 @@ fn json_error(
     if let Err(e) = std::str::from_utf8(line) {
         // serde says "invalid unicode code point"; say where the bad byte is.
         message = format!("not valid UTF-8 (byte {} of the line)", e.valid_up_to());
+    } else if let Some(unknown) = message
+        .strip_prefix("unknown field '")
+        .and_then(|rest| rest.split_once('\''))
+        .map(|(name, _)| name.to_owned())
+    {
+        // A typo is far likelier than a field of another schema: name the one meant.
+        message = match closest(&unknown, fields) {
+            Some(meant) => format!("unknown field '{unknown}': did you mean '{meant}'?"),
+            None => format!("unknown field '{unknown}' (fields: {})", fields.join(", ")),
+        };
     }
     if let Some(field) = fields.iter().find(|f| **f == top) {
         let message = if message.contains("untagged enum RawTimestamp") {
@@ -358,6 +395,16 @@ mod tests {
             err(r#"{"url":"x","metadata":{"k":"v1","k":"v2"}}"#),
             "record 0: field 'metadata': the name 'k' is given twice: give its values as one list"
         );
+    }
+
+    #[test]
+    fn a_mistyped_field_is_named_with_the_one_meant() {
+        assert_eq!(
+            err(r#"{"url":"x","conent":"a"}"#),
+            "record 0: unknown field 'conent': did you mean 'content'?"
+        );
+        assert!(err(r#"{"url":"x","Mimetype":"a"}"#).contains("did you mean 'mimetype'?"));
+        assert!(err(r#"{"url":"x","zzzzzz":1}"#).contains("(fields: url, action,"));
     }
 
     #[test]

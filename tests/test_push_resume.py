@@ -86,3 +86,27 @@ def test_running_a_finished_push_again_sends_nothing(
         "accepted": 0, "skipped": 2, "failed": 0, "blocked": 0,
     }  # fmt: skip
     assert len(emulator.pushes()) == 2
+
+
+def test_ctrl_c_says_how_to_send_the_rest(
+    emulator: Emulator, make_feed_set: Callable[..., Path], tls: Any
+) -> None:
+    feeds = make_feed_set("docs", "full", files=3)
+    emulator.add_fault(Fault.slow(seconds=0.0))
+    emulator.add_fault(Fault.slow(seconds=5.0))
+    argv = cli(feeds, emulator, tls)
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while accepted_lines(feeds) < 1:
+            assert child.poll() is None, child.communicate()
+            assert time.monotonic() < deadline, "the first file was never accepted"
+            time.sleep(0.02)
+        time.sleep(0.3)
+    finally:
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=30)
+    assert child.returncode == 130
+    assert "interrupted" in err
+    assert f"to send the rest: fastfeed push {feeds}" in err
+    emulator.clear_faults()

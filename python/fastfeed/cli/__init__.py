@@ -4,6 +4,7 @@ group."""
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Sequence
 
@@ -44,6 +45,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _resume(command: str, argv: list[str]) -> str | None:
+    """How to finish an interrupted command: pushes resume from their journals."""
+    if command in ("push", "replay", "groups", "thunderstone"):
+        again = ["push" if a == "replay" else a for a in argv]  # a replay resumes as a push
+        return (
+            "the files accepted so far are recorded in each set's push-journal.jsonl; to send "
+            f"the rest: fastfeed {shlex.join(again)}"
+        )
+    if command == "run":
+        return (
+            "the files built so far were pushed as far as the journal says; if the build had "
+            "finished (the set has a manifest), send the rest with fastfeed push on its --out "
+            "directory, else run again into a new --out"
+        )
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -59,5 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.FAILED
     except KeyboardInterrupt:
         print(f"fastfeed {args.command}: interrupted", file=sys.stderr)
+        resume = _resume(args.command, argv)
+        if resume:
+            print(f"fastfeed {args.command}: {resume}", file=sys.stderr)
         return 130
     return status

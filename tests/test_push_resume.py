@@ -33,6 +33,15 @@ def accepted_lines(feeds: Path) -> int:
     return sum(b'"accepted"' in line for line in path.read_bytes().splitlines())
 
 
+def wait_until_accepted(child: subprocess.Popen[Any], feeds: Path, files: int) -> None:
+    """Waits (30 s at most) until the push in `child` has journaled `files` accepted files."""
+    deadline = time.monotonic() + 30
+    while accepted_lines(feeds) < files:
+        assert child.poll() is None, child.communicate()
+        assert time.monotonic() < deadline, f"{files} files were never accepted"
+        time.sleep(0.02)
+
+
 def test_a_push_killed_mid_file_and_run_again_loses_nothing(
     emulator: Emulator, make_feed_set: Callable[..., Path], tls: Any
 ) -> None:
@@ -45,11 +54,7 @@ def test_a_push_killed_mid_file_and_run_again_loses_nothing(
         cli(feeds, emulator, tls), stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     try:
-        deadline = time.monotonic() + 30
-        while accepted_lines(feeds) < 2:
-            assert child.poll() is None, child.communicate()
-            assert time.monotonic() < deadline, "the first two files were never accepted"
-            time.sleep(0.02)
+        wait_until_accepted(child, feeds, 2)
         time.sleep(0.3)  # the third file is being sent now, held by the appliance
     finally:
         os.kill(child.pid, signal.SIGKILL)
@@ -97,12 +102,8 @@ def test_ctrl_c_says_how_to_send_the_rest(
     argv = cli(feeds, emulator, tls)
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while accepted_lines(feeds) < 1:
-            assert child.poll() is None, child.communicate()
-            assert time.monotonic() < deadline, "the first file was never accepted"
-            time.sleep(0.02)
-        time.sleep(0.3)
+        wait_until_accepted(child, feeds, 1)
+        time.sleep(0.3)  # the second file is being sent now, held by the appliance
     finally:
         child.send_signal(signal.SIGINT)
         _, err = child.communicate(timeout=30)

@@ -683,3 +683,12 @@ def test_a_directory_walk_that_fails_stops_the_build_naming_the_file(
     err = capsys.readouterr().err
     assert f"{root / 'b-dangling'}: cannot read the file: No such file or directory" in err
     assert not (tmp_path / "o" / "manifest.jsonl").exists()
+
+
+def test_the_summary_counts_in_words_that_agree(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert build(tmp_path, [doc(1)]) == 0
+    assert "wrote 1 record into 1 file (" in capsys.readouterr().err
+    assert build(tmp_path, [doc(1), doc(2)], out="two") == 0
+    assert "wrote 2 records into 1 file (" in capsys.readouterr().err

@@ -131,7 +131,7 @@ def test_cli_builds_and_pushes_groups(
 
     out, err = capsys.readouterr()
     assert (built, pushed) == (0, 0)
-    assert "wrote 3 groups into 1 files" in err
+    assert "wrote 3 groups into 1 file" in err
     assert orjson.loads(out)["results"][0]["kind"] == "groups"
     assert stored(emulator.groups("ad")) == expected(GROUPS, "ad")
     # The journal: pushing again sends nothing.

@@ -47,6 +47,11 @@ class Progress:
             self._width = 0
 
 
+def plural(n: int, noun: str) -> str:
+    """`1 file`, `2 files`, `1,000 records`: the numbers a summary shows."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
 def human_bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if abs(n) < 1000 or unit == "GB":

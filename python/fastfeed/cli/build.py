@@ -12,7 +12,7 @@ import orjson
 
 from fastfeed.errors import ExitCode, FastfeedError, InputError, describe
 from fastfeed.gsa.build import build
-from fastfeed.progress import Progress, human_bytes
+from fastfeed.progress import Progress, human_bytes, plural
 from fastfeed.sets.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES, HARD_MAX_BYTES
 from fastfeed.thunderstone.build import build_thunderstone
 
@@ -229,7 +229,7 @@ def run_build(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.buffer.write(orjson.dumps(result) + b"\n")
     print(
-        f"wrote {summary.records:,} records into {len(summary.manifest)} files "
+        f"wrote {plural(summary.records, 'record')} into {plural(len(summary.manifest), 'file')} "
         f"({human_bytes(summary.bytes)}) in {summary.out_dir} in {summary.seconds:.1f} s",
         file=sys.stderr,
     )
@@ -262,7 +262,7 @@ def run_validate(args: argparse.Namespace) -> int:
             print(problem)
         bad += bool(problems)
     if bad:
-        print(f"{bad} of {len(args.files)} files have problems", file=sys.stderr)
+        print(f"{bad} of {plural(len(args.files), 'file')} have problems", file=sys.stderr)
         return ExitCode.FAILED
-    print(f"{len(args.files)} files valid", file=sys.stderr)
+    print(f"{plural(len(args.files), 'file')} valid", file=sys.stderr)
     return ExitCode.OK

@@ -10,7 +10,7 @@ import orjson
 from fastfeed.cli.build import set_options
 from fastfeed.cli.push import connection_options, push_options, report, settings_from_args, stopped
 from fastfeed.errors import ExitCode, FastfeedError, InputError, PushError
-from fastfeed.progress import Progress, human_bytes
+from fastfeed.progress import Progress, human_bytes, plural
 from fastfeed.sets.writer import DEFAULT_MAX_BYTES
 
 # The groups builder, the uploader (httpx) and the manifest reader are imported by the actions
@@ -153,7 +153,7 @@ def run_build(args: argparse.Namespace) -> int:
         }
         sys.stdout.buffer.write(orjson.dumps(result) + b"\n")
     print(
-        f"wrote {summary.records:,} groups into {len(summary.manifest)} files "
+        f"wrote {plural(summary.records, 'group')} into {plural(len(summary.manifest), 'file')} "
         f"({human_bytes(summary.bytes)}) in {summary.out_dir} in {summary.seconds:.1f} s",
         file=sys.stderr,
     )

@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fastfeed.progress import human_bytes
+from fastfeed.progress import human_bytes, plural
 from fastfeed.sets.manifest import ManifestEntry
 
 
@@ -91,7 +91,7 @@ class PushSummary:
         counts = ", ".join(f"{self.count(o)} {o.value}" for o in Outcome if self.count(o))
         rate = self.bytes_sent / self.seconds if self.seconds > 0 else 0.0
         return (
-            f"{self.target}: {counts or 'no files'}; {self.records_sent} records, "
+            f"{self.target}: {counts or 'no files'}; {plural(self.records_sent, 'record')}, "
             f"{human_bytes(self.bytes_sent)} in {self.seconds:.1f} s "
             f"({human_bytes(rate)}/s), {self.retries} retries"
         )

@@ -397,7 +397,7 @@ def test_out_of_range_numbers_are_usage_errors(
     with pytest.raises(SystemExit) as exited:
         main(["build", str(src), "--datasource", "d", "--out", str(tmp_path / "o"), *args])
     assert exited.value.code == 2
-    assert f"argument {args[0]}:" in capsys.readouterr().err
+    assert f"Invalid value for '{args[0]}'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -137,10 +137,15 @@ def test_gsa_feeds_refuse_thunderstone_actions_and_need_a_datasource(
     src.write_bytes(orjson.dumps({"url": "http://www.example.com/a", "action": "update"}) + b"\n")
     assert main(["build", str(src), "--datasource", "d", "--out", str(tmp_path / "o")]) == 1
     assert "exists only in Thunderstone feeds" in capsys.readouterr().err
-    assert main(["build", str(src), "--out", str(tmp_path / "o2")]) == 1
-    assert "--datasource is required" in capsys.readouterr().err
-    assert main(["build", str(src), "--format", "thunderstone", "--out", str(tmp_path / "o3")]) == 1
-    assert "needs --profile" in capsys.readouterr().err
+    # Missing settings are usage errors, status 2, as any missing option.
+    for argv, words in [
+        (["--out", str(tmp_path / "o2")], "--datasource is required"),
+        (["--format", "thunderstone", "--out", str(tmp_path / "o3")], "needs --profile"),
+    ]:
+        with pytest.raises(SystemExit) as exited:
+            main(["build", str(src), *argv])
+        assert exited.value.code == 2
+        assert words in capsys.readouterr().err
 
 
 def test_data_is_split_under_the_cap(tmp_path: Path) -> None:

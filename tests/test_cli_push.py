@@ -221,8 +221,7 @@ def test_demo_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 def test_help_teaches_with_examples(capsys: pytest.CaptureFixture[str]) -> None:
     for command in ("push", "run", "replay", "backlog", "demo"):
-        with pytest.raises(SystemExit):
-            main([command, "--help"])
+        assert main([command, "--help"]) == 0
         assert "example" in capsys.readouterr().out
 
 
@@ -355,8 +354,6 @@ def test_bare_fastfeed_shows_the_help_and_version_is_known(
     import fastfeed
 
     assert main([]) == 0
-    assert "usage: fastfeed" in capsys.readouterr().out
-    with pytest.raises(SystemExit) as exited:
-        main(["--version"])
-    assert exited.value.code == 0
+    assert "Usage: fastfeed" in capsys.readouterr().out
+    assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"fastfeed {fastfeed.__version__}"

@@ -49,10 +49,12 @@ class ExitCode(IntEnum):
     OK = 0
     #: Some of the work failed (bad records, files the appliance did not accept, invalid feeds).
     FAILED = 1
-    #: The command line was wrong (argparse's own status).
+    #: The command line was wrong (click's own status).
     USAGE = 2
     #: Nothing was done because the setup is wrong: not a trusted IP, bad TLS, missing manifest.
     REFUSED = 3
+    #: Stopped by Ctrl-C (128 + SIGINT, as shells report it).
+    INTERRUPTED = 130
 
 
 class InputError(FastfeedError):

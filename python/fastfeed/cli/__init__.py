@@ -1,16 +1,17 @@
-"""The `fastfeed` command: a thin argparse front over the Python API, a module per command
-group."""
+"""The `fastfeed` command: a thin click front over the Python API, a module per command group.
+`commands` holds what every command shares; `settings` layers FASTFEED_* and fastfeed.toml."""
 
 from __future__ import annotations
 
-import argparse
-import shlex
 import sys
 from collections.abc import Sequence
 
+import click
+
 from fastfeed import __version__
-from fastfeed.cli import build, config, emulator, groups, push, seedlist, thunderstone
-from fastfeed.errors import ExitCode, FastfeedError, describe
+from fastfeed.cli import build, emulator, groups, push, seedlist, thunderstone
+from fastfeed.cli.commands import group
+from fastfeed.errors import ExitCode
 
 DESCRIPTION = """\
 Build search appliance feeds from a corpus and push them, fast and without losing a record.
@@ -25,60 +26,43 @@ Run `fastfeed COMMAND --help` for the options of each command.
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="fastfeed",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--version", action="version", version=f"fastfeed {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    build.register(commands)
-    emulator.register(commands)
-    seedlist.register(commands)
-    thunderstone.register(commands)
-    groups.register(commands)
-    push.register(commands)  # after build: `run` takes build's options
-    # Settings files and FASTFEED_* variables apply to every command.
-    for command in commands.choices.values():
-        config.prepare(command)
-    return parser
+@group("fastfeed", help=DESCRIPTION)
+@click.version_option(__version__, prog_name="fastfeed", message="%(prog)s %(version)s")
+def fastfeed() -> None:
+    pass
 
 
-def _resume(command: str, argv: list[str]) -> str | None:
-    """How to finish an interrupted command: pushes resume from their journals."""
-    if command in ("push", "replay", "groups", "thunderstone"):
-        again = ["push" if a == "replay" else a for a in argv]  # a replay resumes as a push
-        return (
-            "the files accepted so far are recorded in each set's push-journal.jsonl; to send "
-            f"the rest: fastfeed {shlex.join(again)}"
-        )
-    if command == "run":
-        return (
-            "the files built so far were pushed as far as the journal says; if the build had "
-            "finished (the set has a manifest), send the rest with fastfeed push on its --out "
-            "directory, else run again into a new --out"
-        )
-    return None
+for _command in (
+    build.build_command,
+    build.validate_command,
+    push.push_command,
+    push.run_command,
+    push.replay_command,
+    push.backlog_command,
+    groups.groups,
+    thunderstone.thunderstone,
+    seedlist.seedlist,
+    emulator.emulator_command,
+    emulator.demo_command,
+):
+    fastfeed.add_command(_command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
-    if not argv:  # a newcomer's first try: the help, not an error
-        parser.print_help()
+    """Runs a command line and returns its exit status; a usage error exits with status 2 after
+    saying what is wrong, as click does."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:  # a newcomer's first try: the help, not an error
+        with click.Context(fastfeed, info_name="fastfeed") as ctx:
+            click.echo(fastfeed.get_help(ctx))
         return ExitCode.OK
-    args = parser.parse_args(argv)
-    config.apply(parser, args, argv)
     try:
-        status: int = args.func(args)
-    except (FastfeedError, OSError) as exc:
-        print(f"fastfeed {args.command}: error: {describe(exc)}", file=sys.stderr)
-        return ExitCode.FAILED
-    except KeyboardInterrupt:
-        print(f"fastfeed {args.command}: interrupted", file=sys.stderr)
-        resume = _resume(args.command, argv)
-        if resume:
-            print(f"fastfeed {args.command}: {resume}", file=sys.stderr)
-        return 130
+        # `obj`: the command line, for the hint that resumes an interrupted push.
+        with fastfeed.make_context("fastfeed", args, obj=args) as ctx:
+            status: int = fastfeed.invoke(ctx)
+    except click.exceptions.Exit as done:  # --help, --version
+        return done.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        raise SystemExit(exc.exit_code) from None
     return status

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
-import argparse
-import re
 import sys
 from collections.abc import Callable
 from typing import Any
 
+import click
 import orjson
 
+from fastfeed.cli.commands import F, argument, command, option
+from fastfeed.cli.options import (
+    allow_empty_full,
+    count,
+    json_option,
+    set_options,
+    together,
+)
 from fastfeed.errors import ExitCode, FastfeedError, InputError, describe
 from fastfeed.gsa.build import build
+from fastfeed.gsa.writer import AclFormat, Compress, FeedType
 from fastfeed.progress import Progress, human_bytes, plural
+from fastfeed.sets.build import OnError
 from fastfeed.sets.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES, HARD_MAX_BYTES
 from fastfeed.thunderstone.build import build_thunderstone
 
@@ -47,171 +56,148 @@ example:
   fastfeed validate feeds/*.xml
 """
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "ki": 2**10, "mi": 2**20, "gi": 2**30}
 
-
-def count(low: int, high: int | None = None) -> Callable[[str], int]:
-    """An argparse type for whole numbers from `low` (to `high`)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
-        if value < low or (high is not None and value > high):
-            bounds = f"from {low} to {high}" if high is not None else f"of {low} or more"
-            raise argparse.ArgumentTypeError(f"{value} is not a number {bounds}")
-        return value
-
-    return parse
-
-
-def parse_size(text: str) -> int:
-    """Sizes like 50MB, 64MiB or 1000000 (MB = 10**6 bytes, MiB = 2**20)."""
-    m = _SIZE.match(text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a size like 50MB, 64MiB or 1000000")
-    unit = (m.group(2) or "").lower().removesuffix("b")
-    return int(float(m.group(1)) * _UNITS[unit])
-
-
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    fmt = argparse.RawDescriptionHelpFormatter
-    p = commands.add_parser(
-        "build", help="build feed files from records", description=BUILD_HELP, formatter_class=fmt
-    )
-    p.add_argument(
-        "inputs", nargs="+", metavar="INPUT", help="JSON Lines file, - (stdin) or directory"
-    )
-    p.add_argument(
-        "--datasource",
-        help="datasource name, [a-zA-Z_][a-zA-Z0-9_-]* (required for GSA feeds)",
-    )
-    p.add_argument(
-        "--feedtype",
-        choices=("full", "incremental", "metadata-and-url"),
-        default="incremental",
-        help="full replaces the datasource; incremental adds and deletes (default); "
-        "metadata-and-url feeds URLs and metadata for the crawler",
-    )
-    p.add_argument("--out", required=True, metavar="DIR", help="new or empty output directory")
-    set_options(p, "records")
-    p.add_argument(
-        "--compress",
-        choices=("auto", "always", "never"),
-        default="auto",
-        help="auto: zlib content that shrinks: binary, and text of 2 KB or more (default); "
-        "always: zlib every content; never: text as text and binary as plain base64 (appliances "
-        "before 6.2)",
-    )
-    p.add_argument(
-        "--level",
-        type=count(1, 12),
-        default=DEFAULT_LEVEL,
-        help=f"zlib level, 1 to 12 (default {DEFAULT_LEVEL})",
-    )
-    p.add_argument(
-        "--workers", type=count(0), default=0, help="encoding threads (default: one per core)"
-    )
-    p.add_argument(
-        "--acl-format",
-        choices=("per-url", "legacy"),
-        default="per-url",
-        help="per-url: <acl> elements (software 7.0 and later, default); legacy: google:acl* "
-        "meta names, for older appliances (no namespaces, no standalone ACLs)",
-    )
-    p.add_argument("--base-url", metavar="URL", help="URL of a directory INPUT's root")
-    p.add_argument(
-        "--format",
-        choices=("gsa", "thunderstone"),
-        default="gsa",
-        help="gsa: Google Search Appliance feeds (default); thunderstone: ThunderstoneReplication "
-        "data for a Thunderstone Search Appliance profile (give --profile)",
-    )
-    p.add_argument("--profile", help="the Thunderstone profile that receives the data")
-    allow_empty_full_option(p)
-    p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
-    p.set_defaults(func=run_build)
-
-    v = commands.add_parser(
-        "validate", help="check feed files", description=VALIDATE_HELP, formatter_class=fmt
-    )
-    v.add_argument("files", nargs="+", metavar="FILE")
-    v.set_defaults(func=run_validate)
-
-
-def set_options(p: argparse.ArgumentParser, items: str) -> None:
-    """How a set is split and what a refused line does: every command that writes a set."""
-    p.add_argument(
-        "--max-bytes",
-        type=parse_size,
-        default=DEFAULT_MAX_BYTES,
-        metavar="SIZE",
-        help=f"cap on each file (default {DEFAULT_MAX_BYTES // 1_000_000}MB, at most "
-        f"{HARD_MAX_BYTES // 1_000_000}MB)",
-    )
-    p.add_argument(
-        "--max-records", type=count(0), default=0, metavar="N", help=f"cap on {items} per file"
-    )
-    p.add_argument(
-        "--on-error",
-        choices=("stop", "skip"),
-        default="stop",
-        help="stop at the first refused line (default, no manifest written), or skip it into "
-        "DIR/rejected.jsonl and go on",
+def record_options(section: str | None = None) -> Callable[[F], F]:
+    """What a GSA feed set is made of: `build` and `run` take these."""
+    return together(
+        option(
+            "--datasource",
+            section=section,
+            help="datasource name, [a-zA-Z_][a-zA-Z0-9_-]* (required for GSA feeds)",
+        ),
+        option(
+            "--feedtype",
+            type=click.Choice(["full", "incremental", "metadata-and-url"]),
+            default="incremental",
+            section=section,
+            help="full replaces the datasource; incremental adds and deletes (default); "
+            "metadata-and-url feeds URLs and metadata for the crawler",
+        ),
+        set_options("records", section),
+        option(
+            "--compress",
+            type=click.Choice(["auto", "always", "never"]),
+            default="auto",
+            section=section,
+            help="auto: zlib content that shrinks: binary, and text of 2 KB or more (default); "
+            "always: zlib every content; never: text as text and binary as plain base64 "
+            "(appliances before 6.2)",
+        ),
+        option(
+            "--level",
+            type=count(1, 12),
+            default=DEFAULT_LEVEL,
+            metavar="N",
+            section=section,
+            help=f"zlib level, 1 to 12 (default {DEFAULT_LEVEL})",
+        ),
+        option(
+            "--workers",
+            type=count(0),
+            default=0,
+            metavar="N",
+            section=section,
+            help="encoding threads (default: one per core)",
+        ),
+        option(
+            "--acl-format",
+            type=click.Choice(["per-url", "legacy"]),
+            default="per-url",
+            section=section,
+            help="per-url: <acl> elements (software 7.0 and later, default); legacy: google:acl* "
+            "meta names, for older appliances (no namespaces, no standalone ACLs)",
+        ),
+        option(
+            "--base-url", metavar="URL", section=section, help="URL of a directory INPUT's root"
+        ),
     )
 
 
-def allow_empty_full_option(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """Every command that writes or sends a full feed: one with no records is refused."""
-    p.add_argument(
-        "--allow-empty-full",
-        action="store_true",
-        help="let a full feed with no records through; on the appliance it removes every document "
-        "of its datasource (a groups feed: every group). Refused by default: an empty input is "
-        "more often a broken export than an empty source",
-    )
-
-
-def run_build(args: argparse.Namespace) -> int:
-    if args.format == "thunderstone" and not args.profile:
-        raise FastfeedError("--format thunderstone needs --profile, the receiving profile's name")
-    if args.format == "gsa":
-        require_datasource(args)
-    common: dict[str, Any] = {
-        "base_url": args.base_url,
-        "max_bytes": args.max_bytes,
-        "max_records": args.max_records,
-        "workers": args.workers,
-        "on_error": args.on_error,
-        "progress": Progress(),
-    }
+@command("build", help=BUILD_HELP, short_help="build feed files from records")
+@argument(
+    "inputs",
+    nargs=-1,
+    required=True,
+    metavar="INPUT",
+    help="JSON Lines file, - (stdin) or directory",
+)
+@option("--out", required=True, metavar="DIR", help="new or empty output directory")
+@record_options()
+@option(
+    "--format",
+    "format_",
+    type=click.Choice(["gsa", "thunderstone"]),
+    default="gsa",
+    help="gsa: Google Search Appliance feeds (default); thunderstone: ThunderstoneReplication "
+    "data for a Thunderstone Search Appliance profile (give --profile)",
+)
+@option("--profile", help="the Thunderstone profile that receives the data")
+@allow_empty_full()
+@json_option()
+def build_command(
+    inputs: tuple[str, ...],
+    out: str,
+    datasource: str | None,
+    feedtype: FeedType,
+    max_bytes: int,
+    max_records: int,
+    on_error: OnError,
+    compress: Compress,
+    level: int,
+    workers: int,
+    acl_format: AclFormat,
+    base_url: str | None,
+    format_: str,
+    profile: str | None,
+    allow_empty_full: bool,
+    as_json: bool,
+) -> int:
+    if format_ == "thunderstone" and not profile:
+        raise click.UsageError(
+            "--format thunderstone needs --profile, the receiving profile's name"
+        )
+    progress = Progress()
     try:
-        if args.format == "thunderstone":
-            summary = build_thunderstone(args.inputs, args.out, args.profile, **common)
+        if format_ == "thunderstone":
+            assert profile is not None
+            summary = build_thunderstone(
+                inputs,
+                out,
+                profile,
+                base_url=base_url,
+                max_bytes=max_bytes,
+                max_records=max_records,
+                workers=workers,
+                on_error=on_error,
+                progress=progress,
+            )
         else:
             summary = build(
-                args.inputs,
-                args.out,
-                args.datasource,
-                args.feedtype,
-                compress=args.compress,
-                level=args.level,
-                acl_format=args.acl_format,
-                allow_empty_full=args.allow_empty_full,
-                **common,
+                inputs,
+                out,
+                require_datasource(datasource),
+                feedtype,
+                base_url=base_url,
+                max_bytes=max_bytes,
+                max_records=max_records,
+                compress=compress,
+                level=level,
+                workers=workers,
+                acl_format=acl_format,
+                allow_empty_full=allow_empty_full,
+                on_error=on_error,
+                progress=progress,
             )
     except (FastfeedError, OSError) as exc:  # OSError: writing the set (disk full, permissions)
-        if args.json:
-            error = {"ok": False, "out": args.out, "error": describe(exc)}
+        if as_json:
+            error = {"ok": False, "out": out, "error": describe(exc)}
             sys.stdout.buffer.write(orjson.dumps(error) + b"\n")
         if not isinstance(exc, (InputError, OSError)):
             raise
         remedy = "the record (or use --on-error skip)" if isinstance(exc, InputError) else "it"
         print(f"fastfeed build: error: {describe(exc)}", file=sys.stderr)
         print(
-            f"fastfeed build: stopped; {args.out} has no manifest and cannot be pushed. Fix "
+            f"fastfeed build: stopped; {out} has no manifest and cannot be pushed. Fix "
             f"{remedy} and build again into an empty directory.",
             file=sys.stderr,
         )
@@ -226,7 +212,7 @@ def run_build(args: argparse.Namespace) -> int:
         "warnings": summary.warnings,
         "seconds": round(summary.seconds, 3),
     }
-    if args.json:
+    if as_json:
         sys.stdout.buffer.write(orjson.dumps(result) + b"\n")
     print(
         f"wrote {plural(summary.records, 'record')} into {plural(len(summary.manifest), 'file')} "
@@ -243,26 +229,30 @@ def run_build(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def require_datasource(args: argparse.Namespace) -> None:
-    """GSA feeds need --datasource; it is optional to argparse only because Thunderstone data
+def require_datasource(datasource: str | None) -> str:
+    """GSA feeds need --datasource; click does not insist on it only because Thunderstone data
     takes --profile instead."""
-    if not args.datasource:
-        raise FastfeedError(
-            "--datasource is required (or FASTFEED_DATASOURCE, or datasource in fastfeed.toml)"
+    if not datasource:
+        raise click.UsageError(
+            "--datasource is required (or FASTFEED_DATASOURCE, or datasource in fastfeed.toml)",
+            click.get_current_context(silent=True),
         )
+    return datasource
 
 
-def run_validate(args: argparse.Namespace) -> int:
+@command("validate", help=VALIDATE_HELP, short_help="check feed files")
+@argument("files", nargs=-1, required=True, metavar="FILE", help="a feed file")
+def validate_command(files: tuple[str, ...]) -> int:
     from fastfeed.gsa.validate import validate_file  # lxml and the DTD, only for this command
 
     bad = 0
-    for file in args.files:
+    for file in files:
         problems = validate_file(file)
         for problem in problems:
             print(problem)
         bad += bool(problems)
     if bad:
-        print(f"{bad} of {plural(len(args.files), 'file')} have problems", file=sys.stderr)
+        print(f"{bad} of {plural(len(files), 'file')} have problems", file=sys.stderr)
         return ExitCode.FAILED
-    print(f"{plural(len(args.files), 'file')} valid", file=sys.stderr)
+    print(f"{plural(len(files), 'file')} valid", file=sys.stderr)
     return ExitCode.OK

@@ -3,16 +3,17 @@
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
 import signal
 import sys
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
+import click
+
+from fastfeed.cli.commands import command, option
+from fastfeed.cli.options import json_option
 from fastfeed.errors import ExitCode, FastfeedError
 
 # The server (aiohttp) and trustme are imported when the emulator runs, not here: every fastfeed
@@ -57,79 +58,110 @@ example:
 """
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = commands.add_parser(
-        "emulator",
-        help="run a local search appliance to push feeds to",
-        description=HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--http-port", type=int, default=19900, help="plain HTTP port (default 19900)")
-    p.add_argument("--https-port", type=int, default=19902, help="HTTPS port (default 19902)")
-    p.add_argument("--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--cert", metavar="PEM", help="server certificate (chain) for HTTPS")
-    p.add_argument("--key", metavar="PEM", help="its private key")
-    p.add_argument(
-        "--data-dir",
-        type=Path,
-        default=Path("emulator-data"),
-        help="where the received feeds, the index and the test CA go (default ./emulator-data)",
-    )
-    p.add_argument(
-        "--trusted-ip",
-        action=_Append,
-        metavar="IP",
-        help="accept feeds only from this client IP (repeatable); default: trust all",
-    )
-    p.add_argument(
-        "--drain-rate",
-        type=_positive,
-        metavar="FILES_PER_S",
-        help="feed files the feeder applies per second (default: each as soon as it arrives)",
-    )
-    p.add_argument(
-        "--thunderstone-profile",
-        action=_Append,
-        metavar="NAME",
-        help="a Thunderstone profile that exists at /texis/dowalk/recvdata.xml (repeatable); "
-        "data for others is answered No Profile; default: every name exists",
-    )
-    p.set_defaults(func=run)
+@command("emulator", help=HELP, short_help="run a local search appliance to push feeds to")
+@option(
+    "--http-port",
+    type=click.IntRange(0, 65535),
+    default=19900,
+    help="plain HTTP port (default 19900)",
+)
+@option(
+    "--https-port", type=click.IntRange(0, 65535), default=19902, help="HTTPS port (default 19902)"
+)
+@option("--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+@option("--cert", metavar="PEM", help="server certificate (chain) for HTTPS")
+@option("--key", metavar="PEM", help="its private key")
+@option(
+    "--data-dir",
+    type=click.Path(path_type=Path),
+    default=Path("emulator-data"),
+    help="where the received feeds, the index and the test CA go (default ./emulator-data)",
+)
+@option(
+    "--trusted-ip",
+    multiple=True,
+    metavar="IP",
+    help="accept feeds only from this client IP (repeatable); default: trust all",
+)
+@option(
+    "--drain-rate",
+    type=click.FloatRange(0, min_open=True),
+    metavar="FILES_PER_S",
+    help="feed files the feeder applies per second (default: each as soon as it arrives)",
+)
+@option(
+    "--thunderstone-profile",
+    multiple=True,
+    metavar="NAME",
+    help="a Thunderstone profile that exists at /texis/dowalk/recvdata.xml (repeatable); "
+    "data for others is answered No Profile; default: every name exists",
+)
+def emulator_command(
+    http_port: int,
+    https_port: int,
+    bind: str,
+    cert: str | None,
+    key: str | None,
+    data_dir: Path,
+    trusted_ip: tuple[str, ...],
+    drain_rate: float | None,
+    thunderstone_profile: tuple[str, ...],
+) -> int:
+    require_server_extra("emulator")
+    from fastfeed.emulator.appliance import Emulator
 
-    d = commands.add_parser(
-        "demo",
-        help="try it all on a local emulated appliance",
-        description=DEMO_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    d.add_argument("--out", metavar="DIR", help="where to keep the sample feed set")
-    d.add_argument("--json", action="store_true", help="print the index summary as JSON")
-    d.set_defaults(func=run_demo)
-
-
-class _Append(argparse._AppendAction):
-    """`append` that tolerates a non-list default: config's probe for given flags sets one."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[Any] | None,
-        option_string: str | None = None,
-    ) -> None:
-        items = getattr(namespace, self.dest, None)
-        items = list(items) if isinstance(items, list) else []
-        setattr(namespace, self.dest, [*items, values])
-
-
-def _positive(text: str) -> float:
+    if (cert is None) != (key is None):
+        raise FastfeedError("give both --cert and --key, or neither to use a generated test CA")
     try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a positive number of files per second")
-    return value
+        ipaddress.ip_address(bind)
+    except ValueError as exc:
+        raise FastfeedError(f"--bind: {exc}") from exc
+    ca_file = None
+    if cert is None or key is None:
+        ca_file, cert_file, key_file = _certificate(data_dir, bind)
+    else:
+        cert_file, key_file = Path(cert), Path(key)
+    emulator = Emulator(
+        data_dir=data_dir,
+        tls=(cert_file, key_file),
+        host=bind,
+        port=https_port,
+        http_port=http_port,
+        trusted_ips=list(trusted_ip) or None,
+        drain_per_second=drain_rate,
+        thunderstone_profiles=list(thunderstone_profile) or None,
+    )
+    try:
+        emulator.start()
+    except OSError as exc:
+        raise FastfeedError(
+            f"cannot listen on {bind} ports {http_port}/{https_port}: {exc.strerror}"
+            " (another emulator running? choose others with --http-port/--https-port)"
+        ) from exc
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        print(f"fastfeed emulator: data in {data_dir.resolve()}")
+        print(f"  feeds over HTTP:  {emulator.http_url}/xmlfeed")
+        print(f"  feeds over HTTPS: {emulator.url}/xmlfeed")
+        print(f"  Thunderstone:     {emulator.url}/texis/dowalk/recvdata.xml")
+        print(f"  status page:      {emulator.http_url}/status")
+        if ca_file is not None:
+            print(f"  test CA (give clients --cacert): {ca_file.resolve()}")
+        trusted = ", ".join(trusted_ip) if trusted_ip else "all client IPs"
+        print(f"  trusting {trusted}; Ctrl-C to stop")
+        sys.stdout.flush()
+        stop.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        emulator.stop()
+    print("fastfeed emulator: stopped")
+    return ExitCode.OK
 
 
 def _certificate(data_dir: Path, bind: str) -> tuple[Path, Path, Path]:
@@ -150,64 +182,6 @@ def _certificate(data_dir: Path, bind: str) -> tuple[Path, Path, Path]:
     return ca_file, cert_file, key_file
 
 
-def run(args: argparse.Namespace) -> int:
-    require_server_extra("emulator")
-    from fastfeed.emulator.appliance import Emulator
-
-    if (args.cert is None) != (args.key is None):
-        raise FastfeedError("give both --cert and --key, or neither to use a generated test CA")
-    try:
-        ipaddress.ip_address(args.bind)
-    except ValueError as exc:
-        raise FastfeedError(f"--bind: {exc}") from exc
-    ca_file = None
-    if args.cert is None:
-        ca_file, cert, key = _certificate(args.data_dir, args.bind)
-    else:
-        cert, key = args.cert, args.key
-    emulator = Emulator(
-        data_dir=args.data_dir,
-        tls=(cert, key),
-        host=args.bind,
-        port=args.https_port,
-        http_port=args.http_port,
-        trusted_ips=args.trusted_ip,
-        drain_per_second=args.drain_rate,
-        thunderstone_profiles=args.thunderstone_profile,
-    )
-    try:
-        emulator.start()
-    except OSError as exc:
-        raise FastfeedError(
-            f"cannot listen on {args.bind} ports {args.http_port}/{args.https_port}: {exc.strerror}"
-            " (another emulator running? choose others with --http-port/--https-port)"
-        ) from exc
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        print(f"fastfeed emulator: data in {args.data_dir.resolve()}")
-        print(f"  feeds over HTTP:  {emulator.http_url}/xmlfeed")
-        print(f"  feeds over HTTPS: {emulator.url}/xmlfeed")
-        print(f"  Thunderstone:     {emulator.url}/texis/dowalk/recvdata.xml")
-        print(f"  status page:      {emulator.http_url}/status")
-        if ca_file is not None:
-            print(f"  test CA (give clients --cacert): {ca_file.resolve()}")
-        trusted = ", ".join(args.trusted_ip) if args.trusted_ip else "all client IPs"
-        print(f"  trusting {trusted}; Ctrl-C to stop")
-        sys.stdout.flush()
-        stop.wait()
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        emulator.stop()
-    print("fastfeed emulator: stopped")
-    return ExitCode.OK
-
-
 def require_server_extra(command: str) -> None:
     """The emulator, the demo and the seedlist server run on aiohttp and make certificates with
     trustme: the `server` extra, which a pipeline that only builds and pushes does without."""
@@ -221,8 +195,11 @@ def require_server_extra(command: str) -> None:
         ) from None
 
 
-def run_demo(args: argparse.Namespace) -> int:
+@command("demo", help=DEMO_HELP, short_help="try it all on a local emulated appliance")
+@option("--out", metavar="DIR", help="where to keep the sample feed set")
+@json_option("print the index summary as JSON")
+def demo_command(out: str | None, as_json: bool) -> int:
     require_server_extra("demo")
     from fastfeed.emulator.demo import demo
 
-    return demo(out=args.out, as_json=args.json)
+    return demo(out=out, as_json=as_json)

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
+from typing import TYPE_CHECKING, Any
 
+import click
 import orjson
 
-from fastfeed.cli.build import set_options
-from fastfeed.cli.push import connection_options, push_options, report, settings_from_args, stopped
+from fastfeed.cli.commands import argument, group, option
+from fastfeed.cli.options import (
+    connection_options,
+    json_option,
+    push_options,
+    push_settings,
+    set_options,
+)
+from fastfeed.cli.push import report, stopped
 from fastfeed.errors import ExitCode, FastfeedError, InputError, PushError
 from fastfeed.progress import Progress, human_bytes, plural
+from fastfeed.sets.build import OnError
 from fastfeed.sets.writer import DEFAULT_MAX_BYTES
+
+if TYPE_CHECKING:
+    from fastfeed.gsa.groups import GroupsFeedType
 
 # The groups builder, the uploader (httpx) and the manifest reader are imported by the actions
 # that use them, not here: every fastfeed command pays for what this module imports.
@@ -73,76 +85,60 @@ groups feed without --allow-full, a set that is not a groups set, untrusted IP, 
 """
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    fmt = argparse.RawDescriptionHelpFormatter
-    p = commands.add_parser(
-        "groups",
-        help="build and push groups feeds (group memberships)",
-        description=HELP,
-        formatter_class=fmt,
-    )
-    actions = p.add_subparsers(dest="groups_command", required=True, metavar="ACTION")
-
-    b = actions.add_parser(
-        "build", help="build groups feed files", description=BUILD_HELP, formatter_class=fmt
-    )
-    b.add_argument("inputs", nargs="+", metavar="INPUT", help="JSON Lines file or - (stdin)")
-    b.add_argument(
-        "--groupsource",
-        required=True,
-        help="the source of these groups (e.g. ldap): [a-zA-Z_][a-zA-Z0-9_-]*",
-    )
-    b.add_argument("--out", required=True, metavar="DIR", help="new or empty output directory")
-    b.add_argument(
-        "--feedtype",
-        choices=("incremental", "full"),
-        default="incremental",
-        help="incremental adds groups and replaces their members (default); full replaces the "
-        "groups of every groupsource on the appliance",
-    )
-    set_options(b, "groups")
-    b.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
-    b.set_defaults(func=run_build)
-
-    u = actions.add_parser(
-        "push", help="push groups feed sets", description=PUSH_HELP, formatter_class=fmt
-    )
-    u.add_argument(
-        "paths", nargs="+", metavar="DIR|FILE", help="groups set directory, or a file of one"
-    )
-    u.add_argument(
-        "--allow-full",
-        action="store_true",
-        help="send full groups feeds, which replace the groups of every groupsource",
-    )
-    connection_options(u)
-    push_options(u)
-    u.set_defaults(func=run_push)
+@group("groups", help=HELP, short_help="build and push groups feeds (group memberships)")
+def groups() -> None:
+    pass
 
 
-def run_build(args: argparse.Namespace) -> int:
+@groups.command("build", help=BUILD_HELP, short_help="build groups feed files")
+@argument("inputs", nargs=-1, required=True, metavar="INPUT", help="JSON Lines file or - (stdin)")
+@option(
+    "--groupsource",
+    required=True,
+    help="the source of these groups (e.g. ldap): [a-zA-Z_][a-zA-Z0-9_-]*",
+)
+@option("--out", required=True, metavar="DIR", help="new or empty output directory")
+@option(
+    "--feedtype",
+    type=click.Choice(["incremental", "full"]),
+    default="incremental",
+    help="incremental adds groups and replaces their members (default); full replaces the "
+    "groups of every groupsource on the appliance",
+)
+@set_options("groups")
+@json_option()
+def build_command(
+    inputs: tuple[str, ...],
+    groupsource: str,
+    out: str,
+    feedtype: GroupsFeedType,
+    max_bytes: int,
+    max_records: int,
+    on_error: OnError,
+    as_json: bool,
+) -> int:
     from fastfeed.gsa.groups import build_groups
 
     try:
         summary = build_groups(
-            args.inputs,
-            args.out,
-            args.groupsource,
-            args.feedtype,
-            max_bytes=args.max_bytes,
-            max_records=args.max_records,
-            on_error=args.on_error,
+            inputs,
+            out,
+            groupsource,
+            feedtype,
+            max_bytes=max_bytes,
+            max_records=max_records,
+            on_error=on_error,
             progress=Progress(),
         )
     except InputError as exc:
         print(f"fastfeed groups build: error: {exc}", file=sys.stderr)
         print(
-            f"fastfeed groups build: stopped; {args.out} has no manifest and cannot be pushed. "
+            f"fastfeed groups build: stopped; {out} has no manifest and cannot be pushed. "
             "Fix the line (or use --on-error skip) and build again into an empty directory.",
             file=sys.stderr,
         )
         return ExitCode.FAILED
-    if args.json:
+    if as_json:
         result = {
             "out": summary.out_dir,
             "files": len(summary.manifest),
@@ -167,12 +163,27 @@ def run_build(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def run_push(args: argparse.Namespace) -> int:
+@groups.command("push", help=PUSH_HELP, short_help="push groups feed sets")
+@argument(
+    "paths",
+    nargs=-1,
+    required=True,
+    metavar="DIR|FILE",
+    help="groups set directory, or a file of one",
+)
+@option(
+    "--allow-full",
+    is_flag=True,
+    help="send full groups feeds, which replace the groups of every groupsource",
+)
+@connection_options()
+@push_options()
+def push_command(paths: tuple[str, ...], allow_full: bool, as_json: bool, **options: Any) -> int:
     from fastfeed.gsa.groups import FULL_GROUPS_WARNING, full_groups
     from fastfeed.gsa.push import feed_files, push
 
     try:
-        files = feed_files(args.paths)
+        files = feed_files(paths)
         feeds = sorted({str(f.directory) for f in files if f.entry.kind != "groups"})
         if feeds:
             raise PushError(
@@ -180,20 +191,20 @@ def run_push(args: argparse.Namespace) -> int:
                 refused=True,
             )
         full = full_groups(files)
-        if full and args.allow_full:
+        if full and allow_full:
             names = ", ".join(str(f.path) for f in full)
             print(
                 f"fastfeed groups push: WARNING: {names}: {FULL_GROUPS_WARNING}",
                 file=sys.stderr,
             )
-        settings = settings_from_args(args)
+        settings = push_settings("groups push", options)
         summary = push(
-            args.paths,
+            paths,
             settings,
             progress=Progress(),
-            allow_full_groups=args.allow_full,
-            allow_empty_full=args.allow_empty_full,
+            allow_full_groups=allow_full,
+            allow_empty_full=options["allow_empty_full"],
         )
     except FastfeedError as exc:
-        return stopped("groups push", exc, args.json)
-    return report("groups push", summary, args.json)
+        return stopped("groups push", exc, as_json)
+    return report("groups push", summary, as_json)

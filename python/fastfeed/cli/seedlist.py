@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
 import os
 import signal
@@ -10,9 +9,12 @@ import sys
 import threading
 from types import FrameType
 
+import click
 import orjson
 
+from fastfeed.cli.commands import argument, group, option
 from fastfeed.cli.emulator import require_server_extra
+from fastfeed.cli.options import json_option
 from fastfeed.errors import ExitCode, FastfeedError
 
 # The store, the server (aiohttp) and lxml are imported by the commands that use them, not here:
@@ -74,119 +76,113 @@ examples:
 """
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    fmt = argparse.RawDescriptionHelpFormatter
-    p = commands.add_parser(
-        "seedlist",
-        help="serve documents as IBM Connections seedlists for crawlers",
-        description=HELP,
-        formatter_class=fmt,
-    )
-    actions = p.add_subparsers(dest="seedlist_command", required=True, metavar="ACTION")
-
-    load = actions.add_parser(
-        "load", help="load records into a state file", description=LOAD_HELP, formatter_class=fmt
-    )
-    load.add_argument("inputs", nargs="+", metavar="INPUT", help="JSON Lines file or - (stdin)")
-    load.add_argument("--db", required=True, metavar="STATE", help="the state file (SQLite)")
-    load.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
-    load.set_defaults(func=run_load)
-
-    serve = actions.add_parser(
-        "serve", help="serve a state file to crawlers", description=SERVE_HELP, formatter_class=fmt
-    )
-    serve.add_argument("state", metavar="STATE", help="a state file made by seedlist load")
-    serve.add_argument("--port", type=int, required=True, help="port to listen on (0: any free)")
-    serve.add_argument(
-        "--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
-    )
-    serve.add_argument("--cert", metavar="PEM", help="server certificate (chain): serve HTTPS")
-    serve.add_argument("--key", metavar="PEM", help="its private key")
-    serve.add_argument("--user", help="require HTTP basic authentication as this user")
-    serve.add_argument(
-        "--password-env",
-        metavar="VAR",
-        help="environment variable holding --user's password (never on the command line)",
-    )
-    serve.set_defaults(func=run_serve)
+@group(
+    "seedlist", help=HELP, short_help="serve documents as IBM Connections seedlists for crawlers"
+)
+def seedlist() -> None:
+    pass
 
 
-def run_load(args: argparse.Namespace) -> int:
+@seedlist.command("load", help=LOAD_HELP, short_help="load records into a state file")
+@argument("inputs", nargs=-1, required=True, metavar="INPUT", help="JSON Lines file or - (stdin)")
+@option("--db", required=True, metavar="STATE", help="the state file (SQLite)")
+@json_option()
+def load_command(inputs: tuple[str, ...], db: str, as_json: bool) -> int:
     from fastfeed.seedlist import LoadError, SeedlistStore
     from fastfeed.seedlist.inputs import read_jsonl
 
-    with SeedlistStore(args.db) as store:
+    with SeedlistStore(db) as store:
         try:
-            summary = store.load_located(read_jsonl(args.inputs))
+            summary = store.load_located(read_jsonl(inputs))
         except LoadError as exc:
             print(f"fastfeed seedlist load: error: {exc}", file=sys.stderr)
             print(
-                f"fastfeed seedlist load: nothing of this load was kept in {args.db}; fix the "
+                f"fastfeed seedlist load: nothing of this load was kept in {db}; fix the "
                 "record and load again",
                 file=sys.stderr,
             )
             return ExitCode.FAILED
     counts = vars(summary)
-    if args.json:
+    if as_json:
         sys.stdout.buffer.write(orjson.dumps(counts) + b"\n")
     print(
         "loaded into {}: {inserted} inserted, {updated} updated, {deleted} deleted, "
-        "{unchanged} unchanged".format(args.db, **counts),
+        "{unchanged} unchanged".format(db, **counts),
         file=sys.stderr,
     )
     return ExitCode.OK
 
 
-def _credentials(args: argparse.Namespace) -> tuple[str, str] | None:
-    if args.user is None and args.password_env is None:
+def _credentials(user: str | None, password_env: str | None) -> tuple[str, str] | None:
+    if user is None and password_env is None:
         return None
-    if args.user is None or args.password_env is None:
+    if user is None or password_env is None:
         raise FastfeedError("give both --user and --password-env, or neither (no authentication)")
-    if not args.user.strip() or ":" in args.user:
+    if not user.strip() or ":" in user:
         # Basic authentication sends "user:password": a colon would end the user name.
-        raise FastfeedError(f"--user {args.user!r}: give a user name, without ':'")
-    password = os.environ.get(args.password_env)
+        raise FastfeedError(f"--user {user!r}: give a user name, without ':'")
+    password = os.environ.get(password_env)
     if not password:
         raise FastfeedError(
-            f"--password-env: the variable {args.password_env} is not set or empty; set it to "
-            f"{args.user}'s password"
+            f"--password-env: the variable {password_env} is not set or empty; set it to "
+            f"{user}'s password"
         )
-    return args.user, password
+    return user, password
 
 
-def run_serve(args: argparse.Namespace) -> int:
+@seedlist.command("serve", help=SERVE_HELP, short_help="serve a state file to crawlers")
+@argument("state", metavar="STATE", help="a state file made by seedlist load")
+@option(
+    "--port", type=click.IntRange(0, 65535), required=True, help="port to listen on (0: any free)"
+)
+@option("--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+@option("--cert", metavar="PEM", help="server certificate (chain): serve HTTPS")
+@option("--key", metavar="PEM", help="its private key")
+@option("--user", help="require HTTP basic authentication as this user")
+@option(
+    "--password-env",
+    metavar="VAR",
+    help="environment variable holding --user's password (never on the command line)",
+)
+def serve_command(
+    state: str,
+    port: int,
+    bind: str,
+    cert: str | None,
+    key: str | None,
+    user: str | None,
+    password_env: str | None,
+) -> int:
     require_server_extra("seedlist serve")
     from fastfeed.seedlist.server import SeedlistServer
 
-    if (args.cert is None) != (args.key is None):
+    if (cert is None) != (key is None):
         raise FastfeedError("give both --cert and --key for HTTPS, or neither for plain HTTP")
     try:
-        address = ipaddress.ip_address(args.bind)
+        address = ipaddress.ip_address(bind)
     except ValueError as exc:
         raise FastfeedError(f"--bind: {exc}") from exc
-    credentials = _credentials(args)
-    protections = (("TLS (--cert, --key)", args.cert), ("authentication (--user)", credentials))
+    credentials = _credentials(user, password_env)
+    protections = (("TLS (--cert, --key)", cert), ("authentication (--user)", credentials))
     missing = [what for what, given in protections if not given]
     if not address.is_loopback and missing:
         print(
-            f"fastfeed seedlist serve: warning: serving on {args.bind}, reachable from other "
+            f"fastfeed seedlist serve: warning: serving on {bind}, reachable from other "
             f"machines, without {' or '.join(missing)}: anyone who reaches it can read every "
             "document (and passwords would cross the network in clear)",
             file=sys.stderr,
         )
     server = SeedlistServer(
-        args.state,
-        host=args.bind,
-        port=args.port,
-        tls=None if args.cert is None else (args.cert, args.key),
+        state,
+        host=bind,
+        port=port,
+        tls=None if cert is None or key is None else (cert, key),
         credentials=credentials,
     )
     try:
         server.start()
     except OSError as exc:
-        raise FastfeedError(
-            f"cannot serve on {args.bind} port {args.port}: {exc.strerror or exc}"
-        ) from exc
+        raise FastfeedError(f"cannot serve on {bind} port {port}: {exc.strerror or exc}") from exc
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -195,7 +191,7 @@ def run_serve(args: argparse.Namespace) -> int:
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         auth = f"basic authentication as {credentials[0]}" if credentials else "no authentication"
-        print(f"fastfeed seedlist: serving {args.state} at {server.url} ({auth}); Ctrl-C to stop")
+        print(f"fastfeed seedlist: serving {state} at {server.url} ({auth}); Ctrl-C to stop")
         sys.stdout.flush()
         stop.wait()
     finally:

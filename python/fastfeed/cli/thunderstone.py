@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fastfeed.cli.push import retry_options, tls_options
-from fastfeed.delivery.settings import PushSettings
+from fastfeed.cli.commands import argument, group, option
+from fastfeed.cli.options import json_option, push_settings, retry_options, tls_options
 from fastfeed.errors import ExitCode, FastfeedError, PushError
 
 if TYPE_CHECKING:
@@ -19,6 +18,16 @@ if TYPE_CHECKING:
 # for what this module imports.
 
 HELP = """\
+Send data to a Thunderstone Search Appliance profile (its data receiving URL).
+
+  push  send Thunderstone sets made by `fastfeed build --format thunderstone`
+
+example:
+  fastfeed thunderstone push ts-feeds/ \\
+      --url https://search.example.com/texis/dowalk/recvdata.xml --cacert corp-ca.pem
+"""
+
+PUSH_HELP = """\
 Push Thunderstone sets (directories made by `fastfeed build --format thunderstone --profile
 NAME`) to a Thunderstone Search Appliance.
 
@@ -36,8 +45,8 @@ fix. HTTP 5xx, timeouts and dropped connections are retried with backoff (--retr
 whose items were all loaded are recorded in DIR/push-journal.jsonl: running the same push again
 sends only the rest, even after kill -9.
 
-The action comes first (`push` is the only one) so that every option can also be set as
-FASTFEED_* variables or in a [thunderstone] table of fastfeed.toml.
+Every option can also be set as a FASTFEED_* variable or in a [thunderstone] (or
+[thunderstone.push]) table of fastfeed.toml.
 
 examples:
   fastfeed thunderstone push ts-feeds/ \\
@@ -53,51 +62,43 @@ exit status: 0 every file loaded, 1 some files or items not loaded, 3 nothing co
 SHOWN_FAILURES = 100
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = commands.add_parser(
-        "thunderstone",
-        help="push Thunderstone sets to a Thunderstone Search Appliance",
-        description=HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("action", choices=["push"], help="push: send the sets to the appliance")
-    p.add_argument("paths", nargs="+", metavar="DIR", help="a set made by fastfeed build")
-    g = p.add_argument_group("appliance")
-    g.add_argument(
-        "--url",
-        required=True,
-        help="the profile's data receiving URL, e.g. "
-        "https://search.example.com/texis/dowalk/recvdata.xml",
-    )
-    tls_options(g)
-    retry_options(g)
-    g.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
-    p.set_defaults(func=run_push)
+@group(
+    "thunderstone",
+    help=HELP,
+    short_help="push Thunderstone sets to a Thunderstone Search Appliance",
+)
+def thunderstone() -> None:
+    pass
 
 
-def _settings(args: argparse.Namespace) -> PushSettings:
-    """The URL's host, port and scheme, with the TLS and retry options of the command line
-    (through `fastfeed push`'s own reading of them, so both commands treat them alike)."""
-    from fastfeed.cli.push import settings_from_args
-    from fastfeed.thunderstone.push import url_settings
-
-    target = url_settings(args.url)
-    args.host, args.port, args.http = target.host, target.port, not target.https
-    return settings_from_args(args)
-
-
-def run_push(args: argparse.Namespace) -> int:
+@thunderstone.command("push", help=PUSH_HELP, short_help="send the sets to the appliance")
+@argument("paths", nargs=-1, required=True, metavar="DIR", help="a set made by fastfeed build")
+@option(
+    "--url",
+    required=True,
+    section="appliance",
+    help="the profile's data receiving URL, e.g. "
+    "https://search.example.com/texis/dowalk/recvdata.xml",
+)
+@tls_options()
+@retry_options("appliance")
+@json_option()
+def push_command(paths: tuple[str, ...], url: str, as_json: bool, **options: Any) -> int:
     from fastfeed.progress import Progress
-    from fastfeed.thunderstone.push import ThunderstoneSummary, push
+    from fastfeed.thunderstone.push import ThunderstoneSummary, push, url_settings
 
     try:
-        summary = push(args.paths, args.url, _settings(args), progress=Progress())
+        # The URL gives host, port and scheme; TLS and retries are read as `fastfeed push`
+        # reads them, so both commands treat them alike.
+        target = url_settings(url)
+        options.update(host=target.host, port=target.port, http=not target.https)
+        summary = push(paths, url, push_settings("thunderstone push", options), progress=Progress())
     except PushError as exc:
         print(f"fastfeed thunderstone: error: {exc}", file=sys.stderr)
         if isinstance(exc.summary, ThunderstoneSummary) and exc.summary.results:
             print("fastfeed thunderstone: before stopping:", file=sys.stderr)
             report(exc.summary, as_json=False)
-        if args.json:
+        if as_json:
             data: dict[str, object] = (
                 exc.summary.to_dict() if exc.summary is not None else {"ok": False}
             )
@@ -106,10 +107,10 @@ def run_push(args: argparse.Namespace) -> int:
         return ExitCode.REFUSED if exc.refused else ExitCode.FAILED
     except FastfeedError as exc:  # bad settings or URL, an unusable journal
         print(f"fastfeed thunderstone: error: {exc}", file=sys.stderr)
-        if args.json:
+        if as_json:
             sys.stdout.buffer.write(orjson.dumps({"ok": False, "error": str(exc)}) + b"\n")
         return ExitCode.REFUSED
-    return report(summary, as_json=args.json)
+    return report(summary, as_json=as_json)
 
 
 def report(summary: ThunderstoneSummary, *, as_json: bool) -> int:

@@ -1,0 +1,303 @@
+"""The options several commands share, each written once: how a set is split, how to reach and
+trust an appliance, how hard to push; and the value types they parse."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import fields
+from typing import Any
+
+import click
+
+from fastfeed.cli.commands import F, option
+from fastfeed.delivery.settings import HTTP_PORT, HTTPS_PORT, PushSettings, Secret
+from fastfeed.sets.writer import DEFAULT_MAX_BYTES, HARD_MAX_BYTES
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "ki": 2**10, "mi": 2**20, "gi": 2**30}
+
+
+class Size(click.ParamType[int]):
+    """Sizes like 50MB, 64MiB or 1000000 (MB = 10**6 bytes, MiB = 2**20)."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        m = _SIZE.match(str(value))
+        if not m:
+            self.fail(f"'{value}' is not a size like 50MB, 64MiB or 1000000", param, ctx)
+        unit = (m.group(2) or "").lower().removesuffix("b")
+        return int(float(m.group(1)) * _UNITS[unit])
+
+
+def count(low: int, high: int | None = None) -> click.IntRange:
+    """Whole numbers from `low` (to `high`)."""
+    return click.IntRange(low, high)
+
+
+def together(*decorators: Callable[[F], F]) -> Callable[[F], F]:
+    """Several option decorators as one, listed in the help in the order given."""
+
+    def apply(f: F) -> F:
+        for decorator in reversed(decorators):
+            f = decorator(f)
+        return f
+
+    return apply
+
+
+def json_option(
+    what: str = "print a JSON summary on stdout", section: str | None = None
+) -> Callable[[F], F]:
+    return option("--json", "as_json", is_flag=True, section=section, help=what)
+
+
+def set_options(items: str, section: str | None = None) -> Callable[[F], F]:
+    """How a set is split and what a refused line does: every command that writes a set."""
+    return together(
+        option(
+            "--max-bytes",
+            type=Size(),
+            default=DEFAULT_MAX_BYTES,
+            metavar="SIZE",
+            section=section,
+            help=f"cap on each file (default {DEFAULT_MAX_BYTES // 1_000_000}MB, at most "
+            f"{HARD_MAX_BYTES // 1_000_000}MB)",
+        ),
+        option(
+            "--max-records",
+            type=count(0),
+            default=0,
+            metavar="N",
+            section=section,
+            help=f"cap on {items} per file",
+        ),
+        option(
+            "--on-error",
+            type=click.Choice(["stop", "skip"]),
+            default="stop",
+            section=section,
+            help="stop at the first refused line (default, no manifest written), or skip it into "
+            "DIR/rejected.jsonl and go on",
+        ),
+    )
+
+
+def allow_empty_full(section: str | None = None) -> Callable[[F], F]:
+    """Every command that writes or sends a full feed: one with no records is refused."""
+    return option(
+        "--allow-empty-full",
+        is_flag=True,
+        section=section,
+        help="let a full feed with no records through; on the appliance it removes every "
+        "document of its datasource (a groups feed: every group). Refused by default: an empty "
+        "input is more often a broken export than an empty source",
+    )
+
+
+_DEFAULTS = PushSettings(host="-")
+
+
+def tls_options(section: str = "appliance") -> Callable[[F], F]:
+    """How to trust the appliance and how long to wait for it: every command that talks to
+    one takes these."""
+    d = _DEFAULTS
+    return together(
+        option(
+            "--cacert",
+            metavar="PEM",
+            section=section,
+            help="CA certificate(s) to verify the appliance with",
+        ),
+        option(
+            "--client-cert",
+            metavar="PEM",
+            section=section,
+            help="client certificate, if the appliance asks",
+        ),
+        option(
+            "--client-key",
+            metavar="PEM",
+            section=section,
+            help="its private key (if not in --client-cert)",
+        ),
+        option(
+            "--client-key-password",
+            metavar="SECRET",
+            section=section,
+            help="password of the key; prefer FASTFEED_CLIENT_KEY_PASSWORD, as flags show in `ps`",
+        ),
+        option(
+            "--insecure",
+            is_flag=True,
+            section=section,
+            help="do not verify the appliance's certificate (test appliances only)",
+        ),
+        option(
+            "--connect-timeout",
+            type=float,
+            default=d.connect_timeout,
+            metavar="S",
+            section=section,
+            help=f"(default {d.connect_timeout:g} s)",
+        ),
+        option(
+            "--timeout",
+            type=float,
+            default=d.timeout,
+            metavar="S",
+            section=section,
+            help="seconds without progress while sending or awaiting an answer "
+            f"(default {d.timeout:g})",
+        ),
+        option(
+            "--deadline",
+            type=float,
+            default=d.deadline,
+            metavar="S",
+            section=section,
+            help="seconds one request may take in all, however steadily the appliance answers "
+            f"(default {d.deadline:g})",
+        ),
+    )
+
+
+def connection_options() -> Callable[[F], F]:
+    """Where the appliance's feedergate is, and how to trust it."""
+    return together(
+        option(
+            "--host",
+            required=True,
+            section="appliance",
+            help="the appliance's host name or IP address",
+        ),
+        option(
+            "--port",
+            type=click.IntRange(1, 65535),
+            section="appliance",
+            help=f"feedergate port (default {HTTPS_PORT}, or {HTTP_PORT} with --http)",
+        ),
+        option("--http", is_flag=True, section="appliance", help=f"plain HTTP (port {HTTP_PORT})"),
+        tls_options(),
+    )
+
+
+def retry_options(section: str) -> Callable[[F], F]:
+    """How often and how patiently a failed request is sent again."""
+    d = _DEFAULTS
+    return together(
+        option(
+            "--retries",
+            type=count(0),
+            default=d.retries,
+            metavar="N",
+            section=section,
+            help="retries of a file after HTTP 5xx, timeouts, dropped connections, Internal Error "
+            f"(default {d.retries})",
+        ),
+        option(
+            "--backoff-base",
+            type=float,
+            default=d.backoff_base,
+            metavar="S",
+            section=section,
+            help=f"first retry delay, doubling each time (default {d.backoff_base:g} s)",
+        ),
+        option(
+            "--backoff-max",
+            type=float,
+            default=d.backoff_max,
+            metavar="S",
+            section=section,
+            help=f"longest retry delay (default {d.backoff_max:g} s)",
+        ),
+    )
+
+
+def push_options() -> Callable[[F], F]:
+    """How hard to push, and when to wait for the appliance."""
+    d = _DEFAULTS
+    s = "pushing"
+    return together(
+        option(
+            "--concurrency",
+            type=int,
+            default=d.concurrency,
+            metavar="N",
+            section=s,
+            help=f"files in flight at once, across datasources (default {d.concurrency})",
+        ),
+        option(
+            "--overlap-incremental",
+            is_flag=True,
+            section=s,
+            help="let incremental files of one datasource overlap (only if no URL is in two files)",
+        ),
+        allow_empty_full(s),
+        retry_options(s),
+        option(
+            "--disk-full-delay",
+            type=float,
+            default=d.disk_full_delay,
+            metavar="S",
+            section=s,
+            help="wait after 'insufficient disk space' before sending again "
+            f"(default {d.disk_full_delay} s)",
+        ),
+        option(
+            "--disk-full-retries",
+            type=int,
+            default=d.disk_full_retries,
+            metavar="N",
+            section=s,
+            help=f"how many such waits for one file (default {d.disk_full_retries})",
+        ),
+        option(
+            "--backlog-high",
+            type=int,
+            default=d.backlog_high,
+            metavar="N",
+            section=s,
+            help=f"pause while the appliance's backlog is above N files (default {d.backlog_high})",
+        ),
+        option(
+            "--backlog-low",
+            type=int,
+            default=d.backlog_low,
+            metavar="N",
+            section=s,
+            help=f"resume once it is at or below N (default {d.backlog_low})",
+        ),
+        option(
+            "--backlog-interval",
+            type=float,
+            default=d.backlog_interval,
+            metavar="S",
+            section=s,
+            help=f"seconds between backlog polls (default {d.backlog_interval})",
+        ),
+        json_option(section=s),
+    )
+
+
+def push_settings(command: str, options: dict[str, Any]) -> PushSettings:
+    """The push settings of a command line: each PushSettings field takes the option of its
+    name (tests/test_config.py checks that `fastfeed push` has one for each field, so a
+    renamed field cannot silently lose its option); options a command lacks keep defaults."""
+    values: dict[str, Any] = {
+        f.name: options[f.name] for f in fields(PushSettings) if f.name in options
+    }
+    values["https"] = not options.get("http", False)
+    if options.get("client_key_password"):
+        values["client_key_password"] = Secret(options["client_key_password"])
+    if options.get("insecure"):
+        print(
+            f"fastfeed {command}: warning: --insecure: the appliance's certificate is not "
+            "verified; anyone on the network path can read and alter the feeds",
+            file=sys.stderr,
+        )
+    return PushSettings(**values)

@@ -102,10 +102,24 @@ def allow_empty_full(section: str | None = None) -> Callable[[F], F]:
 _DEFAULTS = PushSettings(host="-")
 
 
+def _setting(name: str, metavar: str, section: str, help: str) -> Callable[[F], F]:
+    """The option of the PushSettings field `name`: its flag, type and default come from the
+    field, so that the option and the setting cannot disagree."""
+    default = getattr(_DEFAULTS, name)
+    unit = " s" if metavar == "S" else ""
+    return option(
+        f"--{name.replace('_', '-')}",
+        type=count(0) if isinstance(default, int) else float,
+        default=default,
+        metavar=metavar,
+        section=section,
+        help=f"{help} (default {default:g}{unit})".lstrip(),
+    )
+
+
 def tls_options(section: str = "appliance") -> Callable[[F], F]:
     """How to trust the appliance and how long to wait for it: every command that talks to
     one takes these."""
-    d = _DEFAULTS
     return together(
         option(
             "--cacert",
@@ -137,100 +151,54 @@ def tls_options(section: str = "appliance") -> Callable[[F], F]:
             section=section,
             help="do not verify the appliance's certificate (test appliances only)",
         ),
-        option(
-            "--connect-timeout",
-            type=float,
-            default=d.connect_timeout,
-            metavar="S",
-            section=section,
-            help=f"(default {d.connect_timeout:g} s)",
+        _setting("connect_timeout", "S", section, ""),
+        _setting(
+            "timeout", "S", section, "seconds without progress while sending or awaiting an answer"
         ),
-        option(
-            "--timeout",
-            type=float,
-            default=d.timeout,
-            metavar="S",
-            section=section,
-            help="seconds without progress while sending or awaiting an answer "
-            f"(default {d.timeout:g})",
-        ),
-        option(
-            "--deadline",
-            type=float,
-            default=d.deadline,
-            metavar="S",
-            section=section,
-            help="seconds one request may take in all, however steadily the appliance answers "
-            f"(default {d.deadline:g})",
+        _setting(
+            "deadline",
+            "S",
+            section,
+            "seconds one request may take in all, however steadily the appliance answers",
         ),
     )
 
 
 def connection_options() -> Callable[[F], F]:
     """Where the appliance's feedergate is, and how to trust it."""
+    s = "appliance"
     return together(
-        option(
-            "--host",
-            required=True,
-            section="appliance",
-            help="the appliance's host name or IP address",
-        ),
+        option("--host", required=True, section=s, help="the appliance's host name or IP address"),
         option(
             "--port",
             type=click.IntRange(1, 65535),
-            section="appliance",
+            section=s,
             help=f"feedergate port (default {HTTPS_PORT}, or {HTTP_PORT} with --http)",
         ),
-        option("--http", is_flag=True, section="appliance", help=f"plain HTTP (port {HTTP_PORT})"),
-        tls_options(),
+        option("--http", is_flag=True, section=s, help=f"plain HTTP (port {HTTP_PORT})"),
+        tls_options(s),
     )
 
 
 def retry_options(section: str) -> Callable[[F], F]:
     """How often and how patiently a failed request is sent again."""
-    d = _DEFAULTS
     return together(
-        option(
-            "--retries",
-            type=count(0),
-            default=d.retries,
-            metavar="N",
-            section=section,
-            help="retries of a file after HTTP 5xx, timeouts, dropped connections, Internal Error "
-            f"(default {d.retries})",
+        _setting(
+            "retries",
+            "N",
+            section,
+            "retries of a file after HTTP 5xx, timeouts, dropped connections, Internal Error",
         ),
-        option(
-            "--backoff-base",
-            type=float,
-            default=d.backoff_base,
-            metavar="S",
-            section=section,
-            help=f"first retry delay, doubling each time (default {d.backoff_base:g} s)",
-        ),
-        option(
-            "--backoff-max",
-            type=float,
-            default=d.backoff_max,
-            metavar="S",
-            section=section,
-            help=f"longest retry delay (default {d.backoff_max:g} s)",
-        ),
+        _setting("backoff_base", "S", section, "first retry delay, doubling each time"),
+        _setting("backoff_max", "S", section, "longest retry delay"),
     )
 
 
 def push_options() -> Callable[[F], F]:
     """How hard to push, and when to wait for the appliance."""
-    d = _DEFAULTS
     s = "pushing"
     return together(
-        option(
-            "--concurrency",
-            type=int,
-            default=d.concurrency,
-            metavar="N",
-            section=s,
-            help=f"files in flight at once, across datasources (default {d.concurrency})",
-        ),
+        _setting("concurrency", "N", s, "files in flight at once, across datasources"),
         option(
             "--overlap-incremental",
             is_flag=True,
@@ -239,47 +207,13 @@ def push_options() -> Callable[[F], F]:
         ),
         allow_empty_full(s),
         retry_options(s),
-        option(
-            "--disk-full-delay",
-            type=float,
-            default=d.disk_full_delay,
-            metavar="S",
-            section=s,
-            help="wait after 'insufficient disk space' before sending again "
-            f"(default {d.disk_full_delay} s)",
+        _setting(
+            "disk_full_delay", "S", s, "wait after 'insufficient disk space' before sending again"
         ),
-        option(
-            "--disk-full-retries",
-            type=int,
-            default=d.disk_full_retries,
-            metavar="N",
-            section=s,
-            help=f"how many such waits for one file (default {d.disk_full_retries})",
-        ),
-        option(
-            "--backlog-high",
-            type=int,
-            default=d.backlog_high,
-            metavar="N",
-            section=s,
-            help=f"pause while the appliance's backlog is above N files (default {d.backlog_high})",
-        ),
-        option(
-            "--backlog-low",
-            type=int,
-            default=d.backlog_low,
-            metavar="N",
-            section=s,
-            help=f"resume once it is at or below N (default {d.backlog_low})",
-        ),
-        option(
-            "--backlog-interval",
-            type=float,
-            default=d.backlog_interval,
-            metavar="S",
-            section=s,
-            help=f"seconds between backlog polls (default {d.backlog_interval})",
-        ),
+        _setting("disk_full_retries", "N", s, "how many such waits for one file"),
+        _setting("backlog_high", "N", s, "pause while the appliance's backlog is above N files"),
+        _setting("backlog_low", "N", s, "resume once it is at or below N"),
+        _setting("backlog_interval", "S", s, "seconds between backlog polls"),
         json_option(section=s),
     )
 

@@ -21,6 +21,7 @@ use crate::acl::AclInput;
 use crate::encode::Compress;
 use crate::error::Error;
 use crate::guard::Guard;
+use crate::jsonl::{self, FIELDS};
 use crate::record::{
     self, check_url, parse_date, AclFormat, Action, AuthMethod, Content, FeedType, Record,
     Timestamp,
@@ -329,12 +330,7 @@ impl<'py> Fields<'_, 'py> {
                     return Err(Error::record(
                         self.index,
                         None,
-                        format!(
-                            "unknown field '{other}' (fields: url, action, mimetype, displayurl, \
-                             last_modified, lock, authmethod, pagerank, crawl_immediately, \
-                             crawl_once, metadata, content, content_base64, content_path, acl, \
-                             overwrite_acls, kind)"
-                        ),
+                        jsonl::unknown_field(other, FIELDS),
                     ))
                 }
             }
@@ -665,5 +661,6 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULT_MAX_BYTES", DEFAULT_MAX_BYTES)?;
     m.add("HARD_MAX_BYTES", HARD_MAX_BYTES)?;
     m.add("DEFAULT_LEVEL", DEFAULT_LEVEL)?;
+    m.add("RECORD_FIELDS", PyTuple::new(py, FIELDS)?)?;
     Ok(())
 }

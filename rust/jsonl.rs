@@ -15,8 +15,10 @@ use crate::error::{Error, Result};
 use crate::lift;
 use crate::record::{action_error, Action, AuthMethod, Content, Record, Timestamp};
 
-/// The record fields, for naming them in errors with a `'static` name.
-const FIELDS: &[&str] = &[
+/// The record fields, for naming them in errors with a `'static` name. Every reader of records
+/// takes its field list from here: the dict reader of the batch API, the seedlist store and
+/// the `Record` TypedDict (through `_core.RECORD_FIELDS`, checked by tests/test_layout.py).
+pub const FIELDS: &[&str] = &[
     "url",
     "action",
     "mimetype",
@@ -173,6 +175,15 @@ pub(crate) fn parse_object<'a, T: Deserialize<'a>>(
     Ok(value)
 }
 
+/// What an unknown field is told: a typo is far likelier than a field of another schema, so the
+/// one meant is named when there is one; else the fields are listed.
+pub fn unknown_field(name: &str, fields: &[&'static str]) -> String {
+    match closest(name, fields) {
+        Some(meant) => format!("unknown field '{name}': did you mean '{meant}'?"),
+        None => format!("unknown field '{name}' (fields: {})", fields.join(", ")),
+    }
+}
+
 /// The field a mistyped name most likely meant: at most two edits away (one for short names).
 fn closest(name: &str, fields: &[&'static str]) -> Option<&'static str> {
     let distance = |a: &str, b: &str| {
@@ -222,11 +233,7 @@ fn json_error(
         .and_then(|rest| rest.split_once('\''))
         .map(|(name, _)| name.to_owned())
     {
-        // A typo is far likelier than a field of another schema: name the one meant.
-        message = match closest(&unknown, fields) {
-            Some(meant) => format!("unknown field '{unknown}': did you mean '{meant}'?"),
-            None => format!("unknown field '{unknown}' (fields: {})", fields.join(", ")),
-        };
+        message = unknown_field(&unknown, fields);
     }
     if let Some(field) = fields.iter().find(|f| **f == top) {
         let message = if message.contains("untagged enum RawTimestamp") {

@@ -115,3 +115,11 @@ def test_importing_fastfeed_pays_for_no_pusher_validator_or_server() -> None:
         check=True,
     ).stdout.split()
     assert {"httpx", "lxml", "aiohttp"}.isdisjoint(loaded)
+
+
+def test_the_record_schema_is_defined_once() -> None:
+    # The Rust core's field list is the schema; the TypedDict of the batch API is checked
+    # against it, so that a field added in one place fails here until it is added in the other.
+    from fastfeed import Record, _core
+
+    assert set(Record.__required_keys__ | Record.__optional_keys__) == set(_core.RECORD_FIELDS)

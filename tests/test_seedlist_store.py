@@ -90,6 +90,10 @@ def principal(**extra: Any) -> dict[str, Any]:
         ({"url": URL, "content_path": "/no/such/file"}, "content_path", "cannot read"),
         ({"url": URL, "last_modified": "yesterday"}, "last_modified", "not a date"),
         ({"url": URL, "pagerank": 40}, "pagerank", "68 to 100"),
+        ({"url": URL, "kind": "acl", "acl": {"principals": [principal()]}}, "kind", "ACL alone"),
+        ({"url": URL, "kind": "folder"}, "kind", "not document or acl"),
+        ({"url": URL, "content": "x", "overwrite_acls": False}, "overwrite_acls", "replaces"),
+        ({"url": URL, "content": "x", "overwrite_acls": "yes"}, "overwrite_acls", "true or false"),
         ({"url": URL, "metadata": {"k": 1}}, "metadata.k", "expected a string"),
         ({"url": URL, "metadata": {"k": "bell \x07"}}, "metadata.k", "U+0007"),
         ({"url": URL, "metadata": {"bad\x00name": "v"}}, "metadata name 'bad\\x00name'", "U+0000"),
@@ -145,6 +149,12 @@ def test_refused_records_name_the_field_and_why(
     assert caught.value.field == field
     assert reason in caught.value.reason
     assert store.position().change == 0
+
+
+def test_every_field_of_the_schema_is_known(store: SeedlistStore) -> None:
+    # The fields shared with feeds that a seedlist has no use for are taken, not refused.
+    store.load([{"url": URL, "content": "x", "kind": "document", "overwrite_acls": True}])
+    assert store.position().change == 1
 
 
 def test_acl_tokens_fold_case_insensitive_names_and_drop_duplicates(store: SeedlistStore) -> None:

@@ -17,11 +17,14 @@ __all__ = [
     "DEFAULT_MAX_BYTES",
     "HARD_MAX_BYTES",
     "DEFAULT_LEVEL",
+    "RECORD_FIELDS",
 ]
 
 DEFAULT_MAX_BYTES: int
 HARD_MAX_BYTES: int
 DEFAULT_LEVEL: int
+#: The fields of a record, in the README's order: every reader of records takes them from here.
+RECORD_FIELDS: tuple[str, ...]
 
 def url_problem(url: str) -> str | None: ...
 def datasource_problem(name: str) -> str | None: ...

@@ -179,8 +179,9 @@ def build_command(
 @connection_options()
 @push_options()
 def push_command(paths: tuple[str, ...], allow_full: bool, as_json: bool, **options: Any) -> int:
+    from fastfeed.gsa.files import feed_files
     from fastfeed.gsa.groups import FULL_GROUPS_WARNING, full_groups
-    from fastfeed.gsa.push import feed_files, push
+    from fastfeed.gsa.push import push
 
     try:
         files = feed_files(paths)

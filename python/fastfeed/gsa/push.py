@@ -33,7 +33,7 @@ import contextlib
 import enum
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,77 +55,10 @@ from fastfeed.gsa.feedergate import (
     Multipart,
     classify,
 )
+from fastfeed.gsa.files import feed_files
 from fastfeed.gsa.groups import FULL_GROUPS_WARNING, full_groups
 from fastfeed.progress import Progress, human_bytes
 from fastfeed.sets.journal import Journal
-from fastfeed.sets.manifest import read_manifest
-
-
-def feed_files(paths: Iterable[str | os.PathLike[str]]) -> list[FeedFile]:
-    """The files to push for command-line style arguments, in push order.
-
-    A directory means every file of its feed set; a file means that file of the set in its
-    directory (found in the manifest, so that its datasource and feed type are the built ones).
-    Sets come in argument order; within a set, manifest order.
-    """
-    selected: dict[Path, set[str] | None] = {}
-    for raw in paths:
-        path = Path(raw)
-        if not path.exists():
-            raise PushError(f"{path} does not exist", refused=True)
-        if path.is_dir():
-            selected[path] = None
-        elif _looks_like_records(path):
-            raise PushError(
-                f"{path} holds JSON Lines records, not a feed set: build it first "
-                f"(fastfeed build {path} --datasource NAME --out DIR, then fastfeed push DIR), "
-                f"or build and push at once (fastfeed run {path} --datasource NAME --host ...)",
-                refused=True,
-            )
-        else:
-            names = selected.setdefault(path.parent, set())
-            if names is not None:
-                names.add(path.name)
-    files: list[FeedFile] = []
-    for directory, names in selected.items():
-        try:
-            entries = read_manifest(directory)
-        except FastfeedError as exc:
-            raise PushError(str(exc), refused=True) from None
-        unknown = {e.kind for e in entries} - ENDPOINTS.keys()
-        if unknown == {"thunderstone"}:
-            raise PushError(
-                f"{directory} is a Thunderstone set: push it with fastfeed thunderstone push "
-                f"{directory} --url https://HOST/texis/dowalk/recvdata.xml",
-                refused=True,
-            )
-        if unknown:
-            raise PushError(
-                f"{directory}/manifest.jsonl has entries of kind {', '.join(sorted(unknown))}, "
-                f"which this version cannot push (known: {', '.join(ENDPOINTS)})",
-                refused=True,
-            )
-        if names is not None:
-            missing = names - {e.file for e in entries}
-            if missing:
-                raise PushError(
-                    f"{', '.join(sorted(missing))} not in {directory}/manifest.jsonl: "
-                    "only files of a built feed set can be pushed",
-                    refused=True,
-                )
-        files.extend(FeedFile(directory, e) for e in entries if names is None or e.file in names)
-    return files
-
-
-def _looks_like_records(path: Path) -> bool:
-    """JSON Lines given where a feed file is expected: by its name, or a first `{`."""
-    if path.suffix in (".jsonl", ".ndjson", ".json"):
-        return True
-    try:
-        with open(path, "rb") as f:
-            return f.read(4096).lstrip()[:1] == b"{"
-    except OSError:
-        return False
 
 
 class _State(enum.Enum):

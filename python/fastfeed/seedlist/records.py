@@ -36,23 +36,8 @@ TITLE, SUMMARY, AUTHOR = "title", "summary", "author"
 #: The namespace of a principal that names none, as on the appliance.
 DEFAULT_NAMESPACE = "Default"
 
-_KNOWN = {
-    "url",
-    "action",
-    "mimetype",
-    "displayurl",
-    "last_modified",
-    "lock",
-    "authmethod",
-    "pagerank",
-    "crawl_immediately",
-    "crawl_once",
-    "metadata",
-    "content",
-    "content_base64",
-    "content_path",
-    "acl",
-}
+#: The record schema's fields, from the one definition the Rust core reads records by.
+_KNOWN = frozenset(_core.RECORD_FIELDS)
 _CONTENTS = ("content", "content_base64", "content_path")
 _AUTHMETHODS = {"none", "httpbasic", "ntlm", "httpsso"}
 _INHERITANCE = {"child-overrides", "parent-overrides", "and-both-permit", "leaf-node"}
@@ -172,8 +157,19 @@ def _string(fields: Mapping[str, Any], name: str) -> str | None:
 
 def _ignored_fields(fields: Mapping[str, Any]) -> None:
     """Checks the fields that tell an appliance how to crawl or rank: they are part of the
-    schema, so refusing them would refuse shared inputs, but a seedlist has no place for them."""
-    for name in ("lock", "crawl_immediately", "crawl_once"):
+    schema, so refusing them would refuse shared inputs, but a seedlist has no place for them.
+    Those a seedlist cannot honour are refused."""
+    kind = fields.get("kind", "document")
+    if kind == "acl":
+        # An ACL alone exists to be inherited from, and a seedlist has no inheritance.
+        raise RecordProblem("kind", "a seedlist has no entries for an ACL alone (kind 'acl')")
+    if kind != "document":
+        raise RecordProblem("kind", f"{kind!r} is not document or acl")
+    if fields.get("overwrite_acls") is False:
+        raise RecordProblem(
+            "overwrite_acls", "a seedlist entry's ACL always replaces the one served before"
+        )
+    for name in ("lock", "crawl_immediately", "crawl_once", "overwrite_acls"):
         if name in fields and not isinstance(fields[name], bool):
             raise RecordProblem(name, "expected true or false")
     if "authmethod" in fields and fields["authmethod"] not in _AUTHMETHODS:

@@ -20,6 +20,7 @@ use pyo3::types::{
 use crate::acl::AclInput;
 use crate::encode::Compress;
 use crate::error::Error;
+use crate::fingerprint;
 use crate::guard::Guard;
 use crate::jsonl::{self, FIELDS};
 use crate::record::{
@@ -368,6 +369,46 @@ fn timestamp(value: &Bound<'_, PyAny>) -> Result<Timestamp, String> {
     ))
 }
 
+/// What `fingerprint_jsonl` finds in a chunk, as lists (the fingerprints as one bytes, 16 bytes
+/// each): lines, starts, ends, URLs, fingerprints, and the chunk's number of lines.
+type Fingerprints<'py> = (
+    Vec<usize>,
+    Vec<usize>,
+    Vec<usize>,
+    Vec<String>,
+    Bound<'py, PyBytes>,
+    usize,
+);
+
+/// The records of a chunk of JSON Lines with their fingerprints, computed on the core's threads
+/// without the GIL.
+#[pyfunction]
+fn fingerprint_jsonl<'py>(
+    py: Python<'py>,
+    chunk: &Bound<'py, PyAny>,
+) -> PyResult<Fingerprints<'py>> {
+    let chunk = shared_chunk(py, chunk)?;
+    let pieces = 4 * rayon::current_num_threads();
+    let (found, count) =
+        py.allow_threads(|| fingerprint::fingerprint_jsonl((*chunk).as_ref(), pieces))?;
+    let n = found.len();
+    let (mut lines, mut starts, mut ends) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let mut urls = Vec::with_capacity(n);
+    let mut fps = Vec::with_capacity(16 * n);
+    for f in found {
+        lines.push(f.line);
+        starts.push(f.span.start);
+        ends.push(f.span.end);
+        urls.push(f.url);
+        fps.extend_from_slice(&f.fingerprint);
+    }
+    Ok((lines, starts, ends, urls, PyBytes::new(py, &fps), count))
+}
+
 /// The moment a `last_modified` value names, in seconds since the epoch (UTC), read as every
 /// fastfeed receiver reads it; `ValueError` says why it is not a date.
 #[pyfunction]
@@ -655,6 +696,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse_last_modified, m)?)?;
     m.add_function(wrap_pyfunction!(datasource_problem, m)?)?;
     m.add_function(wrap_pyfunction!(mimetype_problem, m)?)?;
+    m.add_function(wrap_pyfunction!(fingerprint_jsonl, m)?)?;
     m.add("FastfeedError", py.get_type::<FastfeedError>())?;
     m.add("FeedError", py.get_type::<FeedError>())?;
     m.add("RecordError", py.get_type::<RecordError>())?;

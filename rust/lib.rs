@@ -7,6 +7,7 @@ pub mod acl;
 pub mod encode;
 pub mod error;
 pub mod escape;
+pub mod fingerprint;
 pub mod groups;
 pub mod guard;
 pub mod jsonl;

@@ -122,7 +122,10 @@ def test_an_explicit_config_file(tmp_path: Path) -> None:
         ('[psuh]\nhost = "gsa"\n', "[psuh] is not a fastfeed command"),
         ('host = "gsa"\nconcurrency = "many"\n', "invalid value 'many' for --concurrency"),
         ('host = "gsa"\ninsecure = "maybe"\n', "expected true or false for --insecure"),
-        ('host = "gsa"\n[build]\ncompress = "sometimes"\n', "is not one of 'auto', 'always', 'never'"),
+        (
+            'host = "gsa"\n[build]\ncompress = "sometimes"\n',
+            "is not one of 'auto', 'always', 'never'",
+        ),
         ("host = \n", "not valid TOML"),
     ],
 )

@@ -23,10 +23,12 @@ from fastfeed.errors import (
     InputError,
     JournalError,
     LoadError,
+    MassDelete,
     PushError,
     RecordError,
     ReplyError,
     SettingsError,
+    StateError,
 )
 from fastfeed.gsa.build import build
 from fastfeed.gsa.groups import GroupsWriter, Membership, build_groups
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
     from fastfeed.emulator import Emulator, Fault
     from fastfeed.gsa.push import push, push_async
     from fastfeed.gsa.run import build_and_push, build_and_push_async
+    from fastfeed.gsa.sync import SyncSummary, sync
     from fastfeed.gsa.validate import Problem, validate_file
     from fastfeed.thunderstone.push import ThunderstoneSummary
     from fastfeed.thunderstone.push import push as push_thunderstone
@@ -56,6 +59,8 @@ _LAZY = {
     "push_thunderstone": ("fastfeed.thunderstone.push", "push"),
     "ThunderstoneSummary": ("fastfeed.thunderstone.push", "ThunderstoneSummary"),
     "thunderstone_settings": ("fastfeed.thunderstone.push", "url_settings"),
+    "sync": ("fastfeed.gsa.sync", "sync"),
+    "SyncSummary": ("fastfeed.gsa.sync", "SyncSummary"),
     "validate_file": ("fastfeed.gsa.validate", "validate_file"),
     "Problem": ("fastfeed.gsa.validate", "Problem"),
     "Emulator": ("fastfeed.emulator", "Emulator"),
@@ -80,6 +85,7 @@ __all__ = [
     "JournalError",
     "LoadError",
     "ManifestEntry",
+    "MassDelete",
     "Membership",
     "Outcome",
     "Principal",
@@ -92,6 +98,8 @@ __all__ = [
     "ReplyError",
     "Secret",
     "SettingsError",
+    "StateError",
+    "SyncSummary",
     "ThunderstoneSummary",
     "ThunderstoneWriter",
     "build",
@@ -103,6 +111,7 @@ __all__ = [
     "push_async",
     "push_thunderstone",
     "read_manifest",
+    "sync",
     "thunderstone_settings",
     "validate_file",
 ]

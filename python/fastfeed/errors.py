@@ -73,6 +73,22 @@ class EmptyFullFeed(FastfeedError):
     (`allow_empty_full=True`, `--allow-empty-full`)."""
 
 
+class StateError(FastfeedError):
+    """A sync state file cannot be used: not a state, another appliance's or datasource's, or
+    of a format this version does not read."""
+
+
+class MassDelete(FastfeedError):
+    """A sync would delete more of the datasource than allowed: an empty or partial snapshot is
+    far more often a broken export than a source that lost its documents, so deleting that
+    much takes the user's word (`allow_deletes`, `--allow-deletes`)."""
+
+    def __init__(self, message: str, *, deleted: int, held: int) -> None:
+        super().__init__(message)
+        self.deleted = deleted
+        self.held = held
+
+
 class SettingsError(FastfeedError):
     """A setting is missing or out of range."""
 

@@ -73,7 +73,14 @@ def record_options(section: str | None = None) -> Callable[[F], F]:
             help="full replaces the datasource; incremental adds and deletes (default); "
             "metadata-and-url feeds URLs and metadata for the crawler",
         ),
-        set_options("records", section),
+        encoding_options(section),
+    )
+
+
+def encoding_options(section: str | None = None, *, on_error: bool = True) -> Callable[[F], F]:
+    """How records become feed files: every command that builds GSA feeds takes these."""
+    return together(
+        set_options("records", section, on_error=on_error),
         option(
             "--compress",
             type=click.Choice(["auto", "always", "never"]),

@@ -56,8 +56,20 @@ def json_option(
     return option("--json", "as_json", is_flag=True, section=section, help=what)
 
 
-def set_options(items: str, section: str | None = None) -> Callable[[F], F]:
+def set_options(
+    items: str, section: str | None = None, *, on_error: bool = True
+) -> Callable[[F], F]:
     """How a set is split and what a refused line does: every command that writes a set."""
+    refused = [
+        option(
+            "--on-error",
+            type=click.Choice(["stop", "skip"]),
+            default="stop",
+            section=section,
+            help="stop at the first refused line (default, no manifest written), or skip it into "
+            "DIR/rejected.jsonl and go on",
+        )
+    ]
     return together(
         option(
             "--max-bytes",
@@ -76,14 +88,7 @@ def set_options(items: str, section: str | None = None) -> Callable[[F], F]:
             section=section,
             help=f"cap on {items} per file",
         ),
-        option(
-            "--on-error",
-            type=click.Choice(["stop", "skip"]),
-            default="stop",
-            section=section,
-            help="stop at the first refused line (default, no manifest written), or skip it into "
-            "DIR/rejected.jsonl and go on",
-        ),
+        *(refused if on_error else []),
     )
 
 
@@ -194,9 +199,11 @@ def retry_options(section: str) -> Callable[[F], F]:
     )
 
 
-def push_options() -> Callable[[F], F]:
-    """How hard to push, and when to wait for the appliance."""
+def push_options(*, full_feeds: bool = True) -> Callable[[F], F]:
+    """How hard to push, and when to wait for the appliance (and whether an empty full feed
+    may go, for the commands that can send one)."""
     s = "pushing"
+    empty_full = [allow_empty_full(s)] if full_feeds else []
     return together(
         _setting("concurrency", "N", s, "files in flight at once, across datasources"),
         option(
@@ -205,7 +212,7 @@ def push_options() -> Callable[[F], F]:
             section=s,
             help="let incremental files of one datasource overlap (only if no URL is in two files)",
         ),
-        allow_empty_full(s),
+        *empty_full,
         retry_options(s),
         _setting(
             "disk_full_delay", "S", s, "wait after 'insufficient disk space' before sending again"

@@ -61,7 +61,7 @@ class BuildSummary:
     rejected_file: str | None = None
 
 
-class _MappedInput:
+class MappedInput:
     """A regular file read through a memory mapping, in newline-aligned views of about
     CHUNK_BYTES (a longer line makes a longer chunk). Mapping spares copying every input byte
     out of the page cache, which `read` does: reading instead made builds 40% slower.
@@ -107,7 +107,7 @@ class _MappedInput:
             last, start = start, end
 
 
-def _chunks(stream: IO[bytes], name: str) -> Iterator[bytes]:
+def stream_chunks(stream: IO[bytes], name: str) -> Iterator[bytes]:
     """Newline-aligned chunks of about CHUNK_BYTES read from a stream that cannot be mapped
     (standard input, a pipe, a device); a longer line makes a longer chunk, up to
     MAX_STREAMED_LINE."""
@@ -134,7 +134,7 @@ def _chunks(stream: IO[bytes], name: str) -> Iterator[bytes]:
         yield b"".join(pending)
 
 
-def _mappable(stream: IO[bytes]) -> bool:
+def mappable(stream: IO[bytes]) -> bool:
     """Whether the input is a regular file with bytes in it. Anything else (a pipe, a FIFO,
     /dev/stdin, a device, a /proc file that says it is empty) is read as a stream: its size
     says nothing of what it holds, and reading it as empty would build an empty feed, which as
@@ -144,10 +144,10 @@ def _mappable(stream: IO[bytes]) -> bool:
 
 
 #: A directory's file, as a record, or as why it cannot be one.
-_DirItem = tuple[str, "dict[str, object] | str"]
+DirItem = tuple[str, "dict[str, object] | str"]
 
 
-def _directory_batches(root: Path, base_url: str, skip: str) -> Iterator[list[_DirItem]]:
+def directory_batches(root: Path, base_url: str, skip: str) -> Iterator[list[DirItem]]:
     """The files under `root` as records, in batches; `skip` is a directory not to enter (the
     output, when it lies inside the input). What cannot be read is an item with its reason,
     never left out in silence: a full feed missing a subtree removes it from the index."""
@@ -155,7 +155,7 @@ def _directory_batches(root: Path, base_url: str, skip: str) -> Iterator[list[_D
     # the walk's time, and the walk holds the GIL.
     base = base_url if base_url.endswith("/") else base_url + "/"
     top = os.fspath(root)
-    batch: list[_DirItem] = []
+    batch: list[DirItem] = []
     size = 0
     skipped = _identity(skip)
 
@@ -324,8 +324,8 @@ class _Builder:
 
     def directory(self, root: Path, base_url: str, skip: str) -> None:
         # The files' records go as JSON Lines too: one way into the core, one way to refuse.
-        def chunks() -> Iterator[tuple[bytes, list[_DirItem]]]:
-            for batch in _ahead(_directory_batches(root, base_url, skip)):
+        def chunks() -> Iterator[tuple[bytes, list[DirItem]]]:
+            for batch in _ahead(directory_batches(root, base_url, skip)):
                 records = b"".join(
                     orjson.dumps(item) + b"\n" for _, item in batch if not isinstance(item, str)
                 )
@@ -460,7 +460,7 @@ def _feed(builder: _Builder, inputs: Sequence[str], base_url: str | None, out: s
         for name in inputs:
             path = Path(name)
             if name == "-":
-                builder.jsonl(_chunks(sys.stdin.buffer, "<stdin>"), "<stdin>")
+                builder.jsonl(stream_chunks(sys.stdin.buffer, "<stdin>"), "<stdin>")
             elif path.is_dir():
                 builder.directory(path, base_url or "", out)
             else:
@@ -469,10 +469,10 @@ def _feed(builder: _Builder, inputs: Sequence[str], base_url: str | None, out: s
                 except OSError as exc:
                     raise FastfeedError(f"cannot read {name}: {exc.strerror}") from None
                 with stream:
-                    if not _mappable(stream):
-                        builder.jsonl(_chunks(stream, name), name)
+                    if not mappable(stream):
+                        builder.jsonl(stream_chunks(stream, name), name)
                         continue
-                    mapped = _MappedInput(stream)
+                    mapped = MappedInput(stream)
                     try:
                         builder.jsonl(mapped.chunks(), name, changed=mapped.changed)
                     finally:

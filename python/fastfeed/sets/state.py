@@ -1,0 +1,304 @@
+"""The sync state: per URL, the fingerprint of the record an appliance last accepted.
+
+A state is one SQLite file for one appliance and one datasource (it records both, and refuses
+to serve another). Its tables:
+
+* `documents`: URL, fingerprint (16 bytes, `rust/fingerprint.rs`), when it was accepted. A URL
+  is here once the appliance accepted the feed file that carried its record, never before.
+* `pending`: the records of the last sync's feed set, in the set's order, with the fingerprint
+  each will have once accepted (none for a delete). When the push journal says a file was
+  accepted, its records move to `documents` (`commit_files`), in one transaction; a sync killed
+  at any point leaves them pending, and the next sync finishes that set first.
+* `snapshot` (temporary, on disk: it may hold millions of URLs, memory does not): the records
+  of the snapshot being compared, with where each line is, to read the changed ones again.
+
+Nothing here holds every URL in memory: comparisons are joins, results are read in batches.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fastfeed.errors import FastfeedError, StateError
+
+SCHEMA_VERSION = 1
+#: Rows read or written per round trip to SQLite.
+BATCH = 10_000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS documents (
+    url TEXT PRIMARY KEY, fingerprint BLOB NOT NULL, accepted REAL NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS pending (
+    seq INTEGER PRIMARY KEY, url TEXT NOT NULL, fingerprint BLOB
+);
+"""
+
+
+@dataclass
+class Diff:
+    """How a snapshot differs from what the appliance holds."""
+
+    new: int = 0
+    changed: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    #: URLs the state held before the sync.
+    held: int = 0
+    #: A few URLs of each kind, to show.
+    examples: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def to_send(self) -> int:
+        return self.new + self.changed + self.deleted
+
+
+@dataclass(frozen=True)
+class Changed:
+    """A snapshot record to send: where its line is (source, byte span) and its fingerprint."""
+
+    seq: int
+    source: int
+    start: int
+    end: int
+    line: int
+    url: str
+    fingerprint: bytes
+
+
+class SyncState:
+    """A state file for `target` (the appliance and the datasource, as one string)."""
+
+    def __init__(self, path: str | os.PathLike[str], target: str) -> None:
+        self.path = Path(path)
+        try:
+            self._db = sqlite3.connect(self.path, isolation_level=None)
+            self._db.executescript(_SCHEMA)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+        except sqlite3.DatabaseError as exc:
+            raise StateError(f"{self.path}: not a usable sync state: {exc}") from None
+        with self._transaction():
+            version = self._meta("schema")
+            if version is None:
+                self._set_meta("schema", str(SCHEMA_VERSION))
+                self._set_meta("target", target)
+            elif version != str(SCHEMA_VERSION):
+                raise StateError(
+                    f"{self.path}: a state of format {version}; this fastfeed reads format "
+                    f"{SCHEMA_VERSION}"
+                )
+        held = self._meta("target")
+        if held != target:
+            raise StateError(
+                f"{self.path} is the state of {held}, not of {target}: keep one state file per "
+                "appliance and datasource"
+            )
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> SyncState:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._db)
+
+    def _meta(self, key: str) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def _set_meta(self, key: str, value: str) -> None:
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    # What the appliance holds.
+
+    def count(self) -> int:
+        return int(self._db.execute("SELECT count(*) FROM documents").fetchone()[0])
+
+    def fingerprint(self, url: str) -> tuple[bytes, float] | None:
+        """The fingerprint of `url`'s accepted record and when it was accepted."""
+        row = self._db.execute(
+            "SELECT fingerprint, accepted FROM documents WHERE url = ?", (url,)
+        ).fetchone()
+        return None if row is None else (bytes(row[0]), float(row[1]))
+
+    @property
+    def last_sync(self) -> float | None:
+        value = self._meta("last_sync")
+        return None if value is None else float(value)
+
+    def synced(self) -> None:
+        """Notes that a sync finished: the appliance holds the snapshot it read."""
+        with self._transaction():
+            self._set_meta("last_sync", repr(time.time()))
+
+    # The snapshot being compared.
+
+    def start_snapshot(self) -> None:
+        self._db.execute("PRAGMA temp_store=FILE")
+        self._db.execute("DROP TABLE IF EXISTS temp.snapshot")
+        self._db.execute(
+            "CREATE TEMP TABLE snapshot (url TEXT PRIMARY KEY, fingerprint BLOB NOT NULL, "
+            "seq INTEGER NOT NULL, source INTEGER NOT NULL, start INTEGER NOT NULL, "
+            "end INTEGER NOT NULL, line INTEGER NOT NULL)"
+        )
+        self._db.execute("BEGIN")
+
+    def add_snapshot(self, rows: list[tuple[str, bytes, int, int, int, int, int]]) -> None:
+        """Adds records (url, fingerprint, seq, source, start, end, line). A URL twice in a
+        snapshot is ambiguous (which record should the appliance hold?): `DuplicateUrl` names
+        it and where it was first."""
+        try:
+            self._db.executemany("INSERT INTO temp.snapshot VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        except sqlite3.IntegrityError:
+            for row in rows:
+                first = self._db.execute(
+                    "SELECT source, line FROM temp.snapshot WHERE url = ? AND seq != ?",
+                    (row[0], row[2]),
+                ).fetchone()
+                if first is not None:
+                    raise DuplicateUrl(row[0], row[2], first[0], first[1]) from None
+            raise
+
+    def compare(self, *, resend_all: bool = False) -> Diff:
+        """Compares the snapshot with what the appliance holds."""
+        self._db.execute("COMMIT")
+        db = self._db
+        diff = Diff(held=self.count())
+        diff.new, diff.changed, diff.unchanged = db.execute(
+            "SELECT sum(d.url IS NULL), sum(d.fingerprint != s.fingerprint), "
+            "sum(d.fingerprint = s.fingerprint) "
+            "FROM temp.snapshot s LEFT JOIN documents d ON d.url = s.url"
+        ).fetchone()
+        diff.new, diff.changed, diff.unchanged = (
+            int(diff.new or 0),
+            int(diff.changed or 0),
+            int(diff.unchanged or 0),
+        )
+        diff.deleted = int(
+            db.execute(
+                "SELECT count(*) FROM documents d WHERE NOT EXISTS "
+                "(SELECT 1 FROM temp.snapshot s WHERE s.url = d.url)"
+            ).fetchone()[0]
+        )
+        if resend_all:
+            diff.changed += diff.unchanged
+            diff.unchanged = 0
+        examples = {
+            "new": "SELECT s.url FROM temp.snapshot s LEFT JOIN documents d ON d.url = s.url "
+            "WHERE d.url IS NULL ORDER BY s.seq LIMIT 3",
+            "changed": "SELECT s.url FROM temp.snapshot s JOIN documents d ON d.url = s.url "
+            "WHERE d.fingerprint != s.fingerprint ORDER BY s.seq LIMIT 3",
+            "deleted": "SELECT url FROM documents d WHERE NOT EXISTS "
+            "(SELECT 1 FROM temp.snapshot s WHERE s.url = d.url) ORDER BY url LIMIT 3",
+        }
+        diff.examples = {k: [r[0] for r in db.execute(q)] for k, q in examples.items()}
+        self._resend_all = resend_all
+        return diff
+
+    def changed(self) -> Iterator[Changed]:
+        """The snapshot's records to send, in snapshot order."""
+        where = "" if self._resend_all else "WHERE d.fingerprint IS NOT s.fingerprint "
+        cursor = self._db.execute(
+            "SELECT s.seq, s.source, s.start, s.end, s.line, s.url, s.fingerprint "
+            "FROM temp.snapshot s LEFT JOIN documents d ON d.url = s.url "
+            f"{where}ORDER BY s.seq"
+        )
+        while rows := cursor.fetchmany(BATCH):
+            for seq, source, start, end, line, url, fp in rows:
+                yield Changed(seq, source, start, end, line, url, bytes(fp))
+
+    def deleted(self) -> Iterator[str]:
+        """The URLs the appliance holds that the snapshot has not, in URL order."""
+        cursor = self._db.execute(
+            "SELECT url FROM documents d WHERE NOT EXISTS "
+            "(SELECT 1 FROM temp.snapshot s WHERE s.url = d.url) ORDER BY url"
+        )
+        while rows := cursor.fetchmany(BATCH):
+            yield from (row[0] for row in rows)
+
+    def end_snapshot(self) -> None:
+        if self._db.in_transaction:
+            self._db.execute("ROLLBACK")
+        self._db.execute("DROP TABLE IF EXISTS temp.snapshot")
+
+    # The set being sent.
+
+    @property
+    def pending_set(self) -> Path | None:
+        """The feed set of a sync whose records are not all accepted yet."""
+        value = self._meta("pending_set")
+        return None if value is None else Path(value)
+
+    def set_pending(self, feed_set: Path, records: Iterable[tuple[str, bytes | None]]) -> None:
+        """Records the set about to be sent: its records (URL, fingerprint, None for a delete)
+        in the set's order. Before the first file is sent, so that a sync killed while pushing
+        knows what each accepted file carried."""
+        with self._transaction():
+            self._db.execute("DELETE FROM pending")
+            batch: list[tuple[int, str, bytes | None]] = []
+            for seq, (url, fp) in enumerate(records):
+                batch.append((seq, url, fp))
+                if len(batch) >= BATCH:
+                    self._db.executemany("INSERT INTO pending VALUES (?, ?, ?)", batch)
+                    batch.clear()
+            self._db.executemany("INSERT INTO pending VALUES (?, ?, ?)", batch)
+            self._set_meta("pending_set", os.fspath(feed_set))
+
+    def commit_records(self, first: int, end: int) -> None:
+        """The appliance accepted the file that carried pending records `first` to `end`
+        (excluded): they become what it holds. Done again, it changes nothing."""
+        now = time.time()
+        with self._transaction():
+            self._db.execute(
+                "INSERT OR REPLACE INTO documents SELECT url, fingerprint, ? FROM pending "
+                "WHERE seq >= ? AND seq < ? AND fingerprint IS NOT NULL",
+                (now, first, end),
+            )
+            self._db.execute(
+                "DELETE FROM documents WHERE url IN (SELECT url FROM pending "
+                "WHERE seq >= ? AND seq < ? AND fingerprint IS NULL)",
+                (first, end),
+            )
+            self._db.execute("DELETE FROM pending WHERE seq >= ? AND seq < ?", (first, end))
+
+    def pending_count(self) -> int:
+        return int(self._db.execute("SELECT count(*) FROM pending").fetchone()[0])
+
+    def clear_pending(self) -> None:
+        """The pending set is done with: every file accepted, or it was never sent."""
+        with self._transaction():
+            self._db.execute("DELETE FROM pending")
+            self._db.execute("DELETE FROM meta WHERE key = 'pending_set'")
+
+
+class DuplicateUrl(FastfeedError):
+    """A URL found twice in a snapshot: at record `seq`, and first at `line` of `source`."""
+
+    def __init__(self, url: str, seq: int, source: int, line: int) -> None:
+        super().__init__(url)
+        self.url, self.seq, self.source, self.line = url, seq, source, line
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on an exception."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._db.execute("BEGIN IMMEDIATE")
+        return self._db
+
+    def __exit__(self, kind: object, *rest: object) -> None:
+        self._db.execute("COMMIT" if kind is None else "ROLLBACK")

@@ -1,0 +1,246 @@
+//! Fingerprints of records: what `fastfeed sync` compares with its state to know whether the
+//! appliance already holds a record as given.
+//!
+//! A fingerprint is the first 16 bytes of the SHA-256 of the record's canonical form, version 1:
+//! the tag `fastfeed-fp1`, then every field the feed carries, in the schema's order, each as a
+//! one-byte field number and its value; a value is a presence byte (absent fields are written
+//! as absent, so that removing one changes the fingerprint) and length-prefixed bytes. The
+//! form is made from the parsed record, not from its input, so what does not change the
+//! feed does not change the fingerprint: the order of JSON keys and of metadata names, the
+//! spelling of a date (its instant counts; an RFC 822 date, passed to the appliance as given,
+//! counts as written), and the form of a content (text or UTF-8 bytes of it differ only in
+//! being text; `content_base64`, `content` bytes and `content_path` give their bytes). A
+//! change of this form must change the version tag: every stored fingerprint then differs,
+//! and the next sync sends everything once.
+
+use std::ops::Range;
+
+use rayon::prelude::*;
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::jsonl;
+use crate::record::{parse_date, Record};
+
+pub type Fingerprint = [u8; 16];
+
+/// A record found in a chunk of JSON Lines.
+#[derive(Debug)]
+pub struct Found {
+    /// The line's position in the chunk, counting blank lines (as errors do).
+    pub line: usize,
+    /// Where the line is in the chunk, without its newline.
+    pub span: Range<usize>,
+    pub url: String,
+    pub fingerprint: Fingerprint,
+}
+
+const TAG: &[u8] = b"fastfeed-fp1";
+
+/// Feeds the canonical form to a hash.
+struct Canonical(Sha256);
+
+impl Canonical {
+    fn field(&mut self, number: u8, value: Option<&[u8]>) {
+        self.0.update([number, u8::from(value.is_some())]);
+        if let Some(v) = value {
+            self.0.update((v.len() as u64).to_le_bytes());
+            self.0.update(v);
+        }
+    }
+
+    fn text(&mut self, number: u8, value: Option<&str>) {
+        self.field(number, value.map(str::as_bytes));
+    }
+
+    fn flag(&mut self, number: u8, value: Option<bool>) {
+        self.field(number, value.map(|b| if b { &b"1"[..] } else { &b"0"[..] }));
+    }
+
+    /// An enum by its variant's name, which the version tag pins.
+    fn name(&mut self, number: u8, value: Option<impl std::fmt::Debug>) {
+        self.text(number, value.map(|v| format!("{v:?}")).as_deref());
+    }
+}
+
+/// The fingerprint of a record; `index` names it in errors (a content that cannot be read).
+pub fn fingerprint(index: usize, r: &Record<'_>) -> Result<Fingerprint> {
+    let mut c = Canonical(Sha256::new());
+    c.0.update(TAG);
+    c.text(1, Some(&r.url));
+    c.name(2, r.action);
+    c.text(3, r.mimetype.as_deref());
+    c.text(4, r.displayurl.as_deref());
+    match &r.last_modified {
+        None => c.field(5, None),
+        Some(ts) => {
+            let (when, rfc822) =
+                parse_date(ts).map_err(|m| Error::record(index, Some("last_modified"), m))?;
+            let instant = format!("{}.{:09}", when.timestamp(), when.timestamp_subsec_nanos());
+            c.text(5, Some(rfc822.unwrap_or(&instant)));
+        }
+    }
+    c.flag(6, r.lock);
+    c.name(7, r.authmethod);
+    c.text(8, r.pagerank.map(|p| p.to_string()).as_deref());
+    c.flag(9, r.crawl_immediately);
+    c.flag(10, r.crawl_once);
+    // Sorted by name, a name's values in their order: the order of names is not the feed's.
+    let mut metadata: Vec<&(String, String)> = r.metadata.iter().collect();
+    metadata.sort_by(|a, b| a.0.cmp(&b.0));
+    c.field(11, Some(&(metadata.len() as u64).to_le_bytes()));
+    for (name, value) in metadata {
+        c.text(12, Some(name));
+        c.text(13, Some(value));
+    }
+    match &r.content {
+        None => c.field(14, None),
+        Some(content) => {
+            let mimetype = r.mimetype(index)?;
+            let mut buf = Vec::new();
+            let (bytes, text) = content.resolve(index, mimetype, &mut buf)?;
+            c.flag(14, Some(text.is_some()));
+            c.field(15, Some(bytes));
+        }
+    }
+    match &r.acl {
+        None => c.field(16, None),
+        Some(acl) => {
+            c.field(16, Some(&(acl.principals.len() as u64).to_le_bytes()));
+            for p in &acl.principals {
+                c.text(17, Some(&p.name));
+                c.name(18, Some(p.scope));
+                c.name(19, p.access);
+                c.text(20, p.namespace.as_deref());
+                c.flag(21, p.case_sensitive);
+                c.flag(22, Some(p.unqualified));
+            }
+            c.name(23, acl.inheritance);
+            c.text(24, acl.inherit_from.as_deref());
+        }
+    }
+    c.flag(25, r.overwrite_acls);
+    c.flag(26, Some(r.standalone_acl));
+    let digest = c.0.finalize();
+    let mut fp = Fingerprint::default();
+    fp.copy_from_slice(&digest[..16]);
+    Ok(fp)
+}
+
+/// The records of a chunk of JSON Lines (whole lines), in order, and the chunk's number of
+/// lines. Pieces of the chunk are parsed and hashed on the pool's threads; an error names the
+/// chunk's first bad line.
+pub fn fingerprint_jsonl(chunk: &[u8], pieces: usize) -> Result<(Vec<Found>, usize)> {
+    let size = chunk.len().div_ceil(pieces.max(1)).max(1);
+    let parts: Vec<Range<usize>> = (0..chunk.len())
+        .step_by(size)
+        .map(|start| start..(start + size).min(chunk.len()))
+        .collect();
+    let done: Vec<(Result<Vec<Found>>, usize)> = parts
+        .into_par_iter()
+        .map(|part| {
+            let (lines, count) = jsonl::lines_in(chunk, part);
+            let found = lines
+                .into_iter()
+                .map(|(line, text)| {
+                    let record = jsonl::parse_line(line, text)?;
+                    let fingerprint = fingerprint(line, &record)?;
+                    let start = text.as_ptr() as usize - chunk.as_ptr() as usize;
+                    Ok(Found {
+                        line,
+                        span: start..start + text.len(),
+                        url: record.url,
+                        fingerprint,
+                    })
+                })
+                .collect();
+            (found, count)
+        })
+        .collect();
+    let mut out = Vec::new();
+    let mut before = 0;
+    for (found, count) in done {
+        for mut f in found.map_err(|e| e.shifted(before))? {
+            f.line += before;
+            out.push(f);
+        }
+        before += count;
+    }
+    Ok((out, before))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fp(line: &str) -> Fingerprint {
+        let r = jsonl::parse_line(0, line.as_bytes()).unwrap();
+        fingerprint(0, &r).unwrap()
+    }
+
+    #[test]
+    fn what_does_not_change_the_feed_does_not_change_the_fingerprint() {
+        let a = fp(
+            r#"{"url":"http://e.example.com/a","content":"hi","metadata":{"a":"1","b":["2","3"]}}"#,
+        );
+        let b = fp(
+            r#"{"metadata":{"b":["2","3"],"a":"1"},"content":"hi","url":"http://e.example.com/a"}"#,
+        );
+        assert_eq!(a, b);
+        let epoch = fp(r#"{"url":"http://e.example.com/a","last_modified":0}"#);
+        let text = fp(r#"{"url":"http://e.example.com/a","last_modified":"1970-01-01T00:00:00Z"}"#);
+        assert_eq!(epoch, text);
+    }
+
+    #[test]
+    fn every_field_counts() {
+        let base = r#"{"url":"http://e.example.com/a","content":"hi","metadata":{"a":"1"},"acl":{"principals":[{"name":"bob","scope":"user","access":"permit"}]}}"#;
+        let changed = [
+            base.replace("/a\"", "/b\""),
+            base.replace("\"hi\"", "\"ho\""),
+            base.replace("\"1\"", "\"2\""),
+            base.replace("bob", "alice"),
+            base.replace("permit", "deny"),
+            base.replace("}]}}", "}]},\"lock\":true}"),
+            base.replace(r#""content":"hi""#, r#""content_base64":"aGk=""#),
+        ];
+        for other in changed {
+            assert_ne!(fp(base), fp(&other), "{other}");
+        }
+    }
+
+    #[test]
+    fn values_cannot_run_into_each_other() {
+        // Length prefixes: "ab" + "c" is not "a" + "bc".
+        let one = fp(r#"{"url":"http://e.example.com/a","metadata":{"ab":"c"}}"#);
+        let two = fp(r#"{"url":"http://e.example.com/a","metadata":{"a":"bc"}}"#);
+        assert_ne!(one, two);
+    }
+
+    #[test]
+    fn lines_are_found_across_pieces_and_errors_name_the_first_bad_one() {
+        let chunk = "{\"url\":\"http://e.example.com/1\"}\n\n{\"url\":\"http://e.example.com/2\"}\n{\"url\":\"http://e.example.com/3\"}\n";
+        for pieces in 1..5 {
+            let (found, count) = fingerprint_jsonl(chunk.as_bytes(), pieces).unwrap();
+            assert_eq!(count, 4);
+            for f in &found {
+                assert_eq!(&chunk[f.span.clone()], format!("{{\"url\":\"{}\"}}", f.url));
+            }
+            let lines: Vec<(usize, &str)> =
+                found.iter().map(|f| (f.line, f.url.as_str())).collect();
+            assert_eq!(
+                lines,
+                [
+                    (0, "http://e.example.com/1"),
+                    (2, "http://e.example.com/2"),
+                    (3, "http://e.example.com/3")
+                ]
+            );
+        }
+        let bad = "{\"url\":\"http://e.example.com/1\"}\n{\"conent\":1}\n{\"x\":1}\n";
+        for pieces in 1..4 {
+            let err = fingerprint_jsonl(bad.as_bytes(), pieces).unwrap_err();
+            assert!(err.to_string().contains("conent"), "{err}");
+        }
+    }
+}

@@ -1,0 +1,234 @@
+"""`fastfeed sync` against the emulator over HTTPS: the index equals each snapshot, only the
+difference is sent, a killed sync loses nothing, and mass deletes take the user's word."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from fastfeed import MassDelete, PushSettings, sync
+from fastfeed.cli import main
+from fastfeed.emulator import Emulator, Fault
+from fastfeed.sets.journal import JOURNAL
+from fastfeed.sets.state import SyncState
+
+Settings = Callable[..., PushSettings]
+
+
+def doc(n: int, **fields: Any) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "url": f"http://docs.example.com/{n}",
+        "content": f"document {n}",
+        "metadata": {"team": "eng", "n": str(n)},
+        "acl": {"principals": [{"name": "alice", "scope": "user", "access": "permit"}]},
+    }
+    record.update(fields)
+    return record
+
+
+def write(path: Path, records: list[dict[str, Any]]) -> str:
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    return str(path)
+
+
+def received(emulator: Emulator) -> int:
+    """Records the emulator has received, across every push."""
+    emulator.wait_idle()
+    return sum(p.records for p in emulator.pushes())
+
+
+def index(emulator: Emulator) -> dict[str, tuple[bytes | None, list[tuple[str, str]]]]:
+    emulator.wait_idle()
+    return {u: (d.content, sorted(d.metadata)) for u, d in emulator.documents("docs").items()}
+
+
+def expected(
+    records: list[dict[str, Any]],
+) -> dict[str, tuple[bytes | None, list[tuple[str, str]]]]:
+    return {r["url"]: (r["content"].encode(), sorted(r["metadata"].items())) for r in records}
+
+
+def test_a_second_sync_sends_only_the_difference_and_the_index_equals_the_snapshot(
+    emulator: Emulator, push_settings: Settings, tmp_path: Path
+) -> None:
+    state = tmp_path / "docs.state"
+    first = [doc(n) for n in range(20)]
+    summary = sync([write(tmp_path / "a.jsonl", first)], state, "docs", push_settings(emulator),
+                   out_dir=tmp_path / "s1")  # fmt: skip
+    assert summary.ok and summary.diff.new == 20 and received(emulator) == 20
+    assert index(emulator) == expected(first)
+
+    second = [doc(n) for n in range(20) if n not in (3, 4)]  # 2 deleted
+    second[0]["content"] = "changed content"  # content
+    second[1]["metadata"]["team"] = "ops"  # one metadata value
+    acl = second[2]["acl"]["principals"]
+    acl.append({"name": "bob", "scope": "user", "access": "permit"})  # one ACL principal
+    second += [doc(n) for n in (20, 21, 22)]  # 3 new
+    summary = sync([write(tmp_path / "b.jsonl", second)], state, "docs", push_settings(emulator),
+                   out_dir=tmp_path / "s2")  # fmt: skip
+
+    d = summary.diff
+    assert (d.new, d.changed, d.deleted, d.unchanged) == (3, 3, 2, 15)
+    assert received(emulator) == 20 + 3 + 3 + 2  # only the difference was sent
+    assert index(emulator) == expected(second)
+    principals = emulator.acls("docs")[second[2]["url"]].principals
+    assert sorted(p.name for p in principals) == ["alice", "bob"]
+    with SyncState(state, f"127.0.0.1:{emulator.port} datasource docs") as st:
+        assert st.count() == 21 and st.pending_set is None and st.last_sync is not None
+
+
+def test_an_unchanged_snapshot_sends_nothing_whatever_its_order(
+    emulator: Emulator, push_settings: Settings, tmp_path: Path
+) -> None:
+    state = tmp_path / "docs.state"
+    records = [doc(n, last_modified="2024-06-01T00:00:00Z") for n in range(10)]
+    sync([write(tmp_path / "a.jsonl", records)], state, "docs", push_settings(emulator),
+         out_dir=tmp_path / "s1")  # fmt: skip
+    # The same records, in another order, with their JSON keys and metadata names reordered
+    # and the date given as seconds since the epoch.
+    shuffled = [
+        dict(reversed(list({**r, "metadata": dict(reversed(list(r["metadata"].items()))),
+                            "last_modified": 1717200000}.items())))
+        for r in reversed(records)
+    ]  # fmt: skip
+    summary = sync([write(tmp_path / "b.jsonl", shuffled)], state, "docs",
+                   push_settings(emulator), out_dir=tmp_path / "s2")  # fmt: skip
+
+    assert summary.pushed is None and summary.diff.unchanged == 10
+    assert received(emulator) == 10
+    assert not (tmp_path / "s2").exists()
+
+
+@pytest.mark.parametrize("kept", [0, 5])
+def test_a_snapshot_that_deletes_much_is_refused_unless_allowed(
+    emulator: Emulator, push_settings: Settings, tmp_path: Path, kept: int
+) -> None:
+    state = tmp_path / "docs.state"
+    sync([write(tmp_path / "a.jsonl", [doc(n) for n in range(10)])], state, "docs",
+         push_settings(emulator), out_dir=tmp_path / "s1")  # fmt: skip
+    smaller = write(tmp_path / "b.jsonl", [doc(n) for n in range(kept)])
+
+    with pytest.raises(MassDelete) as refused:
+        sync([smaller], state, "docs", push_settings(emulator), out_dir=tmp_path / "s2")
+    assert (refused.value.deleted, refused.value.held) == (10 - kept, 10)
+    assert f"{10 - kept:,} of the 10 documents" in str(refused.value)
+    assert received(emulator) == 10 and not (tmp_path / "s2").exists()
+
+    summary = sync([smaller], state, "docs", push_settings(emulator), out_dir=tmp_path / "s3",
+                   allow_deletes=10 - kept)  # fmt: skip
+    assert summary.ok and set(index(emulator)) == {doc(n)["url"] for n in range(kept)}
+
+
+def test_a_push_that_fails_leaves_the_state_at_what_the_appliance_accepted(
+    emulator: Emulator, push_settings: Settings, tmp_path: Path
+) -> None:
+    state = tmp_path / "docs.state"
+    records = [doc(n) for n in range(30)]
+    settings = push_settings(emulator, retries=1)
+    # A 503 and a disk full are retried: every file gets through.
+    emulator.add_fault(Fault(kind="http_status", status=503, times=1))
+    emulator.add_fault(Fault.disk_full())
+    first = sync([write(tmp_path / "a.jsonl", records)], state, "docs", settings,
+                 out_dir=tmp_path / "s1", max_records=10)  # fmt: skip
+    assert first.ok and received(emulator) == 30
+    old = {url: fp for url, fp in _fingerprints(state, emulator, records).items()}
+
+    # Two changed records in two files; the first file's connection drops at every attempt.
+    records[5]["content"] = "new"
+    records[25]["content"] = "new"
+    emulator.add_fault(Fault(kind="drop_connection", after_bytes=10, times=2))
+    changed = write(tmp_path / "b.jsonl", records)
+    second = sync([changed], state, "docs", settings, out_dir=tmp_path / "s2", max_records=1)
+
+    assert not second.ok
+    assert index(emulator)[records[5]["url"]][0] == b"document 5"  # never arrived
+    assert _fingerprints(state, emulator, records) == old  # nor recorded as held
+    emulator.clear_faults()
+    third = sync([changed], state, "docs", settings, out_dir=tmp_path / "s3")
+    assert third.ok and third.resumed == 2 and third.pushed is None
+    assert index(emulator) == expected(records)
+
+
+def _fingerprints(state: Path, emulator: Emulator, records: list[dict[str, Any]]) -> dict[str, Any]:
+    with SyncState(state, f"127.0.0.1:{emulator.port} datasource docs") as st:
+        return {r["url"]: st.fingerprint(r["url"])[0] for r in records}  # type: ignore[index]
+
+
+def _child_sync(argv: list[str], cwd: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-c", "import sys; from fastfeed.cli import main; sys.exit(main())",
+         *argv],
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+
+def test_a_sync_killed_while_pushing_loses_nothing(
+    make_emulator: Callable[..., Emulator], tls: Any, tmp_path: Path
+) -> None:
+    emulator = make_emulator()
+    state = tmp_path / "docs.state"
+    records = [doc(n) for n in range(12)]
+    src = write(tmp_path / "a.jsonl", records)
+    argv = ["sync", src, "--datasource", "docs", "--state", str(state), "--host", "127.0.0.1",
+            "--port", str(emulator.port), "--cacert", str(tls.ca_path), "--max-records", "1",
+            "--out", str(tmp_path / "s1")]  # fmt: skip
+    # Each answer takes 0.3 s: kill the sync once a few files were accepted.
+    emulator.add_fault(Fault(kind="slow", seconds=0.3, times=100))
+    child = _child_sync(argv, tmp_path)
+    journal = tmp_path / "s1" / JOURNAL
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if journal.exists() and journal.read_bytes().count(b"\n") >= 3:
+            break
+        time.sleep(0.02)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    emulator.clear_faults()
+
+    again = argv[:-2] + ["--out", str(tmp_path / "s2"), "--json"]
+    rerun = subprocess.run(
+        [sys.executable, "-c", "import sys; from fastfeed.cli import main; sys.exit(main())",
+         *again],
+        cwd=tmp_path,
+        capture_output=True,
+    )  # fmt: skip
+    assert rerun.returncode == 0, rerun.stderr.decode()
+    summary = json.loads(rerun.stdout)
+    assert summary["resumed"] > 0 and summary["new"] == 0 and summary["unchanged"] == 12
+    assert index(emulator) == expected(records)
+    # Only the file in flight when killed may have been sent twice.
+    assert received(emulator) <= 12 + 1
+
+
+def test_the_command_line_dry_run_shows_what_would_be_sent(
+    emulator: Emulator, tls: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = write(tmp_path / "a.jsonl", [doc(n) for n in range(4)])
+    argv = ["sync", src, "--datasource", "docs", "--state", str(tmp_path / "docs.state"),
+            "--host", "127.0.0.1", "--port", str(emulator.port), "--cacert",
+            str(tls.ca_path)]  # fmt: skip
+
+    assert main([*argv, "--dry-run", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["new"] == 4 and "would send 4 new" in err
+    assert "http://docs.example.com/0" in err  # examples
+    assert received(emulator) == 0
+
+    assert main(argv) == 0
+    with pytest.raises(SystemExit) as usage:
+        main([*argv[:4], *argv[6:]])
+    assert usage.value.code == 2 and "--state is required" in capsys.readouterr().err
+    empty = write(tmp_path / "empty.jsonl", [])
+    assert main(["sync", empty, *argv[2:]]) == 3
+    assert "--allow-deletes" in capsys.readouterr().err

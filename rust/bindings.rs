@@ -369,44 +369,26 @@ fn timestamp(value: &Bound<'_, PyAny>) -> Result<Timestamp, String> {
     ))
 }
 
-/// What `fingerprint_jsonl` finds in a chunk, as lists (the fingerprints as one bytes, 16 bytes
-/// each): lines, starts, ends, URLs, fingerprints, and the chunk's number of lines.
-type Fingerprints<'py> = (
-    Vec<usize>,
-    Vec<usize>,
-    Vec<usize>,
-    Vec<String>,
-    Bound<'py, PyBytes>,
-    usize,
-);
-
-/// The records of a chunk of JSON Lines with their fingerprints, computed on the core's threads
-/// without the GIL.
+/// The records of a chunk of JSON Lines, fingerprinted on the core's threads without the GIL:
+/// their snapshot rows (JSON), their spans (bytes, see `fingerprint::spans`), how many records
+/// and how many lines the chunk held.
 #[pyfunction]
+#[pyo3(signature = (chunk, *, source=0, base=0))]
 fn fingerprint_jsonl<'py>(
     py: Python<'py>,
     chunk: &Bound<'py, PyAny>,
-) -> PyResult<Fingerprints<'py>> {
+    source: i64,
+    base: i64,
+) -> PyResult<(String, Bound<'py, PyBytes>, usize, usize)> {
     let chunk = shared_chunk(py, chunk)?;
     let pieces = 4 * rayon::current_num_threads();
-    let (found, count) =
-        py.allow_threads(|| fingerprint::fingerprint_jsonl((*chunk).as_ref(), pieces))?;
-    let n = found.len();
-    let (mut lines, mut starts, mut ends) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    let mut urls = Vec::with_capacity(n);
-    let mut fps = Vec::with_capacity(16 * n);
-    for f in found {
-        lines.push(f.line);
-        starts.push(f.span.start);
-        ends.push(f.span.end);
-        urls.push(f.url);
-        fps.extend_from_slice(&f.fingerprint);
-    }
-    Ok((lines, starts, ends, urls, PyBytes::new(py, &fps), count))
+    let (rows, spans, records, lines) = py.allow_threads(|| {
+        let (found, lines) = fingerprint::fingerprint_jsonl((*chunk).as_ref(), pieces)?;
+        let rows = fingerprint::snapshot_rows(&found);
+        let spans = fingerprint::spans(&found, source, base);
+        Ok::<_, Error>((rows, spans, found.len(), lines))
+    })?;
+    Ok((rows, PyBytes::new(py, &spans), records, lines))
 }
 
 /// The moment a `last_modified` value names, in seconds since the epoch (UTC), read as every

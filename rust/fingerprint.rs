@@ -169,6 +169,44 @@ pub fn fingerprint_jsonl(chunk: &[u8], pieces: usize) -> Result<(Vec<Found>, usi
     Ok((out, before))
 }
 
+/// The records as the state's snapshot table takes them in one statement: a JSON array of
+/// `[url, fingerprint in hex]` (SQLite's json_each reads it far faster than Python binds rows).
+pub fn snapshot_rows(found: &[Found]) -> String {
+    let rows: Vec<(&str, String)> = found
+        .iter()
+        .map(|f| (f.url.as_str(), hex(&f.fingerprint)))
+        .collect();
+    serde_json::to_string(&rows).unwrap_or_default()
+}
+
+/// Where each record's line is, as `sets/snapshot.py` keeps it: four native-endian i64 per
+/// record (source, start and end of the line in the source, with the chunk's `base` offset
+/// added, and the line's position in the chunk).
+pub fn spans(found: &[Found], source: i64, base: i64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(32 * found.len());
+    for f in found {
+        for value in [
+            source,
+            base + f.span.start as i64,
+            base + f.span.end as i64,
+            f.line as i64,
+        ] {
+            out.extend_from_slice(&value.to_ne_bytes());
+        }
+    }
+    out
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(2 * bytes.len());
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,6 +245,21 @@ mod tests {
         for other in changed {
             assert_ne!(fp(base), fp(&other), "{other}");
         }
+    }
+
+    #[test]
+    fn rows_and_spans_are_laid_out_for_the_snapshot() {
+        let chunk = concat!(r#"{"url":"http://e.example.com/\u00e9\""}"#, "\n");
+        let (found, _) = fingerprint_jsonl(chunk.as_bytes(), 1).unwrap();
+        let rows: Vec<(String, String)> = serde_json::from_str(&snapshot_rows(&found)).unwrap();
+        assert_eq!(rows[0].0, "http://e.example.com/\u{e9}\"");
+        assert_eq!(rows[0].1, hex(&found[0].fingerprint));
+        let spans = spans(&found, 2, 100);
+        let words: Vec<i64> = spans
+            .chunks(8)
+            .map(|w| i64::from_ne_bytes(w.try_into().unwrap()))
+            .collect();
+        assert_eq!(words, [2, 100, 100 + chunk.len() as i64 - 1, 0]);
     }
 
     #[test]

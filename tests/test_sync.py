@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 import pytest
-from fastfeed import MassDelete, PushSettings, sync
+from fastfeed import InputError, MassDelete, PushSettings, sync
 from fastfeed.cli import main
 from fastfeed.emulator import Emulator, Fault
 from fastfeed.sets.journal import JOURNAL
@@ -232,3 +232,65 @@ def test_the_command_line_dry_run_shows_what_would_be_sent(
     empty = write(tmp_path / "empty.jsonl", [])
     assert main(["sync", empty, *argv[2:]]) == 3
     assert "--allow-deletes" in capsys.readouterr().err
+
+
+def test_directories_and_standard_input_are_snapshots_too(
+    emulator: Emulator, push_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    share = tmp_path / "share"
+    (share / "sub").mkdir(parents=True)
+    for name, text in [("a.txt", "alpha"), ("sub/b.txt", "beta"), ("c.txt", "gamma")]:
+        (share / name).write_text(text)
+    state = tmp_path / "share.state"
+    settings = push_settings(emulator)
+    base = "http://files.example.com/share/"
+
+    def run(out: str) -> Any:
+        return sync([str(share)], state, "docs", settings, base_url=base, out_dir=tmp_path / out,
+                    allow_deletes=1)  # fmt: skip
+
+    assert run("s1").diff.new == 3
+    (share / "c.txt").unlink()
+    (share / "a.txt").write_text("alpha, changed")
+    d = run("s2").diff
+    assert (d.new, d.changed, d.deleted, d.unchanged) == (0, 1, 1, 1)
+    assert {u: c.content for u, c in emulator.documents("docs").items()} == {
+        base + "a.txt": b"alpha, changed",
+        base + "sub/b.txt": b"beta",
+    }
+
+    # Standard input, read twice: the records to send are read again from a copy.
+    records = [doc(n) for n in range(3)]
+    stdin = tmp_path / "stdin.jsonl"
+    write(stdin, records)
+    with stdin.open("rb") as f:
+        monkeypatch.setattr("sys.stdin", type("In", (), {"buffer": f})())
+        summary = sync(["-"], tmp_path / "in.state", "other", settings, out_dir=tmp_path / "s3")
+    assert summary.ok and summary.diff.new == 3
+    emulator.wait_idle()
+    assert len(emulator.documents("other")) == 3
+
+
+def test_a_url_twice_in_a_snapshot_is_refused_naming_both_lines(
+    emulator: Emulator, push_settings: Settings, tmp_path: Path
+) -> None:
+    src = write(tmp_path / "a.jsonl", [doc(1), doc(2), doc(1, content="again")])
+    with pytest.raises(InputError) as refused:
+        sync([src], tmp_path / "s.state", "docs", push_settings(emulator), out_dir=tmp_path / "o")
+    assert refused.value.location == f"{src}:3"
+    assert f"{src}:1" in str(refused.value)
+    assert received(emulator) == 0
+
+
+def test_a_refused_record_stops_the_sync_naming_where_it_was_given(
+    emulator: Emulator, push_settings: Settings, tmp_path: Path
+) -> None:
+    state = tmp_path / "s.state"
+    src = write(tmp_path / "a.jsonl", [doc(1), doc(2, pagerank=5)])
+    # The pagerank range is a rule of the feed, checked when the feed is built.
+    with pytest.raises(InputError) as refused:
+        sync([src], state, "docs", push_settings(emulator), out_dir=tmp_path / "o")
+    assert refused.value.location == f"{src}:2" and "pagerank" in str(refused.value)
+    assert received(emulator) == 0
+    with SyncState(state, f"127.0.0.1:{emulator.port} datasource docs") as st:
+        assert st.count() == 0 and st.pending_set is None

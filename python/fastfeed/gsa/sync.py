@@ -137,7 +137,7 @@ def sync(
         snapshot = Snapshot(inputs, base_url, work, skip=os.fspath(out))
         try:
             snapshot.read(st, progress)
-            diff = st.compare(resend_all=resend_all)
+            diff = snapshot.compare(st, resend_all=resend_all)
             _check_deletes(diff, snapshot.records, allow_deletes, datasource)
 
             def summary(out_dir: str | None, pushed: PushSummary | None) -> SyncSummary:
@@ -234,7 +234,7 @@ def _check_deletes(diff: Diff, records: int, allow: AllowDeletes | None, datasou
 
 def _write_changes(
     st: SyncState, snapshot: Snapshot, changes: Path, deletes: Path
-) -> Iterator[tuple[str, bytes | None]]:
+) -> Iterator[tuple[str, str | None]]:
     """Writes the records to send, the changed ones then the deletes, and yields each one's
     URL and fingerprint (None for a delete) in that order: the order of the feed set."""
     with changes.open("wb") as out:
@@ -254,7 +254,7 @@ def _as_given(exc: InputError, changes: Path, st: SyncState, snapshot: Snapshot)
         return exc
     for n, record in enumerate(st.changed(), 1):
         if n == int(line):
-            return InputError(snapshot.where(record), exc.reason)
+            return InputError(snapshot.where(record.seq), exc.reason)
     return exc
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -294,3 +295,31 @@ def test_a_refused_record_stops_the_sync_naming_where_it_was_given(
     assert received(emulator) == 0
     with SyncState(state, f"127.0.0.1:{emulator.port} datasource docs") as st:
         assert st.count() == 0 and st.pending_set is None
+
+
+def test_the_state_command_shows_exports_and_forgets(
+    emulator: Emulator, push_settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "docs.state"
+    records = [doc(n) for n in range(3)]
+    src = write(tmp_path / "a.jsonl", records)
+    sync([src], state, "docs", push_settings(emulator), out_dir=tmp_path / "s1")
+    url = records[0]["url"]
+
+    assert main(["state", "show", str(state), "--url", url, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["documents"] == 3 and shown["target"].endswith("datasource docs")
+    assert len(shown["urls"][url]["fingerprint"]) == 32 and shown["pending_set"] is None
+    assert main(["state", "export", str(state)]) == 0
+    exported = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted(e["url"] for e in exported) == sorted(r["url"] for r in records)
+
+    assert main(["state", "forget", str(state), "--url", url]) == 0
+    again = sync([src], state, "docs", push_settings(emulator), out_dir=tmp_path / "s2")
+    assert (again.diff.new, again.diff.unchanged) == (1, 2)
+
+    # Not a state: said so, and left alone.
+    other = tmp_path / "other.sqlite"
+    sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.commit()
+    assert main(["state", "show", str(other)]) == 1
+    assert "not a sync state" in capsys.readouterr().err

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import click
 
 from fastfeed import __version__
-from fastfeed.cli import build, emulator, groups, push, seedlist, sync, thunderstone
+from fastfeed.cli import build, emulator, groups, push, seedlist, state, sync, thunderstone
 from fastfeed.cli.commands import group
 from fastfeed.errors import ExitCode
 
@@ -38,6 +38,7 @@ for _command in (
     push.push_command,
     push.run_command,
     sync.sync_command,
+    state.state,
     push.replay_command,
     push.backlog_command,
     groups.groups,

@@ -75,10 +75,19 @@ class Changed:
 class SyncState:
     """A state file for `target` (the appliance and the datasource, as one string)."""
 
-    def __init__(self, path: str | os.PathLike[str], target: str) -> None:
+    def __init__(self, path: str | os.PathLike[str], target: str | None) -> None:
+        """Opens the state of `target`, made if missing; with no target, an existing state of
+        any (to look at it)."""
         self.path = Path(path)
+        if target is None and not self.path.is_file():
+            raise StateError(f"{self.path} does not exist: no sync used it as its state")
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None)
+            tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")}
+            if (tables or target is None) and "meta" not in tables:
+                # Another program's database (a seedlist store...): not ours to add tables to.
+                self._db.close()
+                raise StateError(f"{self.path} is not a sync state")
             self._db.executescript(_SCHEMA)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
@@ -86,19 +95,19 @@ class SyncState:
             raise StateError(f"{self.path}: not a usable sync state: {exc}") from None
         with self._transaction():
             version = self._meta("schema")
-            if version is None:
+            if version is None and target is not None:
                 self._set_meta("schema", str(SCHEMA_VERSION))
                 self._set_meta("target", target)
             elif version != str(SCHEMA_VERSION):
                 raise StateError(
-                    f"{self.path}: a state of format {version}; this fastfeed reads format "
-                    f"{SCHEMA_VERSION}"
+                    f"{self.path}: not a sync state of this fastfeed (format {version}; this one "
+                    f"reads format {SCHEMA_VERSION})"
                 )
-        held = self._meta("target")
-        if held != target:
+        self.target = self._meta("target") or ""
+        if target is not None and self.target != target:
             raise StateError(
-                f"{self.path} is the state of {held}, not of {target}: keep one state file per "
-                "appliance and datasource"
+                f"{self.path} is the state of {self.target}, not of {target}: keep one state "
+                "file per appliance and datasource"
             )
 
     def close(self) -> None:
@@ -131,6 +140,20 @@ class SyncState:
             "SELECT fingerprint, accepted FROM documents WHERE url = ?", (url,)
         ).fetchone()
         return None if row is None else (str(row[0]), float(row[1]))
+
+    def documents(self) -> Iterator[tuple[str, str, float]]:
+        """What the appliance holds: URL, fingerprint, when accepted; in URL order."""
+        cursor = self._db.execute("SELECT url, fingerprint, accepted FROM documents ORDER BY url")
+        while rows := cursor.fetchmany(BATCH):
+            yield from rows
+
+    def forget(self, urls: Iterable[str]) -> int:
+        """Forgets that the appliance holds `urls`: the next sync sends them again (as new).
+        Returns how many it held."""
+        with self._transaction():
+            before = self.count()
+            self._db.executemany("DELETE FROM documents WHERE url = ?", ((u,) for u in urls))
+            return before - self.count()
 
     @property
     def last_sync(self) -> float | None:

@@ -1,0 +1,193 @@
+"""Sync benchmarks: finding what changed in a large snapshot, against the plain-Python way.
+
+Run: `pytest benches/bench_sync.py -o python_files='bench_*.py' -s`. FASTFEED_BENCH_SYNC_RECORDS
+sets the snapshot's records (default 1,000,000 of about 1 KB), FASTFEED_BENCH_SYNC_STATE the
+URLs of the large state for the memory test (default 10,000,000 small records).
+
+The peer is what a user writes: every line parsed with json, made canonical with sorted keys,
+hashed with hashlib, and looked up in a dict of the previous fingerprints loaded from SQLite.
+
+Targets (issue 12): an unchanged 1 M-record snapshot found to have nothing to send in at most
+3 s; with 1% changed, only that 1% built and pushed; peak RSS of a sync over a 10 M-URL state at
+most 300 MB, and the state's size per URL reported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from fastfeed import PushSettings, sync
+from fastfeed.emulator import Emulator
+from fastfeed.sets.snapshot import Snapshot
+from fastfeed.sets.state import SyncState
+from peak import run_measuring_peak
+
+RECORDS = int(os.environ.get("FASTFEED_BENCH_SYNC_RECORDS", "1000000"))
+STATE_URLS = int(os.environ.get("FASTFEED_BENCH_SYNC_STATE", "10000000"))
+WORDS = "the search appliance feeds content metadata crawler index of and".split()
+TARGET = "bench:19902 datasource bench"
+
+
+def make_snapshot(path: Path, records: int, size: int, seed: int = 1) -> None:
+    rng = random.Random(seed)
+    text = " ".join(rng.choices(WORDS, k=size // 6 + 1))
+    with path.open("wb") as f:
+        for i in range(records):
+            body = text[i % 97 :][: size - 20] + str(i)
+            record = {"url": f"http://docs.example.com/d/{i}", "content": body,
+                      "metadata": {"team": "eng", "n": str(i)}}  # fmt: skip
+            f.write(orjson.dumps(record) + b"\n")
+
+
+def accept_everything(snapshot: Path, state: Path, target: str = TARGET) -> None:
+    """A state as if the appliance had accepted every record of `snapshot`."""
+    with SyncState(state, target) as st, tempfile.TemporaryDirectory(dir=state.parent) as work:
+        snap = Snapshot([str(snapshot)], None, Path(work), skip=work)
+        try:
+            snap.read(st)
+            st._db.execute("COMMIT")
+            st._db.execute("INSERT INTO documents SELECT url, fingerprint, 0 FROM temp.snapshot")
+        finally:
+            snap.close()
+            st.end_snapshot()
+
+
+def plain_python_diff(snapshot: Path, state: Path) -> tuple[int, int]:
+    """The afternoon sync's comparison: (records to send, records unchanged)."""
+    db = sqlite3.connect(state)
+    held = dict(db.execute("SELECT url, fingerprint FROM documents"))
+    db.close()
+    send = same = 0
+    with snapshot.open("rb") as f:
+        for line in f:
+            record = json.loads(line)
+            canonical = json.dumps(record, sort_keys=True, ensure_ascii=False).encode()
+            fp = hashlib.sha256(canonical).hexdigest()[:32]
+            old = held.pop(record["url"], None)
+            if old == fp:
+                same += 1
+            else:
+                send += 1
+    return send + len(held), same
+
+
+@pytest.fixture(scope="module")
+def snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("sync") / "snapshot.jsonl"
+    make_snapshot(path, RECORDS, 1000)
+    return path
+
+
+def test_an_unchanged_snapshot_is_found_unchanged(
+    snapshot: Path, tmp_path: Path, benchmark: Any
+) -> None:
+    state = tmp_path / "bench.state"
+    accept_everything(snapshot, state)
+    settings = PushSettings(host="bench")  # never reached: nothing is to be sent
+
+    def ours() -> Any:
+        return sync([str(snapshot)], state, "bench", settings, out_dir=tmp_path / "never")
+
+    summary = benchmark.pedantic(ours, rounds=3, iterations=1)
+    ours_s = benchmark.stats.stats.min
+    assert summary.pushed is None and summary.diff.unchanged == RECORDS
+
+    # The peer's fingerprints are not ours: give it a state of its own to compare with.
+    peer_state = tmp_path / "peer.state"
+    db = sqlite3.connect(peer_state)
+    db.execute("CREATE TABLE documents (url TEXT PRIMARY KEY, fingerprint TEXT)")
+    with snapshot.open("rb") as f:
+        rows = []
+        for line in f:
+            r = json.loads(line)
+            canonical = json.dumps(r, sort_keys=True, ensure_ascii=False).encode()
+            rows.append((r["url"], hashlib.sha256(canonical).hexdigest()[:32]))
+    db.executemany("INSERT INTO documents VALUES (?, ?)", rows)
+    db.commit()
+    db.close()
+    del rows
+    started = time.perf_counter()
+    assert plain_python_diff(snapshot, peer_state) == (0, RECORDS)
+    peer_s = time.perf_counter() - started
+    size = snapshot.stat().st_size
+    print(
+        f"\nunchanged snapshot, {RECORDS:,} records ({size / 1e9:.2f} GB): fastfeed "
+        f"{ours_s:.2f} s, plain Python {peer_s:.2f} s -> {peer_s / ours_s:.1f}x; state "
+        f"{state.stat().st_size / RECORDS:.0f} bytes per URL"
+    )
+    benchmark.extra_info.update(seconds=ours_s, speedup=peer_s / ours_s)
+    assert ours_s <= 3.0
+
+
+def test_one_percent_changed_sends_only_that(
+    snapshot: Path, tmp_path: Path, tls_files: tuple[Path, Path, Path]
+) -> None:
+    state = tmp_path / "bench.state"
+    ca, cert, key = tls_files
+    emulator = Emulator(data_dir=tmp_path / "emulator", tls=(cert, key)).start()
+    try:
+        settings = PushSettings(host="127.0.0.1", port=emulator.port, cacert=str(ca))
+        accept_everything(snapshot, state, f"127.0.0.1:{emulator.port} datasource bench")
+        changed = tmp_path / "changed.jsonl"
+        every = 100
+        with snapshot.open("rb") as src, changed.open("wb") as out:
+            for i, line in enumerate(src):
+                if i % every == 0:
+                    record = orjson.loads(line)
+                    record["content"] += " changed"
+                    line = orjson.dumps(record) + b"\n"
+                out.write(line)
+        started = time.perf_counter()
+        summary = sync([str(changed)], state, "bench", settings, out_dir=tmp_path / "sent")
+        seconds = time.perf_counter() - started
+        emulator.wait_idle(timeout=120)
+        received = sum(p.records for p in emulator.pushes())
+    finally:
+        emulator.stop()
+    assert summary.ok and summary.diff.changed == RECORDS // every
+    assert received == RECORDS // every
+    print(f"\n1% of {RECORDS:,} changed: {received:,} records built and pushed in {seconds:.2f} s")
+
+
+@pytest.fixture
+def tls_files(tmp_path: Path) -> tuple[Path, Path, Path]:
+    import trustme
+
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1")
+    paths = tuple(tmp_path / n for n in ("ca.pem", "cert.pem", "key.pem"))
+    ca.cert_pem.write_to_path(str(paths[0]))
+    server.cert_chain_pems[0].write_to_path(str(paths[1]))
+    server.private_key_pem.write_to_path(str(paths[2]))
+    return paths  # type: ignore[return-value]
+
+
+def test_peak_memory_of_a_sync_over_a_large_state(tmp_path: Path) -> None:
+    src = tmp_path / "large.jsonl"
+    make_snapshot(src, STATE_URLS, 40, seed=3)
+    state = tmp_path / "large.state"
+    started = time.perf_counter()
+    accept_everything(src, state)
+    filled = time.perf_counter() - started
+    command = [sys.executable, "-m", "fastfeed", "sync", str(src), "--datasource", "bench",
+               "--state", str(state), "--host", "bench", "--port", "19902"]  # fmt: skip
+    started = time.perf_counter()
+    peak_mb = run_measuring_peak(command) / 1e6
+    seconds = time.perf_counter() - started
+    per_url = state.stat().st_size / STATE_URLS
+    print(
+        f"\nsync over a state of {STATE_URLS:,} URLs: peak RSS {peak_mb:.0f} MB, {seconds:.1f} s "
+        f"(filling the state took {filled:.1f} s); state {per_url:.0f} bytes per URL"
+    )
+    assert peak_mb <= 300

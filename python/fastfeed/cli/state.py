@@ -1,0 +1,120 @@
+"""`fastfeed state show|export|forget`: look at and adjust a sync state."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import orjson
+
+from fastfeed.cli.commands import argument, group, option
+from fastfeed.cli.options import json_option
+from fastfeed.errors import ExitCode
+from fastfeed.sets.state import SyncState
+
+HELP = """\
+Look at the state `fastfeed sync` keeps (what the appliance accepted, per URL), or adjust it.
+
+  show    counts, last sync, an unfinished sync's set; with --url, a URL's fingerprint
+  export  every URL with its fingerprint and when it was accepted, as JSON Lines
+  forget  forget URLs, so that the next sync sends them again
+
+examples:
+  fastfeed state show docs.state
+  fastfeed state show docs.state --url http://docs.example.com/a --json
+  fastfeed state export docs.state > held.jsonl
+  fastfeed state forget docs.state --url http://docs.example.com/a
+"""
+
+
+def _when(seconds: float | None) -> str:
+    if seconds is None:
+        return "never"
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(seconds))
+
+
+@group("state", help=HELP, short_help="look at or adjust a sync state")
+def state() -> None:
+    pass
+
+
+@state.command(
+    "show",
+    help="Show what a sync state holds: its appliance and datasource, the documents held, the "
+    "last sync, an unfinished sync's set; with --url, a URL's fingerprint and when the "
+    "appliance accepted it.\n\nexample:\n  fastfeed state show docs.state --url "
+    "http://docs.example.com/a\n",
+    short_help="what a state holds",
+)
+@argument("path", metavar="STATE", help="a state file of fastfeed sync")
+@option("--url", multiple=True, help="show this URL's fingerprint (repeatable)")
+@json_option("print it as JSON")
+def show_command(path: str, url: tuple[str, ...], as_json: bool) -> int:
+    with SyncState(path, None) as st:
+        pending = st.pending_set
+        urls = {u: st.fingerprint(u) for u in url}
+        info: dict[str, object] = {
+            "state": path,
+            "target": st.target,
+            "documents": st.count(),
+            "last_sync": st.last_sync,
+            "pending_set": None if pending is None else str(pending),
+            "pending_records": st.pending_count(),
+            "urls": {
+                u: None if held is None else {"fingerprint": held[0], "accepted": held[1]}
+                for u, held in urls.items()
+            },
+        }
+        last = st.last_sync
+    if as_json:
+        sys.stdout.buffer.write(orjson.dumps(info) + b"\n")
+        return ExitCode.OK
+    print(f"{path}: {info['target']}")
+    print(f"  documents held: {info['documents']:,}")
+    print(f"  last sync:      {_when(last)}")
+    if pending is not None:
+        print(f"  unfinished:     {info['pending_records']:,} records of {pending} (sync again)")
+    for u, held in urls.items():
+        if held is None:
+            print(f"  {u}: not held")
+        else:
+            print(f"  {u}: {held[0]}, accepted {_when(held[1])}")
+    return ExitCode.OK
+
+
+@state.command(
+    "export",
+    help="Print every URL the state holds, with its fingerprint and when the appliance "
+    "accepted it, as JSON Lines, in URL order.\n\nexample:\n  fastfeed state export "
+    "docs.state > held.jsonl\n",
+    short_help="every URL held, as JSON Lines",
+)
+@argument("path", metavar="STATE", help="a state file of fastfeed sync")
+def export_command(path: str) -> int:
+    out = sys.stdout.buffer
+    with SyncState(path, None) as st:
+        for url, fingerprint, accepted in st.documents():
+            out.write(
+                orjson.dumps({"url": url, "fingerprint": fingerprint, "accepted": accepted}) + b"\n"
+            )
+    return ExitCode.OK
+
+
+@state.command(
+    "forget",
+    help="Forget that the appliance holds URLs: the next sync sends them again (as new), for "
+    "instance after they were removed from the index by hand.\n\nexample:\n  fastfeed state "
+    "forget docs.state --url http://docs.example.com/a\n",
+    short_help="forget URLs, to send them again",
+)
+@argument("path", metavar="STATE", help="a state file of fastfeed sync")
+@option("--url", multiple=True, required=True, help="a URL to forget (repeatable)")
+def forget_command(path: str, url: tuple[str, ...]) -> int:
+    with SyncState(path, None) as st:
+        forgotten = st.forget(url)
+    print(
+        f"fastfeed state: forgot {forgotten:,} of {len(url):,} URLs; the next sync sends them "
+        "again",
+        file=sys.stderr,
+    )
+    return ExitCode.OK

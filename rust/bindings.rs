@@ -370,8 +370,17 @@ fn timestamp(value: &Bound<'_, PyAny>) -> Result<Timestamp, String> {
 }
 
 /// The records of a chunk of JSON Lines, fingerprinted on the core's threads without the GIL:
-/// their snapshot rows (JSON), their spans (bytes, see `fingerprint::spans`), how many records
-/// and how many lines the chunk held.
+/// their snapshot rows (JSON), their spans and URL keys (bytes, see `fingerprint::spans` and
+/// `fingerprint::keys`), how many records and how many lines the chunk held.
+/// What `fingerprint_jsonl` gives back for a chunk.
+type Fingerprinted<'py> = (
+    String,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    usize,
+    usize,
+);
+
 #[pyfunction]
 #[pyo3(signature = (chunk, *, source=0, base=0))]
 fn fingerprint_jsonl<'py>(
@@ -379,16 +388,38 @@ fn fingerprint_jsonl<'py>(
     chunk: &Bound<'py, PyAny>,
     source: i64,
     base: i64,
-) -> PyResult<(String, Bound<'py, PyBytes>, usize, usize)> {
+) -> PyResult<Fingerprinted<'py>> {
     let chunk = shared_chunk(py, chunk)?;
     let pieces = 4 * rayon::current_num_threads();
-    let (rows, spans, records, lines) = py.allow_threads(|| {
+    let (rows, spans, keys, records, lines) = py.allow_threads(|| {
         let (found, lines) = fingerprint::fingerprint_jsonl((*chunk).as_ref(), pieces)?;
         let rows = fingerprint::snapshot_rows(&found);
         let spans = fingerprint::spans(&found, source, base);
-        Ok::<_, Error>((rows, spans, found.len(), lines))
+        let keys = fingerprint::keys(&found);
+        Ok::<_, Error>((rows, spans, keys, found.len(), lines))
     })?;
-    Ok((rows, PyBytes::new(py, &spans), records, lines))
+    Ok((
+        rows,
+        PyBytes::new(py, &spans),
+        PyBytes::new(py, &keys),
+        records,
+        lines,
+    ))
+}
+
+/// Whether the URL keys in the file `path` (as `fingerprint_jsonl` gave them) hold a repeat.
+#[pyfunction]
+fn repeated_keys(py: Python<'_>, path: PathBuf) -> PyResult<bool> {
+    py.allow_threads(|| {
+        let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+        let mut keys: Vec<u64> = bytes
+            .chunks_exact(8)
+            .map(|b| u64::from_ne_bytes(b.try_into().unwrap_or_default()))
+            .collect();
+        drop(bytes);
+        Ok::<_, Error>(fingerprint::repeated(&mut keys))
+    })
+    .map_err(PyErr::from)
 }
 
 /// The moment a `last_modified` value names, in seconds since the epoch (UTC), read as every
@@ -679,6 +710,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(datasource_problem, m)?)?;
     m.add_function(wrap_pyfunction!(mimetype_problem, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint_jsonl, m)?)?;
+    m.add_function(wrap_pyfunction!(repeated_keys, m)?)?;
     m.add("FastfeedError", py.get_type::<FastfeedError>())?;
     m.add("FeedError", py.get_type::<FeedError>())?;
     m.add("RecordError", py.get_type::<RecordError>())?;

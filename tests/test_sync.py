@@ -323,3 +323,37 @@ def test_the_state_command_shows_exports_and_forgets(
     sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.commit()
     assert main(["state", "show", str(other)]) == 1
     assert "not a sync state" in capsys.readouterr().err
+
+
+def test_a_thunderstone_profile_is_kept_equal_to_the_snapshot(
+    emulator: Emulator, tls: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"{emulator.url}/texis/dowalk/recvdata.xml"
+    state = tmp_path / "news.state"
+    records = [{"url": f"http://news.example.com/{n}", "content": f"story {n}"} for n in range(6)]
+
+    def run(src: str, out: str, *more: str) -> dict[str, Any]:
+        argv = ["thunderstone", "sync", src, "--profile", "news", "--state", str(state),
+                "--url", url, "--cacert", str(tls.ca_path), "--out", str(tmp_path / out),
+                "--json", *more]  # fmt: skip
+        assert main(argv) == 0, capsys.readouterr().err
+        return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
+
+    assert run(write(tmp_path / "a.jsonl", records), "s1")["new"] == 6
+    records[0]["content"] = "story 0, updated"
+    del records[5]
+    second = run(write(tmp_path / "b.jsonl", records), "s2", "--allow-deletes", "1")
+    assert (second["changed"], second["deleted"], second["unchanged"]) == (1, 1, 4)
+    assert second["push"]["records"] == 2  # the difference only
+    held = emulator.thunderstone_documents("news")
+    assert sorted(held) == sorted(r["url"] for r in records)
+    assert held[records[0]["url"]].fields["Body"] == "story 0, updated"
+
+
+def test_a_snapshot_holds_no_deletes(
+    emulator: Emulator, push_settings: Settings, tmp_path: Path
+) -> None:
+    src = write(tmp_path / "a.jsonl", [doc(1), {"url": doc(2)["url"], "action": "delete"}])
+    with pytest.raises(InputError) as refused:
+        sync([src], tmp_path / "s.state", "docs", push_settings(emulator), out_dir=tmp_path / "o")
+    assert refused.value.location == f"{src}:2" and "no deletes" in str(refused.value)

@@ -44,8 +44,9 @@ if TYPE_CHECKING:
     from fastfeed.emulator import Emulator, Fault
     from fastfeed.gsa.push import push, push_async
     from fastfeed.gsa.run import build_and_push, build_and_push_async
-    from fastfeed.gsa.sync import SyncSummary, sync
+    from fastfeed.gsa.sync import sync
     from fastfeed.gsa.validate import Problem, validate_file
+    from fastfeed.sets.sync import SyncSummary
     from fastfeed.thunderstone.push import ThunderstoneSummary
     from fastfeed.thunderstone.push import push as push_thunderstone
     from fastfeed.thunderstone.push import url_settings as thunderstone_settings
@@ -60,7 +61,7 @@ _LAZY = {
     "ThunderstoneSummary": ("fastfeed.thunderstone.push", "ThunderstoneSummary"),
     "thunderstone_settings": ("fastfeed.thunderstone.push", "url_settings"),
     "sync": ("fastfeed.gsa.sync", "sync"),
-    "SyncSummary": ("fastfeed.gsa.sync", "SyncSummary"),
+    "SyncSummary": ("fastfeed.sets.sync", "SyncSummary"),
     "validate_file": ("fastfeed.gsa.validate", "validate_file"),
     "Problem": ("fastfeed.gsa.validate", "Problem"),
     "Emulator": ("fastfeed.emulator", "Emulator"),

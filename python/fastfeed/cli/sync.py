@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
 
 from fastfeed.cli.build import encoding_options
-from fastfeed.cli.commands import argument, command, option
-from fastfeed.cli.options import connection_options, push_options, push_settings
+from fastfeed.cli.commands import F, argument, command, option
+from fastfeed.cli.options import connection_options, push_options, push_settings, together
 from fastfeed.errors import ExitCode, FastfeedError, InputError, MassDelete
 from fastfeed.gsa.writer import AclFormat, Compress
 from fastfeed.progress import Progress
+
+if TYPE_CHECKING:
+    from fastfeed.sets.sync import SyncSummary
 
 HELP = """\
 Make the appliance's datasource equal to a snapshot of the source, sending only what changed.
@@ -79,6 +83,77 @@ class Deletes(click.ParamType[float | int]):
         return fraction
 
 
+def sync_options() -> Callable[[F], F]:
+    """What every receiver's sync takes besides its receiver's settings."""
+    s = SYNCING
+    return together(
+        option(
+            "--state",
+            required=True,
+            metavar="FILE",
+            section=s,
+            help="the sync state of this appliance and collection (made if missing)",
+        ),
+        option(
+            "--allow-deletes",
+            type=Deletes(),
+            metavar="N|SHARE",
+            section=s,
+            help="deletes allowed: documents (500) or a share (0.5, 50%) (default: 10%, none "
+            "when the snapshot is empty)",
+        ),
+        option("--resend-all", is_flag=True, section=s, help="send every record, changed or not"),
+        option(
+            "--dry-run",
+            is_flag=True,
+            section=s,
+            help="compare and say what would be sent; send nothing",
+        ),
+        option(
+            "--out",
+            metavar="DIR",
+            section=s,
+            help="where to keep the set sent (default: ./fastfeed-feeds/NAME-sync-...)",
+        ),
+    )
+
+
+def run_sync_command(command: str, as_json: bool, call: Callable[[], SyncSummary]) -> int:
+    """Runs a sync and reports it: what it found (with example URLs), what it sent, where the
+    set is kept; a refusal names why, with the exit status the help promises."""
+    from fastfeed.cli.push import stopped
+
+    try:
+        summary = call()
+    except InputError as exc:
+        print(f"fastfeed {command}: error: {exc}", file=sys.stderr)
+        print(
+            f"fastfeed {command}: nothing was sent and the state is as it was; fix the input "
+            "and sync again",
+            file=sys.stderr,
+        )
+        if as_json:
+            sys.stdout.buffer.write(orjson.dumps({"ok": False, "error": str(exc)}) + b"\n")
+        return ExitCode.FAILED
+    except MassDelete as exc:
+        print(f"fastfeed {command}: refused: {exc}", file=sys.stderr)
+        if as_json:
+            error = {"ok": False, "error": str(exc), "deleted": exc.deleted, "held": exc.held}
+            sys.stdout.buffer.write(orjson.dumps(error) + b"\n")
+        return ExitCode.REFUSED
+    except FastfeedError as exc:
+        return stopped(command, exc, as_json)
+    for kind, urls in summary.diff.examples.items():
+        if urls:
+            print(f"  {kind}: {', '.join(urls)}", file=sys.stderr)
+    print(f"fastfeed {command}: {summary.describe()}", file=sys.stderr)
+    if summary.out_dir:
+        print(f"fastfeed {command}: the set sent is kept in {summary.out_dir}", file=sys.stderr)
+    if as_json:
+        sys.stdout.buffer.write(orjson.dumps(summary.to_dict()) + b"\n")
+    return ExitCode.OK if summary.ok else ExitCode.FAILED
+
+
 @command("sync", help=HELP, short_help="send only what changed since the last sync")
 @argument(
     "inputs",
@@ -88,34 +163,7 @@ class Deletes(click.ParamType[float | int]):
     help="the whole source: JSON Lines file, - (stdin) or directory",
 )
 @option("--datasource", required=True, section=SYNCING, help="datasource name")
-@option(
-    "--state",
-    required=True,
-    metavar="FILE",
-    section=SYNCING,
-    help="the sync state of this appliance and datasource (made if missing)",
-)
-@option(
-    "--allow-deletes",
-    type=Deletes(),
-    metavar="N|SHARE",
-    section=SYNCING,
-    help="deletes allowed: documents (500) or a share (0.5, 50%) (default: 10%, none when "
-    "the snapshot is empty)",
-)
-@option("--resend-all", is_flag=True, section=SYNCING, help="send every record, changed or not")
-@option(
-    "--dry-run",
-    is_flag=True,
-    section=SYNCING,
-    help="compare and say what would be sent; send nothing",
-)
-@option(
-    "--out",
-    metavar="DIR",
-    section=SYNCING,
-    help="where to keep the feed set sent (default: ./fastfeed-feeds/DATASOURCE-sync-...)",
-)
+@sync_options()
 # No --on-error skip: a record left out of a snapshot would be deleted from the appliance.
 @encoding_options("building (as `fastfeed build`)", on_error=False)
 @connection_options()
@@ -138,11 +186,12 @@ def sync_command(
     as_json: bool,
     **options: Any,
 ) -> int:
-    from fastfeed.cli.push import stopped
     from fastfeed.gsa.sync import sync
 
-    try:
-        summary = sync(
+    return run_sync_command(
+        "sync",
+        as_json,
+        lambda: sync(
             inputs,
             state,
             datasource,
@@ -159,31 +208,5 @@ def sync_command(
             workers=workers,
             acl_format=acl_format,
             progress=Progress(),
-        )
-    except InputError as exc:
-        print(f"fastfeed sync: error: {exc}", file=sys.stderr)
-        print(
-            "fastfeed sync: nothing was sent and the state is as it was; fix the input and sync "
-            "again",
-            file=sys.stderr,
-        )
-        if as_json:
-            sys.stdout.buffer.write(orjson.dumps({"ok": False, "error": str(exc)}) + b"\n")
-        return ExitCode.FAILED
-    except MassDelete as exc:
-        print(f"fastfeed sync: refused: {exc}", file=sys.stderr)
-        if as_json:
-            error = {"ok": False, "error": str(exc), "deleted": exc.deleted, "held": exc.held}
-            sys.stdout.buffer.write(orjson.dumps(error) + b"\n")
-        return ExitCode.REFUSED
-    except FastfeedError as exc:
-        return stopped("sync", exc, as_json)
-    for kind, urls in summary.diff.examples.items():
-        if urls:
-            print(f"  {kind}: {', '.join(urls)}", file=sys.stderr)
-    print(f"fastfeed sync: {summary.describe()}", file=sys.stderr)
-    if summary.out_dir:
-        print(f"fastfeed sync: the feed set sent is kept in {summary.out_dir}", file=sys.stderr)
-    if as_json:
-        sys.stdout.buffer.write(orjson.dumps(summary.to_dict()) + b"\n")
-    return ExitCode.OK if summary.ok else ExitCode.FAILED
+        ),
+    )

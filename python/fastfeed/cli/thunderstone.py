@@ -8,10 +8,18 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from fastfeed.cli.commands import argument, group, option
-from fastfeed.cli.options import json_option, push_settings, retry_options, tls_options
+from fastfeed.cli.options import (
+    json_option,
+    push_settings,
+    retry_options,
+    set_options,
+    tls_options,
+)
+from fastfeed.cli.sync import SYNCING, run_sync_command, sync_options
 from fastfeed.errors import ExitCode, FastfeedError, PushError
 
 if TYPE_CHECKING:
+    from fastfeed.sets.sync import SyncSummary
     from fastfeed.thunderstone.push import ThunderstoneSummary
 
 # The uploader (httpx, lxml) is imported by the handler, not here: every fastfeed command pays
@@ -21,6 +29,7 @@ HELP = """\
 Send data to a Thunderstone Search Appliance profile (its data receiving URL).
 
   push  send Thunderstone sets made by `fastfeed build --format thunderstone`
+  sync  keep a profile equal to a snapshot of the source, sending only what changed
 
 example:
   fastfeed thunderstone push ts-feeds/ \\
@@ -126,3 +135,80 @@ def report(summary: ThunderstoneSummary, *, as_json: bool) -> int:
     if as_json:
         sys.stdout.buffer.write(orjson.dumps(summary.to_dict()) + b"\n")
     return ExitCode.OK if summary.ok else ExitCode.FAILED
+
+
+SYNC_HELP = """\
+Make a Thunderstone profile equal to a snapshot of the source, sending only what changed: what
+`fastfeed sync` does for a GSA datasource (see its help), with deletes as D items. INPUT is the
+WHOLE source as it is now; --state is kept per URL and profile.
+
+example:
+  fastfeed thunderstone sync export.jsonl --profile docs --state docs.state \\
+      --url https://search.example.com/texis/dowalk/recvdata.xml
+"""
+
+
+@thunderstone.command(
+    "sync", help=SYNC_HELP, short_help="send only what changed since the last sync"
+)
+@argument(
+    "inputs",
+    nargs=-1,
+    required=True,
+    metavar="INPUT",
+    help="the whole source: JSON Lines file, - (stdin) or directory",
+)
+@option("--profile", required=True, section=SYNCING, help="the profile that receives the data")
+@sync_options()
+@set_options("records", "building (as `fastfeed build`)", on_error=False)
+@option("--base-url", metavar="URL", section="building (as `fastfeed build`)",
+        help="URL of a directory INPUT's root")  # fmt: skip
+@option(
+    "--url",
+    required=True,
+    section="appliance",
+    help="the profile's data receiving URL, e.g. "
+    "https://search.example.com/texis/dowalk/recvdata.xml",
+)
+@tls_options()
+@retry_options("appliance")
+@json_option()
+def sync_command(
+    inputs: tuple[str, ...],
+    profile: str,
+    state: str,
+    allow_deletes: float | int | None,
+    resend_all: bool,
+    dry_run: bool,
+    out: str | None,
+    max_bytes: int,
+    max_records: int,
+    base_url: str | None,
+    url: str,
+    as_json: bool,
+    **options: Any,
+) -> int:
+    from fastfeed.progress import Progress
+    from fastfeed.thunderstone.push import url_settings
+    from fastfeed.thunderstone.sync import sync
+
+    def call() -> SyncSummary:
+        target = url_settings(url)
+        options.update(host=target.host, port=target.port, http=not target.https)
+        return sync(
+            inputs,
+            state,
+            url,
+            profile,
+            push_settings("thunderstone sync", options),
+            allow_deletes=allow_deletes,
+            resend_all=resend_all,
+            dry_run=dry_run,
+            out_dir=out,
+            base_url=base_url,
+            max_bytes=max_bytes,
+            max_records=max_records,
+            progress=Progress(),
+        )
+
+    return run_sync_command("thunderstone sync", as_json, call)

@@ -55,6 +55,8 @@ class Snapshot:
         # Where each record's line is, _SPAN a record, by its place in the snapshot: on disk,
         # not in memory, whatever the snapshot's size.
         self._spans = (work / "spans.bin").open("w+b")
+        # A hash of each record's URL, to tell whether one is there twice (see `compare`).
+        self._keys = (work / "keys.bin").open("wb")
         # The first record and first line of each chunk read: spans number lines in their chunk.
         self._chunks: list[int] = []
         self._chunk_lines: list[int] = []
@@ -74,8 +76,10 @@ class Snapshot:
 
     def compare(self, state: SyncState, *, resend_all: bool = False) -> Diff:
         """The state's comparison, with a URL found twice named where the user gave it."""
+        self._keys.close()
+        repeats = _core.repeated_keys(self._keys.name)
         try:
-            return state.compare(resend_all=resend_all)
+            return state.compare(resend_all=resend_all, repeats=repeats)
         except DuplicateUrl as dup:
             raise InputError(
                 self.where(dup.second),
@@ -126,7 +130,7 @@ class Snapshot:
             pool = ThreadPoolExecutor(1, thread_name_prefix="fastfeed-fingerprint")
             try:
                 self._first_line = 1
-                ahead: Future[tuple[str, bytes, int, int]] | None = None
+                ahead: Future[tuple[str, bytes, bytes, int, int]] | None = None
                 base = 0
                 for chunk in mapped.chunks():
                     started = pool.submit(_core.fingerprint_jsonl, chunk, source=n, base=base)
@@ -145,7 +149,7 @@ class Snapshot:
 
     def _store(
         self,
-        fingerprinted: Future[tuple[str, bytes, int, int]],
+        fingerprinted: Future[tuple[str, bytes, bytes, int, int]],
         n: int,
         mapped: MappedInput,
         source: _Source,
@@ -153,7 +157,7 @@ class Snapshot:
     ) -> None:
         """Takes a chunk's records into the snapshot, and where their lines are."""
         try:
-            rows, spans, records, lines = fingerprinted.result()
+            rows, spans, keys, records, lines = fingerprinted.result()
         except RecordError as exc:
             self._check(mapped, source)
             reason = f"{exc.field}: {exc.reason}" if exc.field else exc.reason
@@ -161,6 +165,7 @@ class Snapshot:
         self._check(mapped, source)
         state.add_snapshot(rows)
         self._spans.write(spans)
+        self._keys.write(keys)
         # Line numbers in spans count from the chunk's first line, known only now.
         self._chunks.append(self.records)
         self._chunk_lines.append(self._first_line)
@@ -223,3 +228,4 @@ class Snapshot:
             os.close(fd)
         self._files.clear()
         self._spans.close()
+        self._keys.close()

@@ -1,0 +1,281 @@
+"""What every receiver's `sync` shares: keeping a receiver's collection (a GSA datasource, a
+Thunderstone profile) equal to a snapshot of the source, sending only the difference.
+
+The snapshot (every record of the source) is fingerprinted and compared with the state, which
+holds the fingerprint of each record the receiver accepted. New and changed records, and a
+`delete` for each URL the state holds and the snapshot has not, are built into a set by the
+receiver's builder (incremental: never a full feed, which split across files deletes its own
+parts) and sent by its pusher. The state moves only as the push journal says files were
+accepted: the records of each accepted file, in one transaction. So a sync killed at any point
+and run again sends every change not accepted (it first finishes the set it left), at most
+re-sends the file that was in flight, and never records a change that did not arrive.
+
+Deleting much takes the user's word: a snapshot that would delete more than
+`DEFAULT_ALLOWED_DELETES` of what the state holds, or an empty snapshot, is refused before
+anything is sent (`MassDelete`) unless `allow_deletes` allows it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from fastfeed.delivery.results import PushSummary
+from fastfeed.errors import InputError, MassDelete, PushError, SettingsError
+from fastfeed.progress import Progress, plural
+from fastfeed.sets.journal import Journal
+from fastfeed.sets.manifest import MANIFEST, read_manifest
+from fastfeed.sets.snapshot import Snapshot
+from fastfeed.sets.state import Diff, SyncState
+
+#: The share of a collection a sync may delete without `allow_deletes`.
+DEFAULT_ALLOWED_DELETES = 0.10
+
+#: How many deletes a sync may send: a share of what the state holds (a float up to 1), or a
+#: number of documents (an int).
+AllowDeletes = float | int
+
+
+@dataclass(frozen=True)
+class Receiver:
+    """What a sync needs of a receiver: how to build a set from records and send it."""
+
+    #: The collection kept equal to the source, as messages name it: "datasource 'docs'".
+    collection: str
+    #: The state's key: the appliance and the collection.
+    target: str
+    #: The key under which the receiver's pusher journals accepted files.
+    journal_target: str
+    #: Builds a set from JSON Lines inputs into a new directory; a refused record raises
+    #: `InputError` naming its input line.
+    build: Callable[[list[str], Path, Progress | None], object]
+    #: Sends a set, resuming from its journal.
+    push: Callable[[Path, Progress | None], PushSummary]
+
+
+@dataclass
+class SyncSummary:
+    """What a sync found and did."""
+
+    state: str
+    diff: Diff
+    #: The feed set sent, if anything was to be sent (and not a dry run).
+    out_dir: str | None
+    pushed: PushSummary | None
+    #: Records of an earlier, interrupted sync's set accepted by this one before comparing.
+    resumed: int
+    dry_run: bool
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.pushed is None or self.pushed.ok
+
+    def describe(self) -> str:
+        d = self.diff
+        counts = (
+            f"{d.new:,} new, {d.changed:,} changed, {d.deleted:,} deleted, "
+            f"{d.unchanged:,} unchanged"
+        )
+        if self.dry_run:
+            return f"would send {counts} (dry run: nothing sent)"
+        if self.pushed is None:
+            return f"nothing to send ({counts})"
+        return f"sent {counts}; {self.pushed.describe()}"
+
+    def to_dict(self) -> dict[str, object]:
+        d = self.diff
+        return {
+            "ok": self.ok,
+            "state": self.state,
+            "new": d.new,
+            "changed": d.changed,
+            "deleted": d.deleted,
+            "unchanged": d.unchanged,
+            "held": d.held,
+            "examples": d.examples,
+            "dry_run": self.dry_run,
+            "resumed": self.resumed,
+            "out": self.out_dir,
+            "push": None if self.pushed is None else self.pushed.to_dict(),
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def run_sync(
+    inputs: Sequence[str],
+    state: str | os.PathLike[str],
+    receiver: Receiver,
+    *,
+    out_dir: str | os.PathLike[str],
+    base_url: str | None = None,
+    allow_deletes: AllowDeletes | None = None,
+    resend_all: bool = False,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+) -> SyncSummary:
+    """Makes the receiver's collection equal to the snapshot `inputs`, sending only what
+    differs from `state` (see the module's description)."""
+    started = time.monotonic()
+    state_path = Path(state)
+    out = Path(out_dir)
+    with _locked(state_path), SyncState(state_path, receiver.target) as st:
+        resumed = 0 if dry_run else _finish_pending(st, receiver, progress)
+        work = Path(tempfile.mkdtemp(prefix=".fastfeed-sync-", dir=state_path.parent))
+        snapshot = Snapshot(inputs, base_url, work, skip=os.fspath(out))
+        try:
+            snapshot.read(st, progress)
+            diff = snapshot.compare(st, resend_all=resend_all)
+            _check_deletes(diff, snapshot.records, allow_deletes, receiver.collection)
+
+            def summary(out_dir: str | None, pushed: PushSummary | None) -> SyncSummary:
+                seconds = time.monotonic() - started
+                return SyncSummary(
+                    str(state_path), diff, out_dir, pushed, resumed, dry_run, seconds
+                )
+
+            if dry_run:
+                return summary(None, None)
+            if diff.to_send == 0:
+                st.synced()
+                return summary(None, None)
+            changes, deletes = work / "changes.jsonl", work / "deletes.jsonl"
+            st.set_pending(out, _write_changes(st, snapshot, changes, deletes))
+            try:
+                receiver.build([os.fspath(changes), os.fspath(deletes)], out, progress)
+            except InputError as exc:
+                st.clear_pending()  # nothing of it was sent
+                raise _as_given(exc, changes, st, snapshot) from None
+            except BaseException:
+                st.clear_pending()
+                raise
+            pushed = _push_pending(st, out, receiver, progress)
+            if pushed.ok:
+                st.clear_pending()
+                st.synced()
+            return summary(os.fspath(out), pushed)
+        finally:
+            snapshot.close()
+            st.end_snapshot()
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def default_out(name: str) -> Path:
+    """Where a sync keeps the set it sends, by default: beside `fastfeed run`'s."""
+    return Path("fastfeed-feeds") / f"{name}-sync-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+@contextlib.contextmanager
+def _locked(state: Path) -> Iterator[None]:
+    """One sync at a time on a state: two would send the same changes and commit each other's."""
+    with open(f"{state}.lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SettingsError(f"another sync is using {state}; wait for it to end") from None
+        yield
+
+
+def _check_deletes(diff: Diff, records: int, allow: AllowDeletes | None, collection: str) -> None:
+    if not diff.deleted:
+        return
+    if allow is None:
+        limit = int(diff.held * DEFAULT_ALLOWED_DELETES)
+        allowed = f"the default, {DEFAULT_ALLOWED_DELETES:.0%} of it"
+        if records == 0:
+            limit, allowed = 0, "none when the snapshot is empty"
+    elif isinstance(allow, float):
+        limit, allowed = int(diff.held * allow), f"{allow:.0%} of it"
+    else:
+        limit, allowed = allow, f"{allow:,} documents"
+    if diff.deleted <= limit:
+        return
+    share = diff.deleted / diff.held if diff.held else 1.0
+    empty = " The snapshot is empty." if records == 0 else ""
+    raise MassDelete(
+        f"the snapshot would delete {diff.deleted:,} of the {diff.held:,} documents of "
+        f"{collection} ({share:.0%}), more than allowed ({allowed}); nothing was sent.{empty} "
+        "A partial or empty export is likelier than a source that lost that much: check the "
+        f"input, and if the documents are really gone, sync again with --allow-deletes "
+        f"{diff.deleted} (Python: allow_deletes={diff.deleted})",
+        deleted=diff.deleted,
+        held=diff.held,
+    )
+
+
+def _write_changes(
+    st: SyncState, snapshot: Snapshot, changes: Path, deletes: Path
+) -> Iterator[tuple[str, str | None]]:
+    """Writes the records to send, the changed ones then the deletes, and yields each one's
+    URL and fingerprint (None for a delete) in that order: the order of the feed set."""
+    with changes.open("wb") as out:
+        for record in st.changed():
+            out.write(snapshot.line(record) + b"\n")
+            yield record.url, record.fingerprint
+    with deletes.open("wb") as out:
+        for url in st.deleted():
+            out.write(orjson.dumps({"url": url, "action": "delete"}) + b"\n")
+            yield url, None
+
+
+def _as_given(exc: InputError, changes: Path, st: SyncState, snapshot: Snapshot) -> InputError:
+    """A record the build refused, named where the user gave it rather than in the work file."""
+    path, _, line = exc.location.rpartition(":")
+    if path != os.fspath(changes) or not line.isdigit():
+        return exc
+    for n, record in enumerate(st.changed(), 1):
+        if n == int(line):
+            return InputError(snapshot.where(record.seq), exc.reason)
+    return exc
+
+
+def _push_pending(
+    st: SyncState, feed_set: Path, receiver: Receiver, progress: Progress | None
+) -> PushSummary:
+    """Pushes the pending set (what its journal says was accepted is skipped) and commits the
+    records of every file accepted, whatever stopped the push."""
+    try:
+        return receiver.push(feed_set, progress)
+    finally:
+        _commit(st, feed_set, receiver.journal_target)
+
+
+def _commit(st: SyncState, feed_set: Path, target: str) -> None:
+    entries = read_manifest(feed_set)
+    with Journal(feed_set, target) as journal:
+        first = 0
+        for entry in entries:
+            if journal.is_accepted(entry):
+                st.commit_records(first, first + entry.records)
+            first += entry.records
+
+
+def _finish_pending(st: SyncState, receiver: Receiver, progress: Progress | None) -> int:
+    """Sends what an interrupted sync left unaccepted, before comparing anew: its records are
+    changes the appliance may not hold. Returns how many records it held."""
+    feed_set = st.pending_set
+    if feed_set is None:
+        return 0
+    if not (feed_set / MANIFEST).exists():
+        st.clear_pending()  # killed while building: nothing of it was sent
+        return 0
+    held = st.pending_count()
+    pushed = _push_pending(st, feed_set, receiver, progress)
+    left = st.pending_count()
+    if left:
+        raise PushError(
+            f"{plural(left, 'record')} of the set {feed_set}, left by an interrupted sync, were "
+            "not accepted; fix what the push reports and sync again",
+            summary=pushed,
+        )
+    st.clear_pending()
+    return held

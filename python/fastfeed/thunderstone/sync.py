@@ -1,0 +1,72 @@
+"""`sync` for Thunderstone: keeps a Thunderstone Search Appliance profile equal to a snapshot of
+the source (the shared mechanism is `fastfeed.sets.sync`); deletes go as `D` items."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from fastfeed.delivery.results import PushSummary
+from fastfeed.delivery.settings import PushSettings
+from fastfeed.progress import Progress
+from fastfeed.sets.sync import AllowDeletes, Receiver, SyncSummary, default_out, run_sync
+from fastfeed.sets.writer import DEFAULT_MAX_BYTES
+from fastfeed.thunderstone.build import build_thunderstone
+from fastfeed.thunderstone.push import push, url_settings
+
+
+def sync(
+    inputs: Sequence[str],
+    state: str | os.PathLike[str],
+    url: str,
+    profile: str,
+    settings: PushSettings | None = None,
+    *,
+    allow_deletes: AllowDeletes | None = None,
+    resend_all: bool = False,
+    dry_run: bool = False,
+    out_dir: str | os.PathLike[str] | None = None,
+    base_url: str | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_records: int = 0,
+    workers: int = 0,
+    progress: Progress | None = None,
+) -> SyncSummary:
+    """Makes the Thunderstone `profile` at `url` (its recvdata.xml) equal to the snapshot
+    `inputs`, sending only what differs from `state`, as GSA's `sync` does for a datasource."""
+    settings = settings if settings is not None else url_settings(url)
+
+    def build_set(inputs: list[str], out: Path, progress: Progress | None) -> object:
+        return build_thunderstone(
+            inputs,
+            out,
+            profile,
+            base_url=base_url,
+            max_bytes=max_bytes,
+            max_records=max_records,
+            workers=workers,
+            progress=progress,
+        )
+
+    def push_set(feed_set: Path, progress: Progress | None) -> PushSummary:
+        return push([feed_set], url, settings, progress=progress)
+
+    receiver = Receiver(
+        collection=f"profile {profile!r}",
+        target=f"{url} profile {profile}",
+        journal_target=url,
+        build=build_set,
+        push=push_set,
+    )
+    return run_sync(
+        inputs,
+        state,
+        receiver,
+        out_dir=out_dir if out_dir is not None else default_out(profile),
+        base_url=base_url,
+        allow_deletes=allow_deletes,
+        resend_all=resend_all,
+        dry_run=dry_run,
+        progress=progress,
+    )

@@ -3,6 +3,7 @@ difference is sent, a killed sync loses nothing, and mass deletes take the user'
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ from typing import Any
 
 import orjson
 import pytest
-from fastfeed import InputError, MassDelete, PushSettings, sync
+from fastfeed import InputError, MassDelete, PushSettings, SettingsError, sync
 from fastfeed.cli import main
 from fastfeed.emulator import Emulator, Fault
 from fastfeed.sets.journal import JOURNAL
@@ -174,30 +175,48 @@ def _child_sync(argv: list[str], cwd: Path) -> subprocess.Popen[bytes]:
     )  # fmt: skip
 
 
-def test_a_sync_killed_while_pushing_loses_nothing(
-    make_emulator: Callable[..., Emulator], tls: Any, tmp_path: Path
+@pytest.mark.parametrize("when", ["reading", "sending the first file", "after some files"])
+def test_a_sync_killed_at_any_point_loses_nothing(
+    make_emulator: Callable[..., Emulator], tls: Any, tmp_path: Path, when: str
 ) -> None:
     emulator = make_emulator()
     state = tmp_path / "docs.state"
     records = [doc(n) for n in range(12)]
     src = write(tmp_path / "a.jsonl", records)
-    argv = ["sync", src, "--datasource", "docs", "--state", str(state), "--host", "127.0.0.1",
+    fifo = tmp_path / "export.fifo"
+    os.mkfifo(fifo)
+    given = str(fifo) if when == "reading" else src
+    argv = ["sync", given, "--datasource", "docs", "--state", str(state), "--host", "127.0.0.1",
             "--port", str(emulator.port), "--cacert", str(tls.ca_path), "--max-records", "1",
             "--out", str(tmp_path / "s1")]  # fmt: skip
-    # Each answer takes 0.3 s: kill the sync once a few files were accepted.
+    # Each answer takes 0.3 s, so that the sync can be caught sending.
     emulator.add_fault(Fault(kind="slow", seconds=0.3, times=100))
     child = _child_sync(argv, tmp_path)
     journal = tmp_path / "s1" / JOURNAL
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if journal.exists() and journal.read_bytes().count(b"\n") >= 3:
-            break
-        time.sleep(0.02)
-    os.kill(child.pid, signal.SIGKILL)
-    child.wait()
+    manifest = tmp_path / "s1" / "manifest.jsonl"
+
+    def reached() -> bool:
+        if when == "reading":
+            return any(tmp_path.glob(".docs.state.sync-*/input-0.jsonl"))
+        if when == "sending the first file":
+            return manifest.exists()
+        return journal.exists() and journal.read_bytes().count(b"\n") >= 3
+
+    with contextlib.ExitStack() as stack:
+        if when == "reading":  # half the export written, the rest never comes
+            export = stack.enter_context(open(fifo, "wb"))
+            export.write(Path(src).read_bytes()[:700])
+            export.flush()
+        deadline = time.monotonic() + 30
+        while not reached() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
     emulator.clear_faults()
 
-    again = argv[:-2] + ["--out", str(tmp_path / "s2"), "--json"]
+    again = [src if a == given else a for a in argv[:-2]]
+    again += ["--out", str(tmp_path / "s2"), "--json"]
     rerun = subprocess.run(
         [sys.executable, "-c", "import sys; from fastfeed.cli import main; sys.exit(main())",
          *again],
@@ -206,10 +225,15 @@ def test_a_sync_killed_while_pushing_loses_nothing(
     )  # fmt: skip
     assert rerun.returncode == 0, rerun.stderr.decode()
     summary = json.loads(rerun.stdout)
-    assert summary["resumed"] > 0 and summary["new"] == 0 and summary["unchanged"] == 12
     assert index(emulator) == expected(records)
-    # Only the file in flight when killed may have been sent twice.
-    assert received(emulator) <= 12 + 1
+    if when == "reading":  # nothing was sent: everything is new
+        assert summary["resumed"] == 0 and summary["new"] == 12
+        assert received(emulator) == 12
+        assert not list(tmp_path.glob(".docs.state.sync-*"))  # the killed one's work is gone
+    else:  # the interrupted set is finished first, then nothing is left to send
+        assert summary["resumed"] > 0 and summary["new"] == 0 and summary["unchanged"] == 12
+        # Only the file in flight when killed may have been sent twice.
+        assert received(emulator) <= 12 + 1
 
 
 def test_the_command_line_dry_run_shows_what_would_be_sent(
@@ -259,6 +283,10 @@ def test_directories_and_standard_input_are_snapshots_too(
         base + "a.txt": b"alpha, changed",
         base + "sub/b.txt": b"beta",
     }
+
+    # A state inside the directory would be read as a document of it.
+    with pytest.raises(SettingsError, match="inside the directory"):
+        sync([str(share)], share / "in.state", "docs", settings, base_url=base)
 
     # Standard input, read twice: the records to send are read again from a copy.
     records = [doc(n) for n in range(3)]

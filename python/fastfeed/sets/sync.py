@@ -128,9 +128,25 @@ def run_sync(
     started = time.monotonic()
     state_path = Path(state)
     out = Path(out_dir)
+    for name in inputs:
+        if (
+            name != "-"
+            and Path(name).is_dir()
+            and state_path.resolve().is_relative_to(Path(name).resolve())
+        ):
+            # It would be read as one of the source's documents, and change at every sync.
+            raise SettingsError(
+                f"the state {state_path} is inside the directory {name} being synced: keep it "
+                "outside"
+            )
     with _locked(state_path), SyncState(state_path, receiver.target) as st:
         resumed = 0 if dry_run else _finish_pending(st, receiver, progress)
-        work = Path(tempfile.mkdtemp(prefix=".fastfeed-sync-", dir=state_path.parent))
+        # A sync killed before cleaning up left its work (a copy of standard input, maybe
+        # large) beside the state; only a sync holding the state's lock may take it away.
+        prefix = f".{state_path.name}.sync-"
+        for stale in state_path.parent.glob(prefix + "*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        work = Path(tempfile.mkdtemp(prefix=prefix, dir=state_path.parent))
         snapshot = Snapshot(inputs, base_url, work, skip=os.fspath(out))
         try:
             snapshot.read(st, progress)

@@ -19,7 +19,7 @@ from fastfeed.cli.options import (
 )
 from fastfeed.errors import ExitCode, FastfeedError, InputError, describe
 from fastfeed.gsa.build import build
-from fastfeed.gsa.writer import AclFormat, Compress, FeedType
+from fastfeed.gsa.writer import FeedType
 from fastfeed.progress import Progress, human_bytes, plural
 from fastfeed.sets.build import OnError
 from fastfeed.sets.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES, HARD_MAX_BYTES
@@ -55,6 +55,16 @@ and exits with status 1 if there is any.
 example:
   fastfeed validate feeds/*.xml
 """
+
+
+#: The options of `encoding_options`, as the builders take them: commands hand them on by name
+#: (`take_encoding`), so that each is written once, in the option that defines it.
+ENCODING = ("max_bytes", "max_records", "compress", "level", "workers", "acl_format", "base_url")
+
+
+def take_encoding(options: dict[str, Any]) -> dict[str, Any]:
+    """Takes the encoding options out of a command's options."""
+    return {name: options.pop(name) for name in ENCODING}
 
 
 def record_options(section: str | None = None) -> Callable[[F], F]:
@@ -146,37 +156,27 @@ def build_command(
     out: str,
     datasource: str | None,
     feedtype: FeedType,
-    max_bytes: int,
-    max_records: int,
     on_error: OnError,
-    compress: Compress,
-    level: int,
-    workers: int,
-    acl_format: AclFormat,
-    base_url: str | None,
     format_: str,
     profile: str | None,
     allow_empty_full: bool,
     as_json: bool,
+    **options: Any,
 ) -> int:
     if format_ == "thunderstone" and not profile:
         raise click.UsageError(
             "--format thunderstone needs --profile, the receiving profile's name"
         )
+    encoding = take_encoding(options)
     progress = Progress()
     try:
         if format_ == "thunderstone":
             assert profile is not None
+            # Thunderstone data is not compressed, nor has it ACLs.
+            for gsa_only in ("compress", "level", "acl_format"):
+                del encoding[gsa_only]
             summary = build_thunderstone(
-                inputs,
-                out,
-                profile,
-                base_url=base_url,
-                max_bytes=max_bytes,
-                max_records=max_records,
-                workers=workers,
-                on_error=on_error,
-                progress=progress,
+                inputs, out, profile, on_error=on_error, progress=progress, **encoding
             )
         else:
             summary = build(
@@ -184,16 +184,10 @@ def build_command(
                 out,
                 require_datasource(datasource),
                 feedtype,
-                base_url=base_url,
-                max_bytes=max_bytes,
-                max_records=max_records,
-                compress=compress,
-                level=level,
-                workers=workers,
-                acl_format=acl_format,
                 allow_empty_full=allow_empty_full,
                 on_error=on_error,
                 progress=progress,
+                **encoding,
             )
     except (FastfeedError, OSError) as exc:  # OSError: writing the set (disk full, permissions)
         if as_json:

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fastfeed.cli.build import record_options, require_datasource
+from fastfeed.cli.build import record_options, require_datasource, take_encoding
 from fastfeed.cli.commands import argument, command, option
 from fastfeed.cli.options import connection_options, count, json_option, push_options, push_settings
 from fastfeed.delivery.settings import HTTP_PORT, HTTPS_PORT, PushSettings
 from fastfeed.errors import BacklogError, ExitCode, FastfeedError, InputError, PushError
-from fastfeed.gsa.writer import AclFormat, Compress, FeedType
+from fastfeed.gsa.writer import FeedType
 from fastfeed.progress import Progress
 from fastfeed.sets.build import OnError
 
@@ -158,14 +158,7 @@ def run_command(
     inputs: tuple[str, ...],
     datasource: str | None,
     feedtype: FeedType,
-    max_bytes: int,
-    max_records: int,
     on_error: OnError,
-    compress: Compress,
-    level: int,
-    workers: int,
-    acl_format: AclFormat,
-    base_url: str | None,
     out: str | None,
     max_ahead: int,
     as_json: bool,
@@ -175,6 +168,7 @@ def run_command(
 
     datasource = require_datasource(datasource)
     out = out or str(Path("fastfeed-feeds") / f"{datasource}-{time.strftime('%Y%m%d-%H%M%S')}")
+    encoding = take_encoding(options)
     try:
         _, pushed = build_and_push(
             inputs,
@@ -184,15 +178,9 @@ def run_command(
             push_settings("run", options),
             max_ahead=max_ahead,
             progress=Progress(),
-            base_url=base_url,
-            max_bytes=max_bytes,
-            max_records=max_records,
-            compress=compress,
-            level=level,
-            workers=workers,
-            acl_format=acl_format,
             allow_empty_full=options["allow_empty_full"],
             on_error=on_error,
+            **encoding,
         )
     except InputError as exc:
         print(f"fastfeed run: error: {exc}", file=sys.stderr)

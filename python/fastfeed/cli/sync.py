@@ -10,11 +10,10 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
-from fastfeed.cli.build import encoding_options
+from fastfeed.cli.build import encoding_options, take_encoding
 from fastfeed.cli.commands import F, argument, command, option
 from fastfeed.cli.options import connection_options, push_options, push_settings, together
 from fastfeed.errors import ExitCode, FastfeedError, InputError, MassDelete
-from fastfeed.gsa.writer import AclFormat, Compress
 from fastfeed.progress import Progress
 
 if TYPE_CHECKING:
@@ -176,18 +175,12 @@ def sync_command(
     resend_all: bool,
     dry_run: bool,
     out: str | None,
-    max_bytes: int,
-    max_records: int,
-    compress: Compress,
-    level: int,
-    workers: int,
-    acl_format: AclFormat,
-    base_url: str | None,
     as_json: bool,
     **options: Any,
 ) -> int:
     from fastfeed.gsa.sync import sync
 
+    encoding = take_encoding(options)
     return run_sync_command(
         "sync",
         as_json,
@@ -200,13 +193,7 @@ def sync_command(
             resend_all=resend_all,
             dry_run=dry_run,
             out_dir=out,
-            base_url=base_url,
-            max_bytes=max_bytes,
-            max_records=max_records,
-            compress=compress,
-            level=level,
-            workers=workers,
-            acl_format=acl_format,
             progress=Progress(),
+            **encoding,
         ),
     )

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fastfeed.cli.commands import argument, group, option
+from fastfeed.cli.commands import F, argument, group, option
 from fastfeed.cli.options import (
     json_option,
     push_settings,
     retry_options,
     set_options,
     tls_options,
+    together,
 )
 from fastfeed.cli.sync import SYNCING, run_sync_command, sync_options
 from fastfeed.errors import ExitCode, FastfeedError, PushError
@@ -71,6 +73,22 @@ exit status: 0 every file loaded, 1 some files or items not loaded, 3 nothing co
 SHOWN_FAILURES = 100
 
 
+def appliance_options() -> Callable[[F], F]:
+    """Where the profile receives data, how to trust it, how patiently to send."""
+    return together(
+        option(
+            "--url",
+            required=True,
+            section="appliance",
+            help="the profile's data receiving URL, e.g. "
+            "https://search.example.com/texis/dowalk/recvdata.xml",
+        ),
+        tls_options(),
+        retry_options("appliance"),
+        json_option(),
+    )
+
+
 @group(
     "thunderstone",
     help=HELP,
@@ -82,16 +100,7 @@ def thunderstone() -> None:
 
 @thunderstone.command("push", help=PUSH_HELP, short_help="send the sets to the appliance")
 @argument("paths", nargs=-1, required=True, metavar="DIR", help="a set made by fastfeed build")
-@option(
-    "--url",
-    required=True,
-    section="appliance",
-    help="the profile's data receiving URL, e.g. "
-    "https://search.example.com/texis/dowalk/recvdata.xml",
-)
-@tls_options()
-@retry_options("appliance")
-@json_option()
+@appliance_options()
 def push_command(paths: tuple[str, ...], url: str, as_json: bool, **options: Any) -> int:
     from fastfeed.progress import Progress
     from fastfeed.thunderstone.push import ThunderstoneSummary, push, url_settings
@@ -163,16 +172,7 @@ example:
 @set_options("records", "building (as `fastfeed build`)", on_error=False)
 @option("--base-url", metavar="URL", section="building (as `fastfeed build`)",
         help="URL of a directory INPUT's root")  # fmt: skip
-@option(
-    "--url",
-    required=True,
-    section="appliance",
-    help="the profile's data receiving URL, e.g. "
-    "https://search.example.com/texis/dowalk/recvdata.xml",
-)
-@tls_options()
-@retry_options("appliance")
-@json_option()
+@appliance_options()
 def sync_command(
     inputs: tuple[str, ...],
     profile: str,

@@ -217,9 +217,8 @@ class SyncState:
         )
         # Snapshot URLs are unique: the held ones it did not find are deleted.
         diff.deleted = diff.held - diff.changed - diff.unchanged
-        if diff.deleted and not repeats:
-            # Finding which needs the snapshot's URLs indexed.
-            db.execute("CREATE INDEX temp.snapshot_url ON snapshot (url)")
+        if diff.deleted:
+            self._index_urls()
         examples = {
             "new": (diff.new, "SELECT s.url FROM temp.snapshot s WHERE NOT EXISTS "
                     "(SELECT 1 FROM documents d WHERE d.url = s.url) LIMIT 3"),
@@ -249,8 +248,14 @@ class SyncState:
             for seq, url, fp in rows:
                 yield Changed(seq, url, fp)
 
+    def _index_urls(self) -> None:
+        """Finding the held URLs a snapshot has not needs its URLs indexed (else each held URL
+        would scan the whole snapshot)."""
+        self._db.execute("CREATE INDEX IF NOT EXISTS temp.snapshot_url ON snapshot (url)")
+
     def deleted(self) -> Iterator[str]:
         """The URLs the appliance holds that the snapshot has not, in URL order."""
+        self._index_urls()
         cursor = self._db.execute(
             "SELECT url FROM documents d WHERE NOT EXISTS "
             "(SELECT 1 FROM temp.snapshot s WHERE s.url = d.url) ORDER BY url"

@@ -165,7 +165,7 @@ def run_sync(
                 st.synced()
                 return summary(None, None)
             changes, deletes = work / "changes.jsonl", work / "deletes.jsonl"
-            st.set_pending(out, _write_changes(st, snapshot, changes, deletes))
+            st.set_pending(out, _write_changes(st, snapshot, changes, deletes, diff.deleted))
             try:
                 receiver.build([os.fspath(changes), os.fspath(deletes)], out, progress)
             except InputError as exc:
@@ -229,7 +229,7 @@ def _check_deletes(diff: Diff, records: int, allow: AllowDeletes | None, collect
 
 
 def _write_changes(
-    st: SyncState, snapshot: Snapshot, changes: Path, deletes: Path
+    st: SyncState, snapshot: Snapshot, changes: Path, deletes: Path, deleted: int
 ) -> Iterator[tuple[str, str | None]]:
     """Writes the records to send, the changed ones then the deletes, and yields each one's
     URL and fingerprint (None for a delete) in that order: the order of the feed set."""
@@ -238,7 +238,8 @@ def _write_changes(
             out.write(snapshot.line(record) + b"\n")
             yield record.url, record.fingerprint
     with deletes.open("wb") as out:
-        for url in st.deleted():
+        # Listing them indexes the snapshot's URLs: not done for nothing.
+        for url in st.deleted() if deleted else ():
             out.write(orjson.dumps({"url": url, "action": "delete"}) + b"\n")
             yield url, None
 

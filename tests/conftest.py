@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import ssl
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -31,6 +32,16 @@ class TLSFiles:
         """An SSL context that trusts only the test CA (for httpx `verify=` or http.client)."""
         context = ssl.create_default_context(cafile=str(self.ca_path))
         return context
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The command line as a new user meets it: none of the shell's FASTFEED_* variables, and a
+    working directory of the test's own (so no fastfeed.toml is found by accident)."""
+    for name in list(os.environ):
+        if name.startswith("FASTFEED_"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ the input said; bad ACLs are refused naming their input line, and leave no feed 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -57,12 +56,7 @@ RECORDS: list[dict[str, Any]] = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith("FASTFEED_"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
+pytestmark = pytest.mark.usefixtures("clean_env")
 
 
 def jsonl(path: Path, records: list[dict[str, Any]]) -> Path:

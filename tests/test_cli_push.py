@@ -20,12 +20,7 @@ from fastfeed.sets.journal import JOURNAL
 MakeSet = Callable[..., Path]
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith("FASTFEED_"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
+pytestmark = pytest.mark.usefixtures("clean_env")
 
 
 def target(emulator: Emulator, tls: Any) -> list[str]:

@@ -3,7 +3,6 @@ stored by the emulated appliance exactly as the input said; full groups feeds ne
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,12 +44,7 @@ def group(name: str) -> dict[str, object]:
     return {"group": name, "members": [{"name": "m", "scope": "user"}]}
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith("FASTFEED_"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
+pytestmark = pytest.mark.usefixtures("clean_env")
 
 
 def expected(groups: list[dict[str, Any]], groupsource: str) -> dict[tuple[str, str], Any]:

@@ -25,6 +25,8 @@ from fastfeed.sets.state import SyncState
 
 Settings = Callable[..., PushSettings]
 
+pytestmark = pytest.mark.usefixtures("clean_env")
+
 
 def doc(n: int, **fields: Any) -> dict[str, Any]:
     record: dict[str, Any] = {

@@ -20,7 +20,6 @@ read or written) stay `OSError`, which `describe` words for the command line.
 
 from __future__ import annotations
 
-from enum import IntEnum
 from typing import TYPE_CHECKING
 
 from fastfeed._core import FastfeedError, FeedError, RecordError
@@ -31,30 +30,19 @@ if TYPE_CHECKING:
 __all__ = [
     "BacklogError",
     "EmptyFullFeed",
-    "ExitCode",
     "FastfeedError",
     "FeedError",
     "FileChanged",
     "InputError",
     "JournalError",
     "LoadError",
+    "MassDelete",
     "PushError",
     "RecordError",
     "ReplyError",
     "SettingsError",
+    "StateError",
 ]
-
-
-class ExitCode(IntEnum):
-    OK = 0
-    #: Some of the work failed (bad records, files the appliance did not accept, invalid feeds).
-    FAILED = 1
-    #: The command line was wrong (click's own status).
-    USAGE = 2
-    #: Nothing was done because the setup is wrong: not a trusted IP, bad TLS, missing manifest.
-    REFUSED = 3
-    #: Stopped by Ctrl-C (128 + SIGINT, as shells report it).
-    INTERRUPTED = 130
 
 
 class InputError(FastfeedError):
@@ -130,11 +118,3 @@ class LoadError(FastfeedError):
         self.location = location
         self.field = field
         self.reason = reason
-
-
-def describe(exc: Exception) -> str:
-    """An error as the CLI shows it: an OSError as "file: what the system said", without
-    Python's "[Errno N]" and quotes."""
-    if isinstance(exc, OSError) and exc.strerror:
-        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
-    return str(exc)

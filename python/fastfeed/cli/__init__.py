@@ -11,7 +11,7 @@ import click
 from fastfeed import __version__
 from fastfeed.cli import build, emulator, groups, push, seedlist, state, sync, thunderstone
 from fastfeed.cli.commands import group
-from fastfeed.errors import ExitCode
+from fastfeed.cli.reports import ExitCode
 
 DESCRIPTION = """\
 Build search appliance feeds from a corpus and push them, fast and without losing a record.

@@ -3,26 +3,26 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import click
 import orjson
 
-from fastfeed.cli.commands import F, argument, command, option
+from fastfeed.cli.commands import argument, command, option
 from fastfeed.cli.options import (
     allow_empty_full,
-    count,
     json_option,
-    set_options,
-    together,
+    record_options,
+    require_datasource,
+    take_encoding,
 )
-from fastfeed.errors import ExitCode, FastfeedError, InputError, describe
+from fastfeed.cli.reports import ExitCode, describe
+from fastfeed.errors import FastfeedError, InputError
 from fastfeed.gsa.build import build
 from fastfeed.gsa.writer import FeedType
 from fastfeed.progress import Progress, human_bytes, plural
 from fastfeed.sets.build import OnError
-from fastfeed.sets.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES, HARD_MAX_BYTES
+from fastfeed.sets.writer import DEFAULT_MAX_BYTES, HARD_MAX_BYTES
 from fastfeed.thunderstone.build import build_thunderstone
 
 BUILD_HELP = f"""\
@@ -55,79 +55,6 @@ and exits with status 1 if there is any.
 example:
   fastfeed validate feeds/*.xml
 """
-
-
-#: The options of `encoding_options`, as the builders take them: commands hand them on by name
-#: (`take_encoding`), so that each is written once, in the option that defines it.
-ENCODING = ("max_bytes", "max_records", "compress", "level", "workers", "acl_format", "base_url")
-
-
-def take_encoding(options: dict[str, Any]) -> dict[str, Any]:
-    """Takes the encoding options out of a command's options."""
-    return {name: options.pop(name) for name in ENCODING}
-
-
-def record_options(section: str | None = None) -> Callable[[F], F]:
-    """What a GSA feed set is made of: `build` and `run` take these."""
-    return together(
-        option(
-            "--datasource",
-            section=section,
-            help="datasource name, [a-zA-Z_][a-zA-Z0-9_-]* (required for GSA feeds)",
-        ),
-        option(
-            "--feedtype",
-            type=click.Choice(["full", "incremental", "metadata-and-url"]),
-            default="incremental",
-            section=section,
-            help="full replaces the datasource; incremental adds and deletes (default); "
-            "metadata-and-url feeds URLs and metadata for the crawler",
-        ),
-        encoding_options(section),
-    )
-
-
-def encoding_options(section: str | None = None, *, on_error: bool = True) -> Callable[[F], F]:
-    """How records become feed files: every command that builds GSA feeds takes these."""
-    return together(
-        set_options("records", section, on_error=on_error),
-        option(
-            "--compress",
-            type=click.Choice(["auto", "always", "never"]),
-            default="auto",
-            section=section,
-            help="auto: zlib content that shrinks: binary, and text of 2 KB or more (default); "
-            "always: zlib every content; never: text as text and binary as plain base64 "
-            "(appliances before 6.2)",
-        ),
-        option(
-            "--level",
-            type=count(1, 12),
-            default=DEFAULT_LEVEL,
-            metavar="N",
-            section=section,
-            help=f"zlib level, 1 to 12 (default {DEFAULT_LEVEL})",
-        ),
-        option(
-            "--workers",
-            type=count(0),
-            default=0,
-            metavar="N",
-            section=section,
-            help="encoding threads (default: one per core)",
-        ),
-        option(
-            "--acl-format",
-            type=click.Choice(["per-url", "legacy"]),
-            default="per-url",
-            section=section,
-            help="per-url: <acl> elements (software 7.0 and later, default); legacy: google:acl* "
-            "meta names, for older appliances (no namespaces, no standalone ACLs)",
-        ),
-        option(
-            "--base-url", metavar="URL", section=section, help="URL of a directory INPUT's root"
-        ),
-    )
 
 
 @command("build", help=BUILD_HELP, short_help="build feed files from records")
@@ -228,17 +155,6 @@ def build_command(
         )
         return ExitCode.FAILED
     return ExitCode.OK
-
-
-def require_datasource(datasource: str | None) -> str:
-    """GSA feeds need --datasource; click does not insist on it only because Thunderstone data
-    takes --profile instead."""
-    if not datasource:
-        raise click.UsageError(
-            "--datasource is required (or FASTFEED_DATASOURCE, or datasource in fastfeed.toml)",
-            click.get_current_context(silent=True),
-        )
-    return datasource
 
 
 @command("validate", help=VALIDATE_HELP, short_help="check feed files")

@@ -12,7 +12,8 @@ from typing import Any, TypeVar
 import click
 
 from fastfeed.cli import settings
-from fastfeed.errors import ExitCode, FastfeedError, describe
+from fastfeed.cli.reports import ExitCode, describe
+from fastfeed.errors import FastfeedError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

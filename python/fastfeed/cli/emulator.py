@@ -4,17 +4,16 @@
 from __future__ import annotations
 
 import ipaddress
-import signal
 import sys
-import threading
 from pathlib import Path
-from types import FrameType
 
 import click
 
 from fastfeed.cli.commands import command, option
 from fastfeed.cli.options import json_option
-from fastfeed.errors import ExitCode, FastfeedError
+from fastfeed.cli.reports import ExitCode
+from fastfeed.cli.serving import require_server_extra, serve_until_stopped
+from fastfeed.errors import FastfeedError
 
 # The server (aiohttp) and trustme are imported when the emulator runs, not here: every fastfeed
 # command pays for what this module imports.
@@ -138,13 +137,8 @@ def emulator_command(
             f"cannot listen on {bind} ports {http_port}/{https_port}: {exc.strerror}"
             " (another emulator running? choose others with --http-port/--https-port)"
         ) from exc
-    stop = threading.Event()
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    def banner() -> None:
         print(f"fastfeed emulator: data in {data_dir.resolve()}")
         print(f"  feeds over HTTP:  {emulator.http_url}/xmlfeed")
         print(f"  feeds over HTTPS: {emulator.url}/xmlfeed")
@@ -155,10 +149,10 @@ def emulator_command(
         trusted = ", ".join(trusted_ip) if trusted_ip else "all client IPs"
         print(f"  trusting {trusted}; Ctrl-C to stop")
         sys.stdout.flush()
-        stop.wait()
+
+    try:
+        serve_until_stopped(banner)
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
         emulator.stop()
     print("fastfeed emulator: stopped")
     return ExitCode.OK
@@ -182,19 +176,6 @@ def _certificate(data_dir: Path, bind: str) -> tuple[Path, Path, Path]:
     return ca_file, cert_file, key_file
 
 
-def require_server_extra(command: str) -> None:
-    """The emulator, the demo and the seedlist server run on aiohttp and make certificates with
-    trustme: the `server` extra, which a pipeline that only builds and pushes does without."""
-    try:
-        import aiohttp  # noqa: F401
-        import trustme  # noqa: F401
-    except ImportError as exc:
-        raise FastfeedError(
-            f"`fastfeed {command}` needs {exc.name}, of the server extra: "
-            "pip install 'fastfeed[server]'"
-        ) from None
-
-
 @command("demo", help=DEMO_HELP, short_help="try it all on a local emulated appliance")
 @option("--out", metavar="DIR", help="where to keep the sample feed set")
 @json_option("print the index summary as JSON")
@@ -202,4 +183,4 @@ def demo_command(out: str | None, as_json: bool) -> int:
     require_server_extra("demo")
     from fastfeed.emulator.demo import demo
 
-    return demo(out=out, as_json=as_json)
+    return ExitCode.OK if demo(out=out, as_json=as_json) else ExitCode.FAILED

@@ -16,8 +16,8 @@ from fastfeed.cli.options import (
     push_settings,
     set_options,
 )
-from fastfeed.cli.push import report, stopped
-from fastfeed.errors import ExitCode, FastfeedError, InputError, PushError
+from fastfeed.cli.reports import ExitCode, report, stopped
+from fastfeed.errors import FastfeedError, InputError, PushError
 from fastfeed.progress import Progress, human_bytes, plural
 from fastfeed.sets.build import OnError
 from fastfeed.sets.writer import DEFAULT_MAX_BYTES

@@ -13,7 +13,7 @@ import click
 
 from fastfeed.cli.commands import F, option
 from fastfeed.delivery.settings import HTTP_PORT, HTTPS_PORT, PushSettings, Secret
-from fastfeed.sets.writer import DEFAULT_MAX_BYTES, HARD_MAX_BYTES
+from fastfeed.sets.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES, HARD_MAX_BYTES
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "ki": 2**10, "mi": 2**20, "gi": 2**30}
@@ -242,3 +242,158 @@ def push_settings(command: str, options: dict[str, Any]) -> PushSettings:
             file=sys.stderr,
         )
     return PushSettings(**values)
+
+
+BUILDING = "building (as `fastfeed build`)"
+
+
+#: The options of `encoding_options`, as the builders take them: commands hand them on by name
+#: (`take_encoding`), so that each is written once, in the option that defines it.
+ENCODING = ("max_bytes", "max_records", "compress", "level", "workers", "acl_format", "base_url")
+
+
+def take_encoding(options: dict[str, Any]) -> dict[str, Any]:
+    """Takes the encoding options out of a command's options."""
+    return {name: options.pop(name) for name in ENCODING}
+
+
+def record_options(section: str | None = None) -> Callable[[F], F]:
+    """What a GSA feed set is made of: `build` and `run` take these."""
+    return together(
+        option(
+            "--datasource",
+            section=section,
+            help="datasource name, [a-zA-Z_][a-zA-Z0-9_-]* (required for GSA feeds)",
+        ),
+        option(
+            "--feedtype",
+            type=click.Choice(["full", "incremental", "metadata-and-url"]),
+            default="incremental",
+            section=section,
+            help="full replaces the datasource; incremental adds and deletes (default); "
+            "metadata-and-url feeds URLs and metadata for the crawler",
+        ),
+        encoding_options(section),
+    )
+
+
+def encoding_options(section: str | None = None, *, on_error: bool = True) -> Callable[[F], F]:
+    """How records become feed files: every command that builds GSA feeds takes these."""
+    return together(
+        set_options("records", section, on_error=on_error),
+        option(
+            "--compress",
+            type=click.Choice(["auto", "always", "never"]),
+            default="auto",
+            section=section,
+            help="auto: zlib content that shrinks: binary, and text of 2 KB or more (default); "
+            "always: zlib every content; never: text as text and binary as plain base64 "
+            "(appliances before 6.2)",
+        ),
+        option(
+            "--level",
+            type=count(1, 12),
+            default=DEFAULT_LEVEL,
+            metavar="N",
+            section=section,
+            help=f"zlib level, 1 to 12 (default {DEFAULT_LEVEL})",
+        ),
+        option(
+            "--workers",
+            type=count(0),
+            default=0,
+            metavar="N",
+            section=section,
+            help="encoding threads (default: one per core)",
+        ),
+        option(
+            "--acl-format",
+            type=click.Choice(["per-url", "legacy"]),
+            default="per-url",
+            section=section,
+            help="per-url: <acl> elements (software 7.0 and later, default); legacy: google:acl* "
+            "meta names, for older appliances (no namespaces, no standalone ACLs)",
+        ),
+        option(
+            "--base-url", metavar="URL", section=section, help="URL of a directory INPUT's root"
+        ),
+    )
+
+
+def require_datasource(datasource: str | None) -> str:
+    """GSA feeds need --datasource; click does not insist on it only because Thunderstone data
+    takes --profile instead."""
+    if not datasource:
+        raise click.UsageError(
+            "--datasource is required (or FASTFEED_DATASOURCE, or datasource in fastfeed.toml)",
+            click.get_current_context(silent=True),
+        )
+    return datasource
+
+
+SYNCING = "syncing"
+_SHARE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+
+
+class Deletes(click.ParamType[float | int]):
+    """How much a sync may delete: a count (500), or a share (0.5, 50%)."""
+
+    name = "deletes"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float | int:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return value
+        text = str(value).strip()
+        share = _SHARE.match(text)
+        try:
+            if share:
+                fraction = float(share.group(1)) / 100
+            elif "." in text:
+                fraction = float(text)
+            else:
+                count = int(text)
+                if count < 0:
+                    raise ValueError
+                return count
+        except ValueError:
+            self.fail(f"'{value}' is not a number of documents (500) or a share (0.5, 50%)")
+        if not 0 <= fraction <= 1:
+            self.fail(f"'{value}' is not a share from 0 to 1 (or 0% to 100%)")
+        return fraction
+
+
+def sync_options() -> Callable[[F], F]:
+    """What every receiver's sync takes besides its receiver's settings."""
+    s = SYNCING
+    return together(
+        option(
+            "--state",
+            required=True,
+            metavar="FILE",
+            section=s,
+            help="the sync state of this appliance and collection (made if missing)",
+        ),
+        option(
+            "--allow-deletes",
+            type=Deletes(),
+            metavar="N|SHARE",
+            section=s,
+            help="deletes allowed: documents (500) or a share (0.5, 50%) (default: 10%, none "
+            "when the snapshot is empty)",
+        ),
+        option("--resend-all", is_flag=True, section=s, help="send every record, changed or not"),
+        option(
+            "--dry-run",
+            is_flag=True,
+            section=s,
+            help="compare and say what would be sent; send nothing",
+        ),
+        option(
+            "--out",
+            metavar="DIR",
+            section=s,
+            help="where to keep the set sent (default: ./fastfeed-feeds/NAME-sync-...)",
+        ),
+    )

@@ -10,19 +10,27 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fastfeed.cli.build import record_options, require_datasource, take_encoding
 from fastfeed.cli.commands import argument, command, option
-from fastfeed.cli.options import connection_options, count, json_option, push_options, push_settings
+from fastfeed.cli.options import (
+    BUILDING,
+    connection_options,
+    count,
+    json_option,
+    push_options,
+    push_settings,
+    record_options,
+    require_datasource,
+    take_encoding,
+)
+from fastfeed.cli.reports import ExitCode, report, stopped
 from fastfeed.delivery.settings import HTTP_PORT, HTTPS_PORT, PushSettings
-from fastfeed.errors import BacklogError, ExitCode, FastfeedError, InputError, PushError
+from fastfeed.errors import BacklogError, FastfeedError, InputError
 from fastfeed.gsa.writer import FeedType
 from fastfeed.progress import Progress
 from fastfeed.sets.build import OnError
 
 if TYPE_CHECKING:
-    from fastfeed.delivery.results import PushSummary
-
-BUILDING = "building (as `fastfeed build`)"
+    pass
 
 # The uploader (httpx) is imported by the commands that push, not here: every command pays for
 # what this module imports, `fastfeed build` and `validate` included.
@@ -219,32 +227,6 @@ def backlog_command(as_json: bool, **options: Any) -> int:
     else:
         print(count)
     return ExitCode.OK
-
-
-def report(command: str, summary: PushSummary, as_json: bool) -> int:
-    for result in summary.results:
-        if result.outcome.value in ("failed", "blocked"):
-            print(f"{result.feed.path}: {result.outcome.value}: {result.message}", file=sys.stderr)
-    print(f"fastfeed {command}: {summary.describe()}", file=sys.stderr)
-    if as_json:
-        sys.stdout.buffer.write(orjson.dumps(summary.to_dict()) + b"\n")
-    return ExitCode.OK if summary.ok else ExitCode.FAILED
-
-
-def stopped(command: str, exc: FastfeedError, as_json: bool) -> int:
-    """A push that could not go on: says why, and what was done before."""
-
-    print(f"fastfeed {command}: error: {exc}", file=sys.stderr)
-    summary = exc.summary if isinstance(exc, PushError) else None
-    if summary is not None and summary.results:
-        print(f"fastfeed {command}: before stopping: {summary.describe()}", file=sys.stderr)
-    if as_json:
-        data: dict[str, object] = summary.to_dict() if summary is not None else {}
-        # Whatever was done before, the command failed: `ok` says so as the exit status does.
-        data.update(ok=False, error=str(exc))
-        sys.stdout.buffer.write(orjson.dumps(data) + b"\n")
-    refused = not isinstance(exc, PushError) or exc.refused
-    return ExitCode.REFUSED if refused else ExitCode.FAILED
 
 
 async def _backlog(settings: PushSettings) -> int | None:

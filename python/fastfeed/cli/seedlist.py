@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import signal
 import sys
-import threading
-from types import FrameType
 
 import click
 import orjson
 
 from fastfeed.cli.commands import argument, group, option
-from fastfeed.cli.emulator import require_server_extra
 from fastfeed.cli.options import json_option
-from fastfeed.errors import ExitCode, FastfeedError
+from fastfeed.cli.reports import ExitCode
+from fastfeed.cli.serving import require_server_extra, serve_until_stopped
+from fastfeed.errors import FastfeedError
 
 # The store, the server (aiohttp) and lxml are imported by the commands that use them, not here:
 # every fastfeed command pays for what this module imports.
@@ -183,20 +181,15 @@ def serve_command(
         server.start()
     except OSError as exc:
         raise FastfeedError(f"cannot serve on {bind} port {port}: {exc.strerror or exc}") from exc
-    stop = threading.Event()
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    def banner() -> None:
         auth = f"basic authentication as {credentials[0]}" if credentials else "no authentication"
         print(f"fastfeed seedlist: serving {state} at {server.url} ({auth}); Ctrl-C to stop")
         sys.stdout.flush()
-        stop.wait()
+
+    try:
+        serve_until_stopped(banner)
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
         server.stop()
     print("fastfeed seedlist: stopped")
     return ExitCode.OK

@@ -9,7 +9,7 @@ import orjson
 
 from fastfeed.cli.commands import argument, group, option
 from fastfeed.cli.options import json_option
-from fastfeed.errors import ExitCode
+from fastfeed.cli.reports import ExitCode
 from fastfeed.sets.state import SyncState
 
 HELP = """\

@@ -10,15 +10,18 @@ import orjson
 
 from fastfeed.cli.commands import F, argument, group, option
 from fastfeed.cli.options import (
+    BUILDING,
+    SYNCING,
     json_option,
     push_settings,
     retry_options,
     set_options,
+    sync_options,
     tls_options,
     together,
 )
-from fastfeed.cli.sync import SYNCING, run_sync_command, sync_options
-from fastfeed.errors import ExitCode, FastfeedError, PushError
+from fastfeed.cli.reports import ExitCode, run_sync_command
+from fastfeed.errors import FastfeedError, PushError
 
 if TYPE_CHECKING:
     from fastfeed.sets.sync import SyncSummary
@@ -169,8 +172,8 @@ example:
 )
 @option("--profile", required=True, section=SYNCING, help="the profile that receives the data")
 @sync_options()
-@set_options("records", "building (as `fastfeed build`)", on_error=False)
-@option("--base-url", metavar="URL", section="building (as `fastfeed build`)",
+@set_options("records", BUILDING, on_error=False)
+@option("--base-url", metavar="URL", section=BUILDING,
         help="URL of a directory INPUT's root")  # fmt: skip
 @appliance_options()
 def sync_command(

@@ -19,7 +19,6 @@ import trustme
 
 from fastfeed.delivery.settings import PushSettings
 from fastfeed.emulator import Emulator
-from fastfeed.errors import ExitCode
 from fastfeed.gsa.push import push
 from fastfeed.gsa.writer import FeedWriter
 from fastfeed.progress import Progress
@@ -69,7 +68,7 @@ def say(text: str) -> None:
     print(text, file=sys.stderr)
 
 
-def demo(out: str | None = None, as_json: bool = False) -> int:
+def demo(out: str | None = None, as_json: bool = False) -> bool:
     started = time.monotonic()
     kept = Path(out or Path("fastfeed-feeds") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}")
     with tempfile.TemporaryDirectory(prefix="fastfeed-demo-") as scratch:
@@ -114,4 +113,4 @@ def demo(out: str | None = None, as_json: bool = False) -> int:
         for name, count in counts.items():
             print(f"  {name}: {count} documents")
         print(f"feed sets kept in {kept} (push them to a real appliance with `fastfeed push`)")
-    return ExitCode.OK if summary.ok else ExitCode.FAILED
+    return summary.ok

@@ -207,7 +207,7 @@ def test_every_error_of_the_tree_is_public() -> None:
     assert set(fastfeed.errors.__all__) <= set(fastfeed.__all__)
 
 
-def test_importing_fastfeed_pays_for_no_pusher_validator_or_server() -> None:
+def test_importing_fastfeed_pays_for_no_pusher_validator_server_or_store() -> None:
     import subprocess
     import sys
 
@@ -217,7 +217,7 @@ def test_importing_fastfeed_pays_for_no_pusher_validator_or_server() -> None:
         text=True,
         check=True,
     ).stdout.split()
-    assert {"httpx", "lxml", "aiohttp"}.isdisjoint(loaded)
+    assert {"httpx", "lxml", "aiohttp", "sqlite3"}.isdisjoint(loaded)
 
 
 def test_the_record_schema_is_defined_once() -> None:

@@ -2,8 +2,8 @@
 
 Everything a user imports is here; the modules behind it (`fastfeed.sets`, `fastfeed.delivery`,
 `fastfeed.gsa`, `fastfeed.thunderstone`, ...) are its implementation. What needs a heavy
-dependency (httpx for pushing, lxml for validating, aiohttp for the emulator) is imported on
-first use, so that building a feed does not pay for them.
+dependency (httpx for pushing, lxml for validating, aiohttp for the emulator, SQLite for the
+seedlist store) is imported on first use, so that building a feed does not pay for them.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from fastfeed.gsa.run import build_and_push, build_and_push_async
     from fastfeed.gsa.sync import sync
     from fastfeed.gsa.validate import Problem, validate_file
+    from fastfeed.seedlist.store import LoadSummary, SeedlistStore
     from fastfeed.sets.sync import SyncSummary
     from fastfeed.thunderstone.push import ThunderstoneSummary
     from fastfeed.thunderstone.push import push as push_thunderstone
@@ -64,6 +65,8 @@ _LAZY = {
     "SyncSummary": ("fastfeed.sets.sync", "SyncSummary"),
     "validate_file": ("fastfeed.gsa.validate", "validate_file"),
     "Problem": ("fastfeed.gsa.validate", "Problem"),
+    "SeedlistStore": ("fastfeed.seedlist.store", "SeedlistStore"),
+    "LoadSummary": ("fastfeed.seedlist.store", "LoadSummary"),
     "Emulator": ("fastfeed.emulator", "Emulator"),
     "Fault": ("fastfeed.emulator", "Fault"),
 }
@@ -85,6 +88,7 @@ __all__ = [
     "InputError",
     "JournalError",
     "LoadError",
+    "LoadSummary",
     "ManifestEntry",
     "MassDelete",
     "Membership",
@@ -98,6 +102,7 @@ __all__ = [
     "RecordError",
     "ReplyError",
     "Secret",
+    "SeedlistStore",
     "SettingsError",
     "StateError",
     "SyncSummary",

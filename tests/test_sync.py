@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 import pytest
-from fastfeed import InputError, MassDelete, PushSettings, SettingsError, sync
+from fastfeed import InputError, MassDelete, PushSettings, SettingsError, StateError, sync
 from fastfeed.cli import main
 from fastfeed.emulator import Emulator, Fault
 from fastfeed.sets.journal import JOURNAL
@@ -387,3 +387,14 @@ def test_a_snapshot_holds_no_deletes(
     with pytest.raises(InputError) as refused:
         sync([src], tmp_path / "s.state", "docs", push_settings(emulator), out_dir=tmp_path / "o")
     assert refused.value.location == f"{src}:2" and "no deletes" in str(refused.value)
+
+
+def test_a_state_serves_one_appliance_and_datasource(
+    emulator: Emulator, push_settings: Settings, tmp_path: Path
+) -> None:
+    state = tmp_path / "docs.state"
+    src = write(tmp_path / "a.jsonl", [doc(1)])
+    sync([src], state, "docs", push_settings(emulator), out_dir=tmp_path / "s1")
+    with pytest.raises(StateError, match="is the state of 127.0.0.1:.* datasource docs"):
+        sync([src], state, "other", push_settings(emulator), out_dir=tmp_path / "s2")
+    assert received(emulator) == 1

@@ -84,10 +84,21 @@ class SyncState:
             raise StateError(f"{self.path} does not exist: no sync used it as its state")
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None)
+        except sqlite3.DatabaseError as exc:
+            raise StateError(f"{self.path}: not a usable sync state: {exc}") from None
+        try:
+            self.target = self._open(target)
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _open(self, target: str | None) -> str:
+        """Checks that the file is a state of `target` (any, if None), making it if new; returns
+        the target it is the state of."""
+        try:
             tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")}
             if (tables or target is None) and "meta" not in tables:
                 # Another program's database (a seedlist store...): not ours to add tables to.
-                self._db.close()
                 raise StateError(f"{self.path} is not a sync state")
             self._db.executescript(_SCHEMA)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -104,12 +115,13 @@ class SyncState:
                     f"{self.path}: not a sync state of this fastfeed (format {version}; this one "
                     f"reads format {SCHEMA_VERSION})"
                 )
-        self.target = self._meta("target") or ""
-        if target is not None and self.target != target:
+        held = self._meta("target") or ""
+        if target is not None and held != target:
             raise StateError(
-                f"{self.path} is the state of {self.target}, not of {target}: keep one state "
-                "file per appliance and datasource"
+                f"{self.path} is the state of {held}, not of {target}: keep one state file per "
+                "appliance and datasource"
             )
+        return held
 
     def close(self) -> None:
         self._db.close()

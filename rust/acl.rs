@@ -197,7 +197,7 @@ impl Acl {
         }
         if let Some(from) = &self.inherit_from {
             representable("inherit_from", from)?;
-            crate::record::check_url(from).map_err(|m| format!("inherit_from: {m}"))?;
+            crate::url::check_url(from).map_err(|m| format!("inherit_from: {m}"))?;
         }
         Ok(())
     }

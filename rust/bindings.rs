@@ -19,14 +19,14 @@ use pyo3::types::{
 
 use crate::acl::AclInput;
 use crate::encode::Compress;
-use crate::error::Error;
+use crate::error::{Error, RecordErrorKind};
 use crate::fingerprint;
 use crate::guard::Guard;
 use crate::jsonl::{self, FIELDS};
 use crate::record::{
-    self, check_url, parse_date, AclFormat, Action, AuthMethod, Content, FeedType, Record,
-    Timestamp,
+    self, parse_date, AclFormat, Action, AuthMethod, Content, FeedType, Record, Timestamp,
 };
+use crate::url::check_url;
 use crate::wide::Wide;
 use crate::writer::{
     check_datasource, BatchReport, FeedWriter, ManifestEntry, Options, SharedChunk, DEFAULT_LEVEL,
@@ -49,7 +49,9 @@ create_exception!(
     _core,
     RecordError,
     FeedError,
-    "A record breaks a rule; `index` is its position in the batch, `field` the field at fault."
+    "A record breaks a rule; `index` is its position in the batch, `field` the field at fault, \
+     `reason` why, `kind` what sort of refusal (stable names: not_json, unknown_field, missing, \
+     invalid, not_allowed, unreadable, too_large)."
 );
 
 impl From<Error> for PyErr {
@@ -59,6 +61,7 @@ impl From<Error> for PyErr {
                 index,
                 field,
                 ref message,
+                kind,
             } => Python::with_gil(|py| {
                 let exc = RecordError::new_err(err.to_string());
                 let value = exc.value(py);
@@ -66,6 +69,7 @@ impl From<Error> for PyErr {
                     value.setattr("index", index)?;
                     value.setattr("field", field)?;
                     value.setattr("reason", message)?;
+                    value.setattr("kind", kind.as_str())?;
                     Ok(())
                 };
                 match set() {
@@ -328,7 +332,8 @@ impl<'py> Fields<'_, 'py> {
                     }
                 }
                 other => {
-                    return Err(Error::record(
+                    return Err(Error::refused(
+                        RecordErrorKind::UnknownField,
                         self.index,
                         None,
                         jsonl::unknown_field(other, FIELDS),

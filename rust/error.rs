@@ -3,6 +3,40 @@
 use std::fmt;
 use std::path::PathBuf;
 
+/// What is wrong with a refused record, for programs that sort refusals (`RecordError.kind`);
+/// the message says it for people. The names are stable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordErrorKind {
+    /// The line is not one JSON object (syntax, byte order mark, not UTF-8).
+    NotJson,
+    /// A field the schema does not have.
+    UnknownField,
+    /// A field the record needs is absent.
+    Missing,
+    /// A field's value is of the wrong type, out of range, or not allowed as it is.
+    Invalid,
+    /// A field or action this feed, set or receiver cannot carry.
+    NotAllowed,
+    /// A `content_path` that cannot be read.
+    Unreadable,
+    /// The record is too large for any feed file.
+    TooLarge,
+}
+
+impl RecordErrorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordErrorKind::NotJson => "not_json",
+            RecordErrorKind::UnknownField => "unknown_field",
+            RecordErrorKind::Missing => "missing",
+            RecordErrorKind::Invalid => "invalid",
+            RecordErrorKind::NotAllowed => "not_allowed",
+            RecordErrorKind::Unreadable => "unreadable",
+            RecordErrorKind::TooLarge => "too_large",
+        }
+    }
+}
+
 /// Everything the core can refuse or fail at.
 #[derive(Debug)]
 pub enum Error {
@@ -12,6 +46,7 @@ pub enum Error {
         index: usize,
         field: Option<&'static str>,
         message: String,
+        kind: RecordErrorKind,
     },
     /// The writer's own settings are wrong (datasource name, feed type, size cap...).
     Config(String),
@@ -25,11 +60,23 @@ pub enum Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
+    /// A record whose `field` has a wrong value (the common case: `RecordErrorKind::Invalid`).
     pub fn record(index: usize, field: Option<&'static str>, message: impl Into<String>) -> Self {
+        Error::refused(RecordErrorKind::Invalid, index, field, message)
+    }
+
+    /// A record refused for a reason of another `kind`.
+    pub fn refused(
+        kind: RecordErrorKind,
+        index: usize,
+        field: Option<&'static str>,
+        message: impl Into<String>,
+    ) -> Self {
         Error::Record {
             index,
             field,
             message: message.into(),
+            kind,
         }
     }
 
@@ -40,10 +87,12 @@ impl Error {
                 index,
                 field,
                 message,
+                kind,
             } => Error::Record {
                 index: index + by,
                 field,
                 message,
+                kind,
             },
             other => other,
         }
@@ -64,11 +113,13 @@ impl fmt::Display for Error {
                 index,
                 field: Some(field),
                 message,
+                ..
             } => write!(f, "record {index}: field '{field}': {message}"),
             Error::Record {
                 index,
                 field: None,
                 message,
+                ..
             } => write!(f, "record {index}: {message}"),
             Error::Config(message) => f.write_str(message),
             Error::Io { path, source } => write!(f, "{}: {source}", path.display()),

@@ -18,7 +18,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, RecordErrorKind, Result};
 use crate::jsonl;
 use crate::record::{parse_date, Action, Record};
 
@@ -147,7 +147,8 @@ pub fn fingerprint_jsonl(chunk: &[u8], pieces: usize) -> Result<(Vec<Found>, usi
                 .map(|(line, text)| {
                     let record = jsonl::parse_line(line, text)?;
                     if !matches!(record.action, None | Some(Action::Add)) {
-                        return Err(Error::record(
+                        return Err(Error::refused(
+                            RecordErrorKind::NotAllowed,
                             line,
                             Some("action"),
                             "a snapshot lists the documents as they are now: no deletes or \

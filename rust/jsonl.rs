@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::acl::AclInput;
-use crate::error::{Error, Result};
+use crate::error::{Error, RecordErrorKind, Result};
 use crate::lift;
 use crate::record::{action_error, Action, AuthMethod, Content, Record, Timestamp};
 
@@ -150,7 +150,8 @@ pub(crate) fn parse_object<'a, T: Deserialize<'a>>(
     fields: &[&'static str],
 ) -> Result<T> {
     if line.starts_with("\u{feff}".as_bytes()) {
-        return Err(Error::record(
+        return Err(Error::refused(
+            RecordErrorKind::NotJson,
             index,
             None,
             "the line starts with a byte order mark (U+FEFF): save the file as UTF-8 without BOM",
@@ -158,7 +159,8 @@ pub(crate) fn parse_object<'a, T: Deserialize<'a>>(
     }
     // serde would take a JSON array for a struct, field by field.
     if line.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        return Err(Error::record(
+        return Err(Error::refused(
+            RecordErrorKind::NotJson,
             index,
             None,
             "expected a JSON object, one per line",
@@ -225,15 +227,20 @@ fn json_error(
         .replace("expected a boolean", "expected true or false")
         .replace("expected path string", "expected a file path")
         .replace('`', "'");
+    let mut kind = RecordErrorKind::Invalid;
     if let Err(e) = std::str::from_utf8(line) {
         // serde says "invalid unicode code point"; say where the bad byte is.
         message = format!("not valid UTF-8 (byte {} of the line)", e.valid_up_to());
+        kind = RecordErrorKind::NotJson;
     } else if let Some(unknown) = message
         .strip_prefix("unknown field '")
         .and_then(|rest| rest.split_once('\''))
         .map(|(name, _)| name.to_owned())
     {
         message = unknown_field(&unknown, fields);
+        kind = RecordErrorKind::UnknownField;
+    } else if message.starts_with("missing field") {
+        kind = RecordErrorKind::Missing;
     }
     if let Some(field) = fields.iter().find(|f| **f == top) {
         let message = if message.contains("untagged enum RawTimestamp") {
@@ -246,12 +253,17 @@ fn json_error(
         } else {
             message
         };
-        return Error::record(index, Some(field), message);
+        return Error::refused(kind, index, Some(field), message);
     }
     if err.is_data() || std::str::from_utf8(line).is_err() {
-        return Error::record(index, None, message);
+        return Error::refused(kind, index, None, message);
     }
-    Error::record(index, None, format!("not a JSON object: {message}"))
+    Error::refused(
+        RecordErrorKind::NotJson,
+        index,
+        None,
+        format!("not a JSON object: {message}"),
+    )
 }
 
 /// The record of a parsed line; its contents are passed apart, as they may have been lifted

@@ -15,6 +15,7 @@ mod lift;
 mod output;
 pub mod record;
 pub mod thunderstone;
+pub mod url;
 pub mod wide;
 pub mod writer;
 

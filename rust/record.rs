@@ -8,8 +8,9 @@ use std::path::PathBuf;
 
 use crate::acl::Acl;
 use crate::encode::{base64_into, decode_base64_into, Compress, Encoding, Scratch};
-use crate::error::{Error, Result};
+use crate::error::{Error, RecordErrorKind, Result};
 use crate::escape::{escape_into, first_unrepresentable, Context};
+use crate::url::{check_url, url_path};
 use crate::wide::Wide;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,7 +138,9 @@ impl Content<'_> {
                 (buf, None)
             }
             Content::Path(p) => {
-                read_content_file(p, buf).map_err(|m| Error::record(index, Some(field), m))?;
+                read_content_file(p, buf).map_err(|m| {
+                    Error::refused(RecordErrorKind::Unreadable, index, Some(field), m)
+                })?;
                 // A file is text when its type says so and its bytes are UTF-8.
                 let text = is_textual(mimetype)
                     .then(|| std::str::from_utf8(buf).ok())
@@ -332,65 +335,6 @@ fn is_textual(mimetype: &str) -> bool {
         )
 }
 
-/// The URL must be absolute with a fully qualified host, as the appliance requires.
-pub fn check_url(url: &str) -> std::result::Result<(), String> {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return Err(format!(
-            "'{url}' is not an absolute URL (scheme://host/path)"
-        ));
-    };
-    let scheme_ok = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
-        && scheme
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
-    if !scheme_ok {
-        return Err(format!("'{url}' has no valid scheme"));
-    }
-    if let Some(c) = url.chars().find(|c| c.is_control()) {
-        return Err(format!(
-            "'{}' holds the control character {c:?}: a URL has none (percent-encode it)",
-            url.escape_debug()
-        ));
-    }
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let (host, port) = match hostport.strip_prefix('[') {
-        // An IPv6 literal is fully qualified by nature: only its port is left to check.
-        Some(literal) => (
-            "",
-            literal
-                .split_once(']')
-                .and_then(|(_, p)| p.strip_prefix(':')),
-        ),
-        None => match hostport.split_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (hostport, None),
-        },
-    };
-    if let Some(port) = port.filter(|p| !p.is_empty()) {
-        if !matches!(port.parse::<u16>(), Ok(1..)) || !port.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(format!(
-                "'{url}' has the port '{port}', not one of 1 to 65535"
-            ));
-        }
-    }
-    if hostport.starts_with('[') {
-        return Ok(());
-    }
-    if host.is_empty() {
-        return Err(format!("'{url}' has no host"));
-    }
-    if !host.contains('.') || host.starts_with('.') || host.contains("..") {
-        return Err(format!(
-            "host '{host}' is not fully qualified (the appliance needs a name like host.example.com)"
-        ));
-    }
-    if host.chars().any(char::is_whitespace) {
-        return Err(format!("host '{host}' contains white space"));
-    }
-    Ok(())
-}
-
 /// The moment `last_modified` names, and its text when it was given in RFC 822 (which a GSA
 /// feed passes through as given).
 pub(crate) fn parse_date(
@@ -463,13 +407,6 @@ fn guess_mimetype(path: &str) -> Option<&'static str> {
     mime_guess::from_path(path).first_raw()
 }
 
-/// The path part of a URL, for guessing a MIME type from its extension.
-fn url_path(url: &str) -> &str {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let path = rest.find('/').map_or("", |i| &rest[i..]);
-    path.split(['?', '#']).next().unwrap_or("")
-}
-
 /// Refuses, naming the field, a character XML cannot carry in a field that has no base64 form.
 fn representable(index: usize, field: &'static str, value: &str) -> Result<()> {
     match first_unrepresentable(value) {
@@ -530,7 +467,12 @@ impl<'a> Record<'a> {
     pub(crate) fn check_url(&self, index: usize) -> Result<()> {
         let err = |msg: String| Error::record(index, Some("url"), msg);
         if self.url.is_empty() {
-            return Err(err("is required".into()));
+            return Err(Error::refused(
+                RecordErrorKind::Missing,
+                index,
+                Some("url"),
+                "is required",
+            ));
         }
         representable(index, "url", &self.url)?;
         check_url(&self.url).map_err(err)
@@ -569,8 +511,10 @@ impl<'a> Record<'a> {
             return Err(err("acl", "a standalone ACL (kind acl) needs an acl"));
         };
         if let Some(field) = self.field_besides_acl() {
-            return Err(err(
-                field,
+            return Err(Error::refused(
+                RecordErrorKind::NotAllowed,
+                index,
+                Some(field),
                 "a standalone ACL (kind acl) carries only url and acl",
             ));
         }
@@ -589,6 +533,9 @@ impl<'a> Record<'a> {
     /// Applies the protocol's rules; `index` names the record in errors.
     fn check(&self, index: usize, kind: FeedKind, opts: EncodeOptions) -> Result<Checked<'_, 'a>> {
         let err = |field: &'static str, msg: String| Error::record(index, Some(field), msg);
+        let not_allowed = |field: &'static str, msg: &str| {
+            Error::refused(RecordErrorKind::NotAllowed, index, Some(field), msg)
+        };
         let representable = |field: &'static str, value: &str| representable(index, field, value);
 
         self.check_url(index)?;
@@ -600,7 +547,7 @@ impl<'a> Record<'a> {
         }
         if let Some(rank) = self.pagerank {
             if !kind.carries_content() {
-                return Err(err("pagerank", "applies to content feeds only".into()));
+                return Err(not_allowed("pagerank", "applies to content feeds only"));
             }
             if !(68..=100).contains(&rank) {
                 return Err(err("pagerank", format!("{rank} is outside 68 to 100")));
@@ -619,8 +566,10 @@ impl<'a> Record<'a> {
             } else {
                 "delete-pattern"
             };
-            return Err(err(
-                "action",
+            return Err(Error::refused(
+                RecordErrorKind::NotAllowed,
+                index,
+                Some("action"),
                 format!("'{name}' exists only in Thunderstone feeds (--format thunderstone)"),
             ));
         }
@@ -633,10 +582,10 @@ impl<'a> Record<'a> {
                 } else {
                     "a metadata-and-url feed carries URLs and metadata, not content"
                 };
-                return Err(err(field, why.into()));
+                return Err(not_allowed(field, why));
             }
             if delete {
-                return Err(err(field, "a delete record carries no content".into()));
+                return Err(not_allowed(field, "a delete record carries no content"));
             }
         } else if kind.feedtype == FeedType::Full
             && !delete

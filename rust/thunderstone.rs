@@ -9,7 +9,7 @@
 //! `dt:dt="bin.base64"`, so nothing is dropped.
 
 use crate::encode::{base64_into, Scratch};
-use crate::error::{Error, Result};
+use crate::error::{Error, RecordErrorKind, Result};
 use crate::escape::{escape_into, Context};
 use crate::record::{parse_date, Action, Record};
 
@@ -88,9 +88,11 @@ pub fn encode_item(
 ) -> Result<()> {
     let err = |field: &'static str, msg: String| Error::record(index, Some(field), msg);
     if let Some(field) = unsupported(record) {
-        return Err(err(
-            field,
-            "has no counterpart in a Thunderstone item".into(),
+        return Err(Error::refused(
+            RecordErrorKind::NotAllowed,
+            index,
+            Some(field),
+            "has no counterpart in a Thunderstone item",
         ));
     }
     record.check_url(index)?;

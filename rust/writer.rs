@@ -19,7 +19,7 @@ use std::thread::JoinHandle;
 use sha2::{Digest, Sha256};
 
 use crate::encode::{Compress, Scratch};
-use crate::error::{Error, Result};
+use crate::error::{Error, RecordErrorKind, Result};
 use crate::escape::{escape_into, Context};
 use crate::groups::{self, Membership};
 use crate::jsonl;
@@ -555,7 +555,8 @@ fn check_sizes(encoded: &[Encoded], limits: Limits) -> Result<Vec<(usize, String
         let len = record.len() as u64;
         let alone = len + limits.overhead;
         if alone > HARD_MAX_BYTES {
-            return Err(Error::record(
+            return Err(Error::refused(
+                RecordErrorKind::TooLarge,
                 index,
                 None,
                 format!(

@@ -260,6 +260,7 @@ fn a_bad_record_leaves_nothing_of_its_batch() {
             fastfeed_core::Error::Record {
                 index: 1,
                 field: Some("pagerank"),
+                kind: fastfeed_core::error::RecordErrorKind::Invalid,
                 ..
             }
         ),

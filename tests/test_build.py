@@ -692,3 +692,35 @@ def test_the_summary_counts_in_words_that_agree(
     assert "wrote 1 record into 1 file (" in capsys.readouterr().err
     assert build(tmp_path, [doc(1), doc(2)], out="two") == 0
     assert "wrote 2 records into 1 file (" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [
+        (b"not json", "not_json"),
+        (b"\xef\xbb\xbf{}", "not_json"),
+        (b'{"url": "http://a.example.com/1", "conent": "x"}', "unknown_field"),
+        (b'{"content": "x"}', "missing"),
+        (b'{"url": "http://a.example.com/1", "pagerank": 5}', "invalid"),
+        (b'{"url": "http://a.example.com/1", "action": "update"}', "not_allowed"),
+        (b'{"url": "http://a.example.com/1", "content_path": "/no/such/file"}', "unreadable"),
+    ],
+)
+def test_a_refused_record_says_what_kind_of_refusal_it_is(
+    tmp_path: Path, line: bytes, kind: str
+) -> None:
+    # Programs sort refusals by `kind` (stable names); people read the message.
+    with FeedWriter(tmp_path / "out", "api") as w, pytest.raises(RecordError) as info:
+        w.add_jsonl(b'{"url": "http://a.example.com/0"}\n' + line + b"\n")
+    assert (info.value.index, info.value.kind) == (1, kind)
+
+
+def test_the_batch_api_names_the_same_kinds(tmp_path: Path) -> None:
+    with FeedWriter(tmp_path / "out", "api") as w:
+        for record, kind in [
+            ({"url": "http://a.example.com/1", "conent": "x"}, "unknown_field"),
+            ({"url": "http://a.example.com/1", "pagerank": 5}, "invalid"),
+        ]:
+            with pytest.raises(RecordError) as info:
+                w.add_batch([record])  # type: ignore[list-item]
+            assert info.value.kind == kind

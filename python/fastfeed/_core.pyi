@@ -2,7 +2,7 @@
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any, Self, final
+from typing import Any, Literal, Self, final
 
 __all__ = [
     "FeedWriter",
@@ -44,6 +44,10 @@ class RecordError(FeedError):
     index: int
     field: str | None
     reason: str
+    #: not_json, unknown_field, missing, invalid, not_allowed, unreadable or too_large.
+    kind: Literal[
+        "not_json", "unknown_field", "missing", "invalid", "not_allowed", "unreadable", "too_large"
+    ]
 
 @final
 class FeedWriter:

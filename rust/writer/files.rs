@@ -1,0 +1,200 @@
+//! The writing thread: numbered feed files under the size cap, each finished (hashed, renamed)
+//! when the next would overflow it, and the manifest at the end.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, Sender};
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::output::Output;
+use crate::record::FeedType;
+
+use super::set::{ManifestEntry, SetKind};
+use super::tasks::Encoded;
+use super::MANIFEST;
+
+pub(super) struct OpenFile {
+    pub(super) name: String,
+    pub(super) tmp: PathBuf,
+    pub(super) out: Output,
+    pub(super) hash: Sha256,
+    pub(super) feedtype: FeedType,
+    pub(super) bytes: u64,
+    pub(super) records: u64,
+}
+
+impl OpenFile {
+    pub(super) fn write(&mut self, data: &[u8]) -> std::io::Result<()> {
+        self.out.write_all(data)?;
+        self.hash.update(data);
+        self.bytes += data.len() as u64;
+        Ok(())
+    }
+}
+
+/// Writes encoded records into numbered files under the cap: the sequential half of the writer.
+pub(super) struct Files {
+    pub(super) set: SetKind,
+    pub(super) dir: PathBuf,
+    pub(super) datasource: String,
+    /// The set's feed type, which its first file carries.
+    pub(super) feedtype: FeedType,
+    pub(super) max_bytes: u64,
+    pub(super) max_records: u64,
+    pub(super) current: Option<OpenFile>,
+    pub(super) entries: Vec<ManifestEntry>,
+}
+
+impl Files {
+    /// The most a file's header and footer take, whichever file it is.
+    pub(super) fn overhead(&self) -> u64 {
+        let header = |feedtype| self.set.header(&self.datasource, feedtype).len();
+        (header(self.feedtype).max(header(FeedType::Incremental)) + self.set.footer().len()) as u64
+    }
+
+    /// Appends encoded records in order; returns the files finished meanwhile.
+    pub(super) fn append(&mut self, encoded: Vec<Encoded>) -> Result<Vec<ManifestEntry>> {
+        let mut finished = Vec::new();
+        for (_, rec) in encoded.iter().flat_map(Encoded::records) {
+            let len = rec.len() as u64;
+            let full = self.current.as_ref().is_some_and(|f| {
+                f.records > 0
+                    && (f.bytes + len + self.set.footer().len() as u64 > self.max_bytes
+                        || (self.max_records > 0 && f.records >= self.max_records))
+            });
+            if full {
+                finished.push(self.close_current()?);
+            }
+            if self.current.is_none() {
+                self.open_next()?;
+            }
+            let file = self.current.as_mut().expect("a file is open");
+            file.write(rec).map_err(|e| Error::io(&file.tmp, e))?;
+            file.records += 1;
+        }
+        Ok(finished)
+    }
+
+    pub(super) fn open_next(&mut self) -> Result<()> {
+        let seq = self.entries.len() + 1;
+        // Pushing a full feed replaces the whole datasource, so only the first file of a split
+        // full feed may be full; the others add to it.
+        let feedtype = if self.feedtype == FeedType::Full && seq > 1 {
+            FeedType::Incremental
+        } else {
+            self.feedtype
+        };
+        let name = self.set.file_name(&self.datasource, seq);
+        let tmp = self.dir.join(format!("{name}.tmp"));
+        let out = Output::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        let mut file = OpenFile {
+            name,
+            tmp,
+            out,
+            hash: Sha256::new(),
+            feedtype,
+            bytes: 0,
+            records: 0,
+        };
+        let header = self.set.header(&self.datasource, feedtype);
+        file.write(&header).map_err(|e| Error::io(&file.tmp, e))?;
+        self.current = Some(file);
+        Ok(())
+    }
+
+    pub(super) fn close_current(&mut self) -> Result<ManifestEntry> {
+        let mut file = self.current.take().expect("a file is open");
+        let tmp = file.tmp.clone();
+        let path = self.dir.join(&file.name);
+        let published = file
+            .write(self.set.footer())
+            .and_then(|()| file.out.finish())
+            .map_err(|e| Error::io(&tmp, e))
+            // The rename publishes the file: it must never name a file whose bytes are not on
+            // disk.
+            .and_then(|()| fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e)));
+        if let Err(e) = published {
+            // No half-written file is left behind (a full disk, say), as when the writer drops.
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+        let entry = ManifestEntry {
+            file: file.name,
+            datasource: self.datasource.clone(),
+            feedtype: file.feedtype,
+            records: file.records,
+            bytes: file.bytes,
+            sha256: format!("{:x}", file.hash.finalize()),
+            kind: self.set,
+        };
+        self.entries.push(entry.clone());
+        Ok(entry)
+    }
+
+    /// Closes the last file and writes the manifest; returns the files finished by this call.
+    pub(super) fn finish(&mut self) -> Result<Vec<ManifestEntry>> {
+        let mut finished = Vec::new();
+        // An empty full feed still gets its one (empty) file: pushing it deletes the
+        // datasource's documents, which is what it means. Groups feeds have no empty form
+        // (`xmlgroups (membership+)`).
+        if self.current.is_none()
+            && self.entries.is_empty()
+            && self.feedtype == FeedType::Full
+            && self.set != SetKind::Groups
+        {
+            self.open_next()?;
+        }
+        if self.current.is_some() {
+            finished.push(self.close_current()?);
+        }
+        let manifest: String = self.entries.iter().map(ManifestEntry::to_json).collect();
+        let path = self.dir.join(MANIFEST);
+        let tmp = self.dir.join(format!("{MANIFEST}.tmp"));
+        let io = |e| Error::io(&path, e);
+        let mut f = File::create(&tmp).map_err(io)?;
+        f.write_all(manifest.as_bytes()).map_err(io)?;
+        f.sync_all().map_err(io)?;
+        fs::rename(&tmp, &path).map_err(io)?;
+        Ok(finished)
+    }
+}
+
+impl Drop for Files {
+    /// Files dropped before `finish` leave the finished files but no half-written one and no
+    /// manifest, so the set cannot be pushed by mistake.
+    fn drop(&mut self) {
+        if let Some(file) = self.current.take() {
+            drop(file.out);
+            let _ = fs::remove_file(&file.tmp);
+        }
+    }
+}
+
+/// Work for the file-writing thread.
+pub(super) enum Job {
+    Append(Vec<Encoded>),
+    Finish,
+}
+
+/// The file-writing thread: appends batches in order and answers each job with the files it
+/// finished, or with the error that stopped it. Ends when told to finish, at the first error, or
+/// when the writer is dropped (its unfinished file is then removed).
+pub(super) fn write_files(
+    mut files: Files,
+    jobs: Receiver<Job>,
+    done: Sender<Result<Vec<ManifestEntry>>>,
+) {
+    for job in jobs {
+        let (result, last) = match job {
+            Job::Append(encoded) => (files.append(encoded), false),
+            Job::Finish => (files.finish(), true),
+        };
+        let failed = result.is_err();
+        if done.send(result).is_err() || failed || last {
+            return;
+        }
+    }
+}

@@ -1,0 +1,447 @@
+//! Writes records into numbered feed files under a size cap, and the manifest that orders them.
+//!
+//! A batch is encoded in parallel, then appended in input order; nothing of a batch is written
+//! unless every record of it encoded, so a bad record never leaves a half-written feed.
+//!
+//! `set` holds what a set is (its kind, options, manifest entries); `files` the writing thread
+//! and the rotation of numbered files; `tasks` the encoding of records and chunks on the pool;
+//! this module the writer that drives them.
+
+mod files;
+mod set;
+mod tasks;
+
+use std::collections::VecDeque;
+use std::fs;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crate::encode::Scratch;
+use crate::error::{Error, Result};
+use crate::groups::Membership;
+use crate::jsonl;
+use crate::record::{EncodeOptions, FeedKind, FeedType, Record};
+use crate::thunderstone;
+
+use files::{write_files, Files, Job};
+use tasks::{
+    check_sizes, encode_piece, run_tasks, runs, with_scratch, Encoded, Limits, Results, Started,
+};
+
+pub use set::{check_datasource, BatchReport, ManifestEntry, Options, SetKind};
+pub use tasks::SharedChunk;
+
+/// The protocol refuses feeds of 1 GB and more; no file may come closer than this.
+pub const HARD_MAX_BYTES: u64 = 950_000_000;
+/// See the README: small enough to retry cheaply and keep the feeder's backlog granular.
+pub const DEFAULT_MAX_BYTES: u64 = 50_000_000;
+pub const DEFAULT_LEVEL: u8 = 1;
+pub const MANIFEST: &str = "manifest.jsonl";
+
+pub struct FeedWriter {
+    set: SetKind,
+    kind: FeedKind,
+    opts: Options,
+    limits: Limits,
+    pool: rayon::ThreadPool,
+    /// Encoded batches go to a thread of their own, which writes one while the next is read
+    /// and encoded: writing is one thread's work and must not leave the other cores idle.
+    jobs: Option<SyncSender<Job>>,
+    /// In a mutex only to make the writer `Sync`, as Python objects must be.
+    done: Mutex<Receiver<Result<Vec<ManifestEntry>>>>,
+    thread: Option<JoinHandle<()>>,
+    /// Files the writing thread reported finished, in manifest order.
+    entries: Vec<ManifestEntry>,
+    /// Records and encoded bytes handed to the writing thread so far.
+    taken: (u64, u64),
+    /// Chunks of JSON Lines started and not yet waited for, oldest first (in a mutex for the
+    /// same reason as `done`).
+    started: Mutex<VecDeque<Started>>,
+}
+
+impl FeedWriter {
+    /// A writer of gsafeed files for `datasource`.
+    pub fn new(dir: &Path, datasource: &str, feedtype: FeedType, opts: Options) -> Result<Self> {
+        check_datasource(datasource)?;
+        if datasource == "web" && feedtype == FeedType::Full {
+            return Err(Error::Config(
+                "the 'web' datasource is a web feed, which is always incremental: use \
+                 --feedtype incremental or metadata-and-url"
+                    .into(),
+            ));
+        }
+        Self::open(dir, datasource, feedtype, SetKind::Feed, opts)
+    }
+
+    /// A writer of groups feeds for `groupsource`.
+    pub fn new_groups(
+        dir: &Path,
+        groupsource: &str,
+        feedtype: FeedType,
+        opts: Options,
+    ) -> Result<Self> {
+        check_datasource(groupsource).map_err(|_| {
+            Error::Config(format!(
+                "groupsource '{groupsource}' is not allowed: it must start with a letter or \
+                 underscore and hold only letters, digits, '_' and '-'"
+            ))
+        })?;
+        if feedtype == FeedType::MetadataAndUrl {
+            return Err(Error::Config("a groups feed is full or incremental".into()));
+        }
+        Self::open(dir, groupsource, feedtype, SetKind::Groups, opts)
+    }
+
+    /// A writer of Thunderstone data for `profile`; there is no feed type (the manifest says
+    /// incremental).
+    pub fn new_thunderstone(dir: &Path, profile: &str, opts: Options) -> Result<Self> {
+        check_datasource(profile).map_err(|_| {
+            Error::Config(format!(
+                "profile '{profile}' is not allowed: it must start with a letter or underscore \
+                 and hold only letters, digits, '_' and '-'"
+            ))
+        })?;
+        Self::open(
+            dir,
+            profile,
+            FeedType::Incremental,
+            SetKind::Thunderstone,
+            opts,
+        )
+    }
+
+    fn open(
+        dir: &Path,
+        source: &str,
+        feedtype: FeedType,
+        set: SetKind,
+        opts: Options,
+    ) -> Result<Self> {
+        if opts.max_bytes == 0 || opts.max_bytes > HARD_MAX_BYTES {
+            return Err(Error::Config(format!(
+                "max bytes must be between 1 and {HARD_MAX_BYTES} (the protocol refuses feeds of 1 GB)"
+            )));
+        }
+        if !(1..=12).contains(&opts.level) {
+            return Err(Error::Config(format!(
+                "compression level {} is not in 1 to 12",
+                opts.level
+            )));
+        }
+        fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let taken = fs::read_dir(dir)
+            .map_err(|e| Error::io(dir, e))?
+            .filter_map(|e| e.ok())
+            .any(|e| {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                name == MANIFEST || name.ends_with(".xml") || name.ends_with(".xml.tmp")
+            });
+        if taken {
+            return Err(Error::Config(format!(
+                "{} already holds a feed set; build into a new or empty directory so that files \
+                 of two builds never mix",
+                dir.display()
+            )));
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(opts.workers)
+            .thread_name(|i| format!("fastfeed-encode-{i}"))
+            .build()
+            .map_err(|e| Error::Config(format!("cannot start encoding threads: {e}")))?;
+        let files = Files {
+            set,
+            dir: dir.to_owned(),
+            datasource: source.to_owned(),
+            feedtype,
+            max_bytes: opts.max_bytes,
+            max_records: opts.max_records,
+            current: None,
+            entries: Vec::new(),
+        };
+        let limits = Limits {
+            max_bytes: opts.max_bytes,
+            overhead: files.overhead(),
+        };
+        // One batch may wait while another is written: memory stays at a few batches.
+        let (jobs, job_queue) = sync_channel(1);
+        let (done_tx, done) = channel();
+        let thread = std::thread::Builder::new()
+            .name("fastfeed-write".into())
+            .spawn(move || write_files(files, job_queue, done_tx))
+            .map_err(|e| Error::Config(format!("cannot start the writing thread: {e}")))?;
+        Ok(FeedWriter {
+            set,
+            kind: FeedKind {
+                feedtype,
+                web: set == SetKind::Feed && source == "web",
+            },
+            opts,
+            limits,
+            pool,
+            jobs: Some(jobs),
+            done: Mutex::new(done),
+            thread: Some(thread),
+            entries: Vec::new(),
+            taken: (0, 0),
+            started: Mutex::default(),
+        })
+    }
+
+    /// Files finished so far, in manifest order.
+    pub fn entries(&self) -> &[ManifestEntry] {
+        &self.entries
+    }
+
+    /// Records taken so far (written, or encoded and about to be).
+    pub fn records(&self) -> u64 {
+        self.taken.0
+    }
+
+    /// Encoded bytes of the records taken so far (file headers not counted).
+    pub fn bytes(&self) -> u64 {
+        self.taken.1
+    }
+
+    /// Files the writing thread finished since last asked, or the error that stopped it.
+    fn collect_done(&mut self, wait: bool) -> Result<Vec<ManifestEntry>> {
+        let mut finished = Vec::new();
+        loop {
+            let done = self.done.get_mut().unwrap_or_else(|e| e.into_inner());
+            let message = if wait {
+                done.recv().map_err(|_| TryRecvError::Disconnected)
+            } else {
+                done.try_recv()
+            };
+            match message {
+                Ok(result) => finished.extend(result?),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    if self.thread.as_ref().is_some_and(JoinHandle::is_finished) || wait {
+                        self.join()?;
+                    }
+                    break;
+                }
+            }
+        }
+        self.entries.extend(finished.iter().cloned());
+        Ok(finished)
+    }
+
+    fn join(&mut self) -> Result<()> {
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Err(_)) => Err(Error::Config("the file-writing thread failed".into())),
+            _ => Ok(()),
+        }
+    }
+
+    /// Hands a job to the writing thread; if it has stopped, returns the error that stopped it.
+    fn send(&mut self, job: Job) -> Result<()> {
+        let sent = self.jobs.as_ref().map(|jobs| jobs.send(job).is_ok());
+        if sent == Some(true) {
+            return Ok(());
+        }
+        self.collect_done(true)?;
+        Err(Error::Config("the file-writing thread has stopped".into()))
+    }
+
+    /// Encodes `items` and hands them to the writing thread. On error nothing of this batch
+    /// is written.
+    fn add<T: Sync>(
+        &mut self,
+        items: &[(usize, T)],
+        weight: impl Fn(&T) -> usize,
+        encode_one: impl Fn(usize, &T, FeedKind, EncodeOptions, &mut Scratch, &mut Vec<u8>) -> Result<()>
+            + Sync,
+    ) -> Result<BatchReport> {
+        let (kind, enc) = (self.kind, self.encode_options());
+        let runs = runs(items, weight, self.pool.current_num_threads());
+        let results = self.pool.install(|| {
+            run_tasks(
+                &runs,
+                |run| run.1,
+                self.opts.level,
+                |run, scratch| {
+                    let mut done = Encoded::with_capacity(run.1);
+                    for (index, item) in &items[run.0.clone()] {
+                        encode_one(*index, item, kind, enc, scratch, &mut done.buf)?;
+                        done.ended(*index);
+                    }
+                    Ok(done)
+                },
+            )
+        });
+        // Not a short-circuiting collect: that would return whichever error a thread met first,
+        // and the user must be shown the first bad record of the input.
+        let encoded = results.into_iter().collect::<Result<Vec<_>>>()?;
+        self.take(encoded)
+    }
+
+    fn encode_options(&self) -> EncodeOptions {
+        EncodeOptions {
+            compress: self.opts.compress,
+            acl_format: self.opts.acl_format,
+        }
+    }
+
+    /// Checks the sizes of encoded records and hands them to the writing thread.
+    fn take(&mut self, encoded: Vec<Encoded>) -> Result<BatchReport> {
+        let warnings = check_sizes(&encoded, self.limits)?;
+        self.taken.0 += encoded.iter().map(|e| e.ends.len() as u64).sum::<u64>();
+        self.taken.1 += encoded.iter().map(|e| e.buf.len() as u64).sum::<u64>();
+        self.send(Job::Append(encoded))?;
+        Ok(BatchReport {
+            warnings,
+            finished: self.collect_done(false)?,
+            lines: 0,
+        })
+    }
+
+    /// Checks, encodes and takes a batch of records; on error nothing of the batch is
+    /// written, and the error's index is the record's position in `records`.
+    pub fn add_batch(&mut self, records: &[Record<'_>]) -> Result<BatchReport> {
+        let indexed: Vec<(usize, &Record<'_>)> = records.iter().enumerate().collect();
+        match self.set {
+            SetKind::Feed => self.add(
+                &indexed,
+                |record| record.weight(),
+                |index, record, kind, opts, scratch, out| {
+                    record.encode_into(index, kind, opts, scratch, out)
+                },
+            ),
+            SetKind::Thunderstone => self.add(
+                &indexed,
+                |record| record.weight(),
+                |index, record, _, _, scratch, out| {
+                    thunderstone::encode_item(record, index, scratch, out)
+                },
+            ),
+            SetKind::Groups => Err(self.refuse("document records")),
+        }
+    }
+
+    /// Starts encoding a chunk of JSON Lines (whole lines only) on the encoding threads and
+    /// returns at once; `wait_jsonl` takes it, and what is taken meanwhile (`add_jsonl`,
+    /// `add_batch`) goes ahead of it. Chunks started one ahead keep the threads busy while the
+    /// caller takes the last one and reads the next: one at a time, each chunk ended with the
+    /// threads waiting for the slowest, then for the caller, about 0.4 ms a chunk on two cores.
+    pub fn start_jsonl(&mut self, chunk: SharedChunk) {
+        let started = self.launch(chunk);
+        self.started().push_back(started);
+    }
+
+    /// Waits for the oldest chunk started and takes it, as `add_jsonl` would have.
+    pub fn wait_jsonl(&mut self) -> Result<BatchReport> {
+        let started = self
+            .started()
+            .pop_front()
+            .ok_or_else(|| Error::Config("no chunk of JSON Lines was started".into()))?;
+        self.land(started)
+    }
+
+    /// Parses, checks, encodes and takes a chunk of JSON Lines (whole lines only), ahead of any
+    /// chunk started and not yet waited for; on error nothing of the chunk is written, and the
+    /// error's index is the line's position in the chunk, counting blank lines. The report's
+    /// `lines` counts the chunk's lines.
+    pub fn add_jsonl(&mut self, chunk: SharedChunk) -> Result<BatchReport> {
+        let started = self.launch(chunk);
+        self.land(started)
+    }
+
+    fn started(&mut self) -> &mut VecDeque<Started> {
+        self.started.get_mut().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Hands the pieces of a chunk to the encoding threads, first in, first done.
+    fn launch(&self, chunk: SharedChunk) -> Started {
+        let (set, kind, enc, level) = (self.set, self.kind, self.encode_options(), self.opts.level);
+        let ranges = jsonl::pieces((*chunk).as_ref().len(), self.pool.current_num_threads() * 8);
+        let results = Arc::new(Results::new(ranges.len()));
+        for (at, piece) in ranges.into_iter().enumerate() {
+            let (chunk, results) = (Arc::clone(&chunk), Arc::clone(&results));
+            self.pool.spawn_fifo(move || {
+                let done = catch_unwind(AssertUnwindSafe(|| {
+                    with_scratch(level, |scratch| {
+                        encode_piece(set, kind, enc, (*chunk).as_ref(), piece, scratch)
+                    })
+                }))
+                .unwrap_or_else(|_| {
+                    Err(Error::Config(
+                        "an encoding thread failed (a bug in fastfeed: please report it)".into(),
+                    ))
+                });
+                // Before reporting: the writer's own reference must be the last (see SharedChunk).
+                drop(chunk);
+                results.put(at, done);
+            });
+        }
+        Started { chunk, results }
+    }
+
+    /// Waits for a chunk's pieces and takes them. Line numbers are counted from each piece's
+    /// first line, then shifted.
+    fn land(&mut self, started: Started) -> Result<BatchReport> {
+        let mut encoded = Vec::new();
+        let mut lines = 0;
+        for result in started.wait() {
+            let (mut done, count) = result.map_err(|e: Error| e.shifted(lines))?;
+            done.indices.iter_mut().for_each(|i| *i += lines);
+            encoded.push(done);
+            lines += count;
+        }
+        let mut report = self.take(encoded)?;
+        report.lines = lines;
+        Ok(report)
+    }
+
+    /// Checks, encodes and takes a batch of group memberships, like `add_batch`.
+    pub fn add_memberships(&mut self, memberships: &[Membership]) -> Result<BatchReport> {
+        if self.set != SetKind::Groups {
+            return Err(self.refuse("group memberships"));
+        }
+        let indexed: Vec<(usize, &Membership)> = memberships.iter().enumerate().collect();
+        self.add(
+            &indexed,
+            |_| 1,
+            |index, membership, _, _, _, out| membership.encode_into(index, out),
+        )
+    }
+
+    fn refuse(&self, what: &str) -> Error {
+        Error::Config(format!(
+            "this writer writes {} files: it takes no {what}",
+            self.set.as_str()
+        ))
+    }
+
+    /// Writes what is queued, closes the last file and writes the manifest. Returns every
+    /// file, and those finished by this call.
+    pub fn finish(mut self) -> Result<(Vec<ManifestEntry>, Vec<ManifestEntry>)> {
+        let waiting = self.started().len();
+        if waiting > 0 {
+            return Err(Error::Config(format!(
+                "{waiting} chunk(s) of JSON Lines were started and not waited for"
+            )));
+        }
+        self.send(Job::Finish)?;
+        self.jobs = None;
+        let finished = self.collect_done(true)?;
+        Ok((std::mem::take(&mut self.entries), finished))
+    }
+}
+
+impl Drop for FeedWriter {
+    /// Waits for the chunks still being encoded (see `SharedChunk`), stops the writing thread
+    /// and waits for it, so that the unfinished file is gone (see `Files::drop`) when the writer
+    /// is.
+    fn drop(&mut self) {
+        self.started()
+            .drain(..)
+            .for_each(|started| drop(started.wait()));
+        self.jobs = None;
+        let _ = self.join();
+    }
+}

@@ -3,6 +3,10 @@
 //!
 //! Records cross as a list of dicts in one call: fields are read while holding the GIL, then the
 //! GIL is released for checking, encoding and writing. Contents are borrowed, not copied.
+//!
+//! Over 500 lines on purpose: it is the one place where the core meets Python, and a third of
+//! it is the dict reader, which is to give way to the serde record reader of `jsonl.rs` once
+//! that one can borrow a str's storage as this one does (issue 11).
 
 use std::borrow::Cow;
 use std::path::PathBuf;

@@ -1,17 +1,22 @@
-//! A feed record: the JSON Lines schema, its protocol rules, and its XML form.
+//! A feed record: the JSON Lines schema and its protocol rules (here), its content (`content`),
+//! its dates (`date`) and its XML form (`xml`).
+
+mod content;
+mod date;
+mod xml;
 
 use std::borrow::Cow;
 
-use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, Utc};
-use std::io::Read;
-use std::path::PathBuf;
-
 use crate::acl::Acl;
-use crate::encode::{base64_into, decode_base64_into, Compress, Encoding, Scratch};
+use crate::encode::{Compress, Scratch};
 use crate::error::{Error, RecordErrorKind, Result};
-use crate::escape::{escape_into, first_unrepresentable, Context};
+use crate::escape::first_unrepresentable;
 use crate::url::{check_url, url_path};
-use crate::wide::Wide;
+
+pub use content::Content;
+use date::normalize_date;
+pub(crate) use date::parse_date;
+use xml::Checked;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -70,128 +75,6 @@ impl AuthMethod {
             AuthMethod::HttpSso => "httpsso",
         }
     }
-}
-
-/// A record's content, as the user gave it. Borrowed where it can be: contents are the bulk of
-/// a corpus, and copying them costs more than encoding them.
-#[derive(Clone, Debug)]
-pub enum Content<'a> {
-    /// Text: sent as XML text when XML can carry it.
-    Text(Cow<'a, str>),
-    /// Text as a Python `str` holds it, made UTF-8 on a worker thread.
-    Wide(Wide<'a>),
-    /// Binary: always base64, maybe compressed.
-    Bytes(Cow<'a, [u8]>),
-    /// Binary the user gave in base64 (`content_base64`); decoded on a worker thread.
-    Base64(Cow<'a, str>),
-    /// A file read at build time (`content_path`).
-    Path(PathBuf),
-}
-
-impl Content<'_> {
-    fn field(&self) -> &'static str {
-        match self {
-            Content::Text(_) | Content::Wide(_) | Content::Bytes(_) => "content",
-            Content::Base64(_) => "content_base64",
-            Content::Path(_) => "content_path",
-        }
-    }
-
-    /// About how much work encoding this content is; a file's size is not known before it is
-    /// read, so a typical document's stands for it.
-    fn weight(&self) -> usize {
-        match self {
-            Content::Text(s) | Content::Base64(s) => s.len(),
-            Content::Wide(w) => w.units(),
-            Content::Bytes(b) => b.len(),
-            Content::Path(_) => 16 * 1024,
-        }
-    }
-
-    /// The bytes to send, and their text when they may travel as XML text. `buf` receives
-    /// decoded base64, a file's bytes or text made UTF-8.
-    pub(crate) fn resolve<'s>(
-        &'s self,
-        index: usize,
-        mimetype: &str,
-        buf: &'s mut Vec<u8>,
-    ) -> Result<(&'s [u8], Option<&'s str>)> {
-        let field = self.field();
-        Ok(match self {
-            Content::Text(s) => (s.as_bytes(), Some(s)),
-            Content::Wide(w) => {
-                let text = match w.ascii() {
-                    Some(ascii) => ascii,
-                    None => w.to_utf8(buf).map_err(|_| {
-                        Error::record(
-                            index,
-                            Some(field),
-                            "is not valid Unicode (it holds a lone surrogate)",
-                        )
-                    })?,
-                };
-                (text.as_bytes(), Some(text))
-            }
-            Content::Bytes(b) => (b, None),
-            Content::Base64(s) => {
-                decode_base64_into(s, buf).map_err(|m| Error::record(index, Some(field), m))?;
-                (buf, None)
-            }
-            Content::Path(p) => {
-                read_content_file(p, buf).map_err(|m| {
-                    Error::refused(RecordErrorKind::Unreadable, index, Some(field), m)
-                })?;
-                // A file is text when its type says so and its bytes are UTF-8.
-                let text = is_textual(mimetype)
-                    .then(|| std::str::from_utf8(buf).ok())
-                    .flatten();
-                (buf, text)
-            }
-        })
-    }
-}
-
-/// Reads a `content_path` file into `buf`: only a regular file (a FIFO would block the build,
-/// a device never end), and no more than the hard ceiling on a feed file, which no content
-/// larger can fit under (a file that grows while read stops there too).
-fn read_content_file(path: &std::path::Path, buf: &mut Vec<u8>) -> std::result::Result<(), String> {
-    let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
-    let mut options = std::fs::OpenOptions::new();
-    options.read(true);
-    // Opening a FIFO for reading waits for a writer: O_NONBLOCK returns at once, and fstat then
-    // tells what it is. It changes nothing for a regular file's reads.
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.custom_flags(libc::O_NONBLOCK);
-    }
-    let file = options.open(path).map_err(cannot)?;
-    let meta = file.metadata().map_err(cannot)?;
-    if !meta.is_file() {
-        return Err(format!(
-            "{} is not a regular file (a FIFO, socket or device)",
-            path.display()
-        ));
-    }
-    let limit = crate::writer::HARD_MAX_BYTES;
-    if meta.len() > limit {
-        return Err(format!(
-            "{} is {} bytes, more than a feed file can hold ({limit}): feed its URL in a web \
-             feed instead",
-            path.display(),
-            meta.len()
-        ));
-    }
-    buf.clear();
-    buf.reserve(meta.len() as usize);
-    file.take(limit + 1).read_to_end(buf).map_err(cannot)?;
-    if buf.len() as u64 > limit {
-        return Err(format!(
-            "{} grew past {limit} bytes while it was read",
-            path.display()
-        ));
-    }
-    Ok(())
 }
 
 /// `last_modified` before it is checked: a string, or seconds since the epoch.
@@ -335,74 +218,6 @@ fn is_textual(mimetype: &str) -> bool {
         )
 }
 
-/// The moment `last_modified` names, and its text when it was given in RFC 822 (which a GSA
-/// feed passes through as given).
-pub(crate) fn parse_date(
-    ts: &Timestamp,
-) -> std::result::Result<(DateTime<Utc>, Option<&str>), String> {
-    let (t, rfc822) = parse_any_date(ts)?;
-    // RFC 822 and Thunderstone dates have four-digit years.
-    if !(1..=9999).contains(&t.year()) {
-        return Err(format!(
-            "the year {} cannot be written in a feed (years 1 to 9999)",
-            t.year()
-        ));
-    }
-    Ok((t, rfc822))
-}
-
-fn parse_any_date(ts: &Timestamp) -> std::result::Result<(DateTime<Utc>, Option<&str>), String> {
-    let from_epoch = |secs: f64| {
-        // `{secs:e}` for the messages: 1e300 would print as a 301-digit number.
-        if !secs.is_finite() {
-            return Err(format!("{secs:e} is not a time"));
-        }
-        DateTime::<Utc>::from_timestamp(secs.floor() as i64, 0)
-            .map(|t| (t, None))
-            .ok_or_else(|| format!("{secs:e} seconds since the epoch is out of range"))
-    };
-    let text = match ts {
-        Timestamp::Epoch(secs) => return from_epoch(*secs),
-        Timestamp::Text(t) => t.trim(),
-    };
-    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
-        if let Ok(secs) = text.parse::<f64>() {
-            return from_epoch(secs);
-        }
-    }
-    if let Ok(t) = DateTime::parse_from_rfc2822(text) {
-        return Ok((t.with_timezone(&Utc), Some(text)));
-    }
-    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
-        return Ok((t.with_timezone(&Utc), None));
-    }
-    // ISO 8601 without an offset is taken as UTC.
-    for fmt in [
-        "%Y-%m-%dT%H:%M:%S%.f",
-        "%Y-%m-%d %H:%M:%S%.f",
-        "%Y-%m-%dT%H:%M",
-    ] {
-        if let Ok(t) = NaiveDateTime::parse_from_str(text, fmt) {
-            return Ok((t.and_utc(), None));
-        }
-    }
-    if let Ok(d) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
-        return Ok((d.and_hms_opt(0, 0, 0).expect("midnight").and_utc(), None));
-    }
-    Err(format!(
-        "'{text}' is not a date: use RFC 822 (Tue, 6 Nov 2007 12:45:26 GMT), \
-         ISO 8601 (2007-11-06T12:45:26Z) or seconds since the epoch"
-    ))
-}
-
-/// `last_modified` for a GSA feed: RFC 822 as given, or converted to it in GMT.
-fn normalize_date(ts: &Timestamp) -> std::result::Result<String, String> {
-    Ok(match parse_date(ts)? {
-        (_, Some(rfc822)) => rfc822.to_owned(),
-        (t, None) => t.format("%a, %d %b %Y %H:%M:%S GMT").to_string(),
-    })
-}
-
 fn guess_mimetype(path: &str) -> Option<&'static str> {
     mime_guess::from_path(path).first_raw()
 }
@@ -423,15 +238,6 @@ fn representable(index: usize, field: &'static str, value: &str) -> Result<()> {
             ))
         }
     }
-}
-
-/// A record checked against its feed, ready to be written.
-struct Checked<'r, 'a> {
-    record: &'r Record<'a>,
-    mimetype: &'r str,
-    last_modified: Option<String>,
-    /// Sorted by name, repeated names in input order: the input's own when it already is.
-    metadata: Cow<'r, [(String, String)]>,
 }
 
 impl<'a> Record<'a> {
@@ -657,156 +463,4 @@ impl<'a> Record<'a> {
         scratch.trim();
         written
     }
-}
-
-fn attr(out: &mut Vec<u8>, name: &str, value: &str) {
-    out.push(b' ');
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(b"=\"");
-    escape_into(out, value, Context::Attribute).expect("checked as representable");
-    out.push(b'"');
-}
-
-fn flag(out: &mut Vec<u8>, name: &str, value: Option<bool>) {
-    if let Some(v) = value {
-        attr(out, name, if v { "true" } else { "false" });
-    }
-}
-
-impl Checked<'_, '_> {
-    fn write(
-        &self,
-        index: usize,
-        opts: EncodeOptions,
-        scratch: &mut Scratch,
-        out: &mut Vec<u8>,
-    ) -> Result<()> {
-        let r = self.record;
-        out.extend_from_slice(b"<record");
-        attr(out, "url", &r.url);
-        if let Some(d) = &r.displayurl {
-            attr(out, "displayurl", d);
-        }
-        match r.action {
-            Some(Action::Add) => attr(out, "action", "add"),
-            Some(Action::Delete) => attr(out, "action", "delete"),
-            _ => {}
-        }
-        attr(out, "mimetype", self.mimetype);
-        if let Some(date) = &self.last_modified {
-            attr(out, "last-modified", date);
-        }
-        flag(out, "lock", r.lock);
-        if let Some(m) = r.authmethod {
-            attr(out, "authmethod", m.as_str());
-        }
-        if let Some(rank) = r.pagerank {
-            attr(out, "pagerank", &rank.to_string());
-        }
-        flag(out, "crawl-immediately", r.crawl_immediately);
-        flag(out, "crawl-once", r.crawl_once);
-        let acl = r
-            .acl
-            .as_ref()
-            .filter(|_| opts.acl_format == AclFormat::PerUrl);
-        let metadata = !self.metadata.is_empty() || r.overwrite_acls.is_some();
-        if acl.is_none() && !metadata && r.content.is_none() {
-            out.extend_from_slice(b"/>\n");
-            return Ok(());
-        }
-        out.extend_from_slice(b">\n");
-        // The DTD's order: acl, metadata, content.
-        if let Some(acl) = acl {
-            acl.write(out, None);
-        }
-        if metadata {
-            out.extend_from_slice(b"<metadata");
-            flag(out, "overwrite-acls", r.overwrite_acls);
-            out.extend_from_slice(b">\n");
-            for (name, value) in self.metadata.iter() {
-                write_meta(out, name, value);
-            }
-            out.extend_from_slice(b"</metadata>\n");
-        }
-        if let Some(content) = &r.content {
-            self.write_content(index, content, opts, scratch, out)?;
-        }
-        out.extend_from_slice(b"</record>\n");
-        Ok(())
-    }
-
-    fn write_content(
-        &self,
-        index: usize,
-        content: &Content<'_>,
-        opts: EncodeOptions,
-        scratch: &mut Scratch,
-        out: &mut Vec<u8>,
-    ) -> Result<()> {
-        let Scratch {
-            deflater,
-            bytes: buf,
-        } = scratch;
-        let (bytes, text) = content.resolve(index, self.mimetype, buf)?;
-        if let Some(s) = text {
-            // Text is deflated too when that makes it smaller, base64 included: smaller feeds
-            // are quicker to write, push and process. Short text stays readable.
-            let deflate = match opts.compress {
-                Compress::Never => false,
-                Compress::Always => true,
-                Compress::Auto => s.len() >= MIN_TEXT_DEFLATE,
-            };
-            if deflate {
-                // No entropy probe: text is never noise to deflate, and the size check below
-                // catches the text that does not shrink.
-                let payload = deflater.deflated(bytes);
-                let smaller = payload.len().div_ceil(3) * 4 < s.len();
-                if smaller || opts.compress == Compress::Always {
-                    write_encoded(out, Encoding::Base64Compressed, payload);
-                    return Ok(());
-                }
-            }
-            let mark = out.len();
-            out.reserve(s.len() + s.len() / 8 + 32);
-            out.extend_from_slice(b"<content>");
-            if escape_into(out, s, Context::Text).is_ok() {
-                out.extend_from_slice(b"</content>\n");
-                return Ok(());
-            }
-            // XML cannot carry this text as text: base64 keeps every byte.
-            out.truncate(mark);
-        }
-        let (encoding, payload) = deflater.choose(bytes, opts.compress);
-        write_encoded(out, encoding, payload);
-        Ok(())
-    }
-}
-
-/// Text shorter than this stays text under `Compress::Auto`: a zlib header and base64 eat most
-/// of what deflating it would save, and it stays readable.
-const MIN_TEXT_DEFLATE: usize = 2048;
-
-fn write_encoded(out: &mut Vec<u8>, encoding: Encoding, payload: &[u8]) {
-    out.reserve(payload.len() / 3 * 4 + 64);
-    out.extend_from_slice(b"<content encoding=\"");
-    out.extend_from_slice(encoding.as_str().as_bytes());
-    out.extend_from_slice(b"\">");
-    base64_into(out, payload);
-    out.extend_from_slice(b"</content>\n");
-}
-
-fn write_meta(out: &mut Vec<u8>, name: &str, value: &str) {
-    out.extend_from_slice(b"<meta");
-    if first_unrepresentable(name).is_none() && first_unrepresentable(value).is_none() {
-        attr(out, "name", name);
-        attr(out, "content", value);
-    } else {
-        // The protocol requires both name and content encoded when either is.
-        out.extend_from_slice(b" encoding=\"base64binary\" name=\"");
-        base64_into(out, name.as_bytes());
-        out.extend_from_slice(b"\" content=\"");
-        base64_into(out, value.as_bytes());
-        out.push(b'"');
-    }
-    out.extend_from_slice(b"/>\n");
 }

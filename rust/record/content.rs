@@ -1,0 +1,133 @@
+//! A record's content: the forms a user gives it in, and the bytes each form stands for.
+
+use std::borrow::Cow;
+use std::io::Read;
+use std::path::PathBuf;
+
+use crate::encode::decode_base64_into;
+use crate::error::{Error, RecordErrorKind, Result};
+use crate::wide::Wide;
+
+use super::is_textual;
+
+/// A record's content, as the user gave it. Borrowed where it can be: contents are the bulk of
+/// a corpus, and copying them costs more than encoding them.
+#[derive(Clone, Debug)]
+pub enum Content<'a> {
+    /// Text: sent as XML text when XML can carry it.
+    Text(Cow<'a, str>),
+    /// Text as a Python `str` holds it, made UTF-8 on a worker thread.
+    Wide(Wide<'a>),
+    /// Binary: always base64, maybe compressed.
+    Bytes(Cow<'a, [u8]>),
+    /// Binary the user gave in base64 (`content_base64`); decoded on a worker thread.
+    Base64(Cow<'a, str>),
+    /// A file read at build time (`content_path`).
+    Path(PathBuf),
+}
+
+impl Content<'_> {
+    pub(super) fn field(&self) -> &'static str {
+        match self {
+            Content::Text(_) | Content::Wide(_) | Content::Bytes(_) => "content",
+            Content::Base64(_) => "content_base64",
+            Content::Path(_) => "content_path",
+        }
+    }
+
+    /// About how much work encoding this content is; a file's size is not known before it is
+    /// read, so a typical document's stands for it.
+    pub(super) fn weight(&self) -> usize {
+        match self {
+            Content::Text(s) | Content::Base64(s) => s.len(),
+            Content::Wide(w) => w.units(),
+            Content::Bytes(b) => b.len(),
+            Content::Path(_) => 16 * 1024,
+        }
+    }
+
+    /// The bytes to send, and their text when they may travel as XML text. `buf` receives
+    /// decoded base64, a file's bytes or text made UTF-8.
+    pub(crate) fn resolve<'s>(
+        &'s self,
+        index: usize,
+        mimetype: &str,
+        buf: &'s mut Vec<u8>,
+    ) -> Result<(&'s [u8], Option<&'s str>)> {
+        let field = self.field();
+        Ok(match self {
+            Content::Text(s) => (s.as_bytes(), Some(s)),
+            Content::Wide(w) => {
+                let text = match w.ascii() {
+                    Some(ascii) => ascii,
+                    None => w.to_utf8(buf).map_err(|_| {
+                        Error::record(
+                            index,
+                            Some(field),
+                            "is not valid Unicode (it holds a lone surrogate)",
+                        )
+                    })?,
+                };
+                (text.as_bytes(), Some(text))
+            }
+            Content::Bytes(b) => (b, None),
+            Content::Base64(s) => {
+                decode_base64_into(s, buf).map_err(|m| Error::record(index, Some(field), m))?;
+                (buf, None)
+            }
+            Content::Path(p) => {
+                read_content_file(p, buf).map_err(|m| {
+                    Error::refused(RecordErrorKind::Unreadable, index, Some(field), m)
+                })?;
+                // A file is text when its type says so and its bytes are UTF-8.
+                let text = is_textual(mimetype)
+                    .then(|| std::str::from_utf8(buf).ok())
+                    .flatten();
+                (buf, text)
+            }
+        })
+    }
+}
+
+/// Reads a `content_path` file into `buf`: only a regular file (a FIFO would block the build,
+/// a device never end), and no more than the hard ceiling on a feed file, which no content
+/// larger can fit under (a file that grows while read stops there too).
+fn read_content_file(path: &std::path::Path, buf: &mut Vec<u8>) -> std::result::Result<(), String> {
+    let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    // Opening a FIFO for reading waits for a writer: O_NONBLOCK returns at once, and fstat then
+    // tells what it is. It changes nothing for a regular file's reads.
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path).map_err(cannot)?;
+    let meta = file.metadata().map_err(cannot)?;
+    if !meta.is_file() {
+        return Err(format!(
+            "{} is not a regular file (a FIFO, socket or device)",
+            path.display()
+        ));
+    }
+    let limit = crate::writer::HARD_MAX_BYTES;
+    if meta.len() > limit {
+        return Err(format!(
+            "{} is {} bytes, more than a feed file can hold ({limit}): feed its URL in a web \
+             feed instead",
+            path.display(),
+            meta.len()
+        ));
+    }
+    buf.clear();
+    buf.reserve(meta.len() as usize);
+    file.take(limit + 1).read_to_end(buf).map_err(cannot)?;
+    if buf.len() as u64 > limit {
+        return Err(format!(
+            "{} grew past {limit} bytes while it was read",
+            path.display()
+        ));
+    }
+    Ok(())
+}

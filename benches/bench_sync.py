@@ -35,7 +35,18 @@ from peak import run_measuring_peak
 
 RECORDS = int(os.environ.get("FASTFEED_BENCH_SYNC_RECORDS", "1000000"))
 STATE_URLS = int(os.environ.get("FASTFEED_BENCH_SYNC_STATE", "10000000"))
-WORDS = "the search appliance feeds content metadata crawler index of and".split()
+WORDS = [
+    "the",
+    "search",
+    "appliance",
+    "feeds",
+    "content",
+    "metadata",
+    "crawler",
+    "index",
+    "of",
+    "and",
+]
 TARGET = "bench:19902 datasource bench"
 
 

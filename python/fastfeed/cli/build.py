@@ -8,7 +8,7 @@ from typing import Any
 import click
 import orjson
 
-from fastfeed.cli.commands import argument, command, option
+from fastfeed.cli.commands import command, option
 from fastfeed.cli.options import (
     allow_empty_full,
     json_option,
@@ -58,7 +58,7 @@ example:
 
 
 @command("build", help=BUILD_HELP, short_help="build feed files from records")
-@argument(
+@click.argument(
     "inputs",
     nargs=-1,
     required=True,
@@ -158,7 +158,7 @@ def build_command(
 
 
 @command("validate", help=VALIDATE_HELP, short_help="check feed files")
-@argument("files", nargs=-1, required=True, metavar="FILE", help="a feed file")
+@click.argument("files", nargs=-1, required=True, metavar="FILE", help="a feed file")
 def validate_command(files: tuple[str, ...]) -> int:
     from fastfeed.gsa.validate import validate_file  # lxml and the DTD, only for this command
 

@@ -1,5 +1,5 @@
-"""What every fastfeed command shares, on click: help printed as written, options in sections,
-documented arguments, settings from FASTFEED_* and fastfeed.toml, and one place where errors
+"""What every fastfeed command shares, on click: help printed as written, arguments and
+options in sections, settings from FASTFEED_* and fastfeed.toml, and one place where errors
 become messages and exit statuses."""
 
 from __future__ import annotations
@@ -30,25 +30,9 @@ class Option(click.Option):
             self.metavar = (self.name or "").upper()  # --host HOST, not --host TEXT
 
 
-class Argument(click.Argument):
-    """A positional argument with a line of help, as options have."""
-
-    def __init__(self, *args: Any, help: str | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.help = help
-
-    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
-        return (self.human_readable_name, self.help) if self.help else None
-
-
 def option(*decls: str, **kwargs: Any) -> Callable[[F], F]:
     """`click.option` with sections."""
     return click.option(*decls, cls=Option, **kwargs)
-
-
-def argument(*decls: str, **kwargs: Any) -> Callable[[F], F]:
-    """`click.argument` with help."""
-    return click.argument(*decls, cls=Argument, **kwargs)
 
 
 def command(name: str, **kwargs: Any) -> Callable[[Callable[..., Any]], Command]:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
-from fastfeed.cli.commands import argument, group, option
+from fastfeed.cli.commands import group, option
 from fastfeed.cli.options import (
     connection_options,
     json_option,
@@ -91,7 +91,9 @@ def groups() -> None:
 
 
 @groups.command("build", help=BUILD_HELP, short_help="build groups feed files")
-@argument("inputs", nargs=-1, required=True, metavar="INPUT", help="JSON Lines file or - (stdin)")
+@click.argument(
+    "inputs", nargs=-1, required=True, metavar="INPUT", help="JSON Lines file or - (stdin)"
+)
 @option(
     "--groupsource",
     required=True,
@@ -164,7 +166,7 @@ def build_command(
 
 
 @groups.command("push", help=PUSH_HELP, short_help="push groups feed sets")
-@argument(
+@click.argument(
     "paths",
     nargs=-1,
     required=True,

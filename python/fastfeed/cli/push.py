@@ -8,9 +8,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import click
 import orjson
 
-from fastfeed.cli.commands import argument, command, option
+from fastfeed.cli.commands import command, option
 from fastfeed.cli.options import (
     BUILDING,
     connection_options,
@@ -98,7 +99,7 @@ example:
 
 
 @command("push", help=PUSH_HELP, short_help="push feed sets to an appliance")
-@argument(
+@click.argument(
     "paths",
     nargs=-1,
     required=True,
@@ -112,7 +113,7 @@ def push_command(paths: tuple[str, ...], as_json: bool, **options: Any) -> int:
 
 
 @command("replay", help=REPLAY_HELP, short_help="push saved feed sets again")
-@argument("paths", nargs=-1, required=True, metavar="DIR", help="feed set directory")
+@click.argument("paths", nargs=-1, required=True, metavar="DIR", help="feed set directory")
 @connection_options()
 @push_options()
 def replay_command(paths: tuple[str, ...], as_json: bool, **options: Any) -> int:
@@ -138,7 +139,7 @@ def _push(
 
 
 @command("run", help=RUN_HELP, short_help="build and push in one pipeline")
-@argument(
+@click.argument(
     "inputs",
     nargs=-1,
     required=True,

@@ -9,7 +9,7 @@ import sys
 import click
 import orjson
 
-from fastfeed.cli.commands import argument, group, option
+from fastfeed.cli.commands import group, option
 from fastfeed.cli.options import json_option
 from fastfeed.cli.reports import ExitCode
 from fastfeed.cli.serving import require_server_extra, serve_until_stopped
@@ -82,7 +82,9 @@ def seedlist() -> None:
 
 
 @seedlist.command("load", help=LOAD_HELP, short_help="load records into a state file")
-@argument("inputs", nargs=-1, required=True, metavar="INPUT", help="JSON Lines file or - (stdin)")
+@click.argument(
+    "inputs", nargs=-1, required=True, metavar="INPUT", help="JSON Lines file or - (stdin)"
+)
 @option("--db", required=True, metavar="STATE", help="the state file (SQLite)")
 @json_option()
 def load_command(inputs: tuple[str, ...], db: str, as_json: bool) -> int:
@@ -129,7 +131,7 @@ def _credentials(user: str | None, password_env: str | None) -> tuple[str, str] 
 
 
 @seedlist.command("serve", help=SERVE_HELP, short_help="serve a state file to crawlers")
-@argument("state", metavar="STATE", help="a state file made by seedlist load")
+@click.argument("state", metavar="STATE", help="a state file made by seedlist load")
 @option(
     "--port", type=click.IntRange(0, 65535), required=True, help="port to listen on (0: any free)"
 )

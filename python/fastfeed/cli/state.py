@@ -5,9 +5,10 @@ from __future__ import annotations
 import sys
 import time
 
+import click
 import orjson
 
-from fastfeed.cli.commands import argument, group, option
+from fastfeed.cli.commands import group, option
 from fastfeed.cli.options import json_option
 from fastfeed.cli.reports import ExitCode
 from fastfeed.sets.state import SyncState
@@ -46,7 +47,7 @@ def state() -> None:
     "http://docs.example.com/a\n",
     short_help="what a state holds",
 )
-@argument("path", metavar="STATE", help="a state file of fastfeed sync")
+@click.argument("path", metavar="STATE", help="a state file of fastfeed sync")
 @option("--url", multiple=True, help="show this URL's fingerprint (repeatable)")
 @json_option("print it as JSON")
 def show_command(path: str, url: tuple[str, ...], as_json: bool) -> int:
@@ -89,7 +90,7 @@ def show_command(path: str, url: tuple[str, ...], as_json: bool) -> int:
     "docs.state > held.jsonl\n",
     short_help="every URL held, as JSON Lines",
 )
-@argument("path", metavar="STATE", help="a state file of fastfeed sync")
+@click.argument("path", metavar="STATE", help="a state file of fastfeed sync")
 def export_command(path: str) -> int:
     out = sys.stdout.buffer
     with SyncState(path, None) as st:
@@ -107,7 +108,7 @@ def export_command(path: str) -> int:
     "forget docs.state --url http://docs.example.com/a\n",
     short_help="forget URLs, to send them again",
 )
-@argument("path", metavar="STATE", help="a state file of fastfeed sync")
+@click.argument("path", metavar="STATE", help="a state file of fastfeed sync")
 @option("--url", multiple=True, required=True, help="a URL to forget (repeatable)")
 def forget_command(path: str, url: tuple[str, ...]) -> int:
     with SyncState(path, None) as st:

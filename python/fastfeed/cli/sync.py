@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fastfeed.cli.commands import argument, command, option
+import click
+
+from fastfeed.cli.commands import command, option
 from fastfeed.cli.options import (
     BUILDING,
     SYNCING,
@@ -53,7 +55,7 @@ exit status: 0 in sync, 1 some files not accepted (sync again), 2 bad command li
 
 
 @command("sync", help=HELP, short_help="send only what changed since the last sync")
-@argument(
+@click.argument(
     "inputs",
     nargs=-1,
     required=True,

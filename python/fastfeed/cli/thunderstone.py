@@ -6,9 +6,10 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import click
 import orjson
 
-from fastfeed.cli.commands import F, argument, group, option
+from fastfeed.cli.commands import F, group, option
 from fastfeed.cli.options import (
     BUILDING,
     SYNCING,
@@ -102,7 +103,9 @@ def thunderstone() -> None:
 
 
 @thunderstone.command("push", help=PUSH_HELP, short_help="send the sets to the appliance")
-@argument("paths", nargs=-1, required=True, metavar="DIR", help="a set made by fastfeed build")
+@click.argument(
+    "paths", nargs=-1, required=True, metavar="DIR", help="a set made by fastfeed build"
+)
 @appliance_options()
 def push_command(paths: tuple[str, ...], url: str, as_json: bool, **options: Any) -> int:
     from fastfeed.progress import Progress
@@ -163,7 +166,7 @@ example:
 @thunderstone.command(
     "sync", help=SYNC_HELP, short_help="send only what changed since the last sync"
 )
-@argument(
+@click.argument(
     "inputs",
     nargs=-1,
     required=True,

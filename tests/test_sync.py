@@ -398,3 +398,26 @@ def test_a_state_serves_one_appliance_and_datasource(
     with pytest.raises(StateError, match="is the state of 127.0.0.1:.* datasource docs"):
         sync([src], state, "other", push_settings(emulator), out_dir=tmp_path / "s2")
     assert received(emulator) == 1
+
+
+def test_ctrl_c_during_a_sync_says_how_to_finish_it(
+    make_emulator: Callable[..., Emulator], tls: Any, tmp_path: Path
+) -> None:
+    emulator = make_emulator()
+    records = [doc(n) for n in range(6)]
+    argv = ["sync", write(tmp_path / "a.jsonl", records), "--datasource", "docs", "--state",
+            str(tmp_path / "docs.state"), "--host", "127.0.0.1", "--port", str(emulator.port),
+            "--cacert", str(tls.ca_path), "--max-records", "1"]  # fmt: skip
+    emulator.add_fault(Fault(kind="slow", seconds=0.3, times=100))
+    child = _child_sync([*argv, "--out", str(tmp_path / "s1")], tmp_path)
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "s1" / JOURNAL).exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=30)
+    assert child.returncode == 130
+    assert b"run the same sync again" in err
+    emulator.clear_faults()
+
+    assert main([*argv, "--out", str(tmp_path / "s2")]) == 0
+    assert index(emulator) == expected(records)

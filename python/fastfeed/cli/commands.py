@@ -128,7 +128,8 @@ Group.group_class = Group
 
 
 def _resume(ctx: click.Context) -> str | None:
-    """How to finish an interrupted command: pushes resume from their journals."""
+    """How to finish an interrupted command: pushes resume from their journals, syncs from
+    their state."""
     argv: list[str] = ctx.find_root().obj or []
     words = ctx.command_path.split()[1:]
     if words[-1] in ("push", "replay"):
@@ -136,6 +137,11 @@ def _resume(ctx: click.Context) -> str | None:
         return (
             "the files accepted so far are recorded in each set's push-journal.jsonl; to send "
             f"the rest: fastfeed {shlex.join(again)}"
+        )
+    if words[-1] == "sync":
+        return (
+            "the state holds what the appliance accepted; run the same sync again: it first "
+            f"sends what this one left: fastfeed {shlex.join(argv)}"
         )
     if words == ["run"]:
         return (

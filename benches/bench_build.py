@@ -322,3 +322,24 @@ def test_memory_flat_on_a_2_gb_corpus(tmp_path: Path) -> None:
     peak_mb = run_measuring_peak(command) / 1e6
     print(f"\nbuilding {src.stat().st_size / 1e9:.1f} GB of JSON Lines: peak RSS {peak_mb:.0f} MB")
     assert peak_mb < 150
+
+
+def test_memory_flat_when_most_records_are_refused(tmp_path: Path) -> None:
+    """`--on-error skip` over 1 GB of records of which 9 in 10 are refused: the refused lines go
+    to rejected.jsonl as they are met, not held until the end."""
+    src = tmp_path / "refused.jsonl"
+    good = {"url": "http://a.example.com/ok", "content": "x" * 1000}
+    bad = {"url": "http://a.example.com/bad", "content": "x" * 1000, "pagerank": 1}
+    line = b"".join(orjson.dumps(good if i == 0 else bad) + b"\n" for i in range(10))
+    repeats = int(os.environ.get("FASTFEED_BENCH_MEMORY_MB", "1000")) * 100
+    with src.open("wb") as f:
+        for _ in range(repeats):
+            f.write(line)
+    command = [sys.executable, "-m", "fastfeed", "build", str(src), "--on-error", "skip"]
+    command += ["--datasource", "refused", "--out", str(tmp_path / "o")]
+    peak_mb = run_measuring_peak(command, status=1) / 1e6
+    refused = sum(1 for _ in (tmp_path / "o" / "rejected.jsonl").open("rb"))
+    size_gb = src.stat().st_size / 1e9
+    print(f"\n{refused:,} records refused of {size_gb:.1f} GB: peak RSS {peak_mb:.0f} MB")
+    assert refused == 9 * repeats
+    assert peak_mb < 128

@@ -20,8 +20,9 @@ def _high_water_mark(pid: int) -> int:
     return 0
 
 
-def run_measuring_peak(command: list[str]) -> int:
-    """Runs `command` to its end and returns its peak RSS in bytes; fails if the command does.
+def run_measuring_peak(command: list[str], status: int = 0) -> int:
+    """Runs `command` to its end and returns its peak RSS in bytes; fails if the command does
+    not end with `status`.
 
     VmHWM only grows, so sampling it until the child exits sees the peak."""
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -29,5 +30,5 @@ def run_measuring_peak(command: list[str]) -> int:
     while child.poll() is None:
         peak = max(peak, _high_water_mark(child.pid))
         time.sleep(0.02)
-    assert child.returncode == 0, child.stderr.read() if child.stderr else ""
+    assert child.returncode == status, child.stderr.read() if child.stderr else ""
     return peak

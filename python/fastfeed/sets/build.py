@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Literal, TypeVar, cast
+from typing import IO, BinaryIO, Literal, TextIO, TypeVar, cast
 from urllib.parse import quote
 
 import orjson
@@ -276,10 +276,10 @@ def _nothing() -> None:
 class _Builder:
     """Feeds inputs to a writer, keeping what a refused record needs: its place and its bytes."""
 
-    def __init__(self, on_error: OnError, progress: Progress | None) -> None:
+    def __init__(self, on_error: OnError, progress: Progress | None, out: Path) -> None:
         self.on_error = on_error
         self.progress = progress
-        self.rejected: list[tuple[str, bytes, str]] = []
+        self.rejected = _Rejected(out)
         # The chunk being written: what names its lines, and how many were already done.
         self._locate: Callable[[int], str] = str
         self._done = 0
@@ -292,7 +292,7 @@ class _Builder:
     def refuse(self, location: str, raw: bytes, reason: str) -> None:
         if self.on_error == "stop":
             raise InputError(location, reason)
-        self.rejected.append((location, raw, reason))
+        self.rejected.add(location, raw, reason)
 
     def where(self, index: int) -> str:
         """Names the line at `index` of what the writer was last given."""
@@ -388,7 +388,7 @@ class _Builder:
         rate = w.records / max(self.progress.elapsed, 1e-9)
         self.progress.update(
             f"{w.records:,} records, {w.files} files, {human_bytes(w.bytes)}, {rate:,.0f} records/s"
-            + (f", {len(self.rejected)} rejected" if self.rejected else "")
+            + (f", {self.rejected.count:,} rejected" if self.rejected.count else "")
         )
 
 
@@ -416,7 +416,7 @@ def write_set(
     started = time.monotonic()
     out = Path(out_dir)
     warned = 0
-    builder = _Builder(on_error, progress)
+    builder = _Builder(on_error, progress, out)
 
     def warn(warning: FeedWarning) -> None:
         nonlocal warned
@@ -438,14 +438,14 @@ def write_set(
         _feed(builder, inputs, base_url, os.fspath(out))
     finally:
         # Kept whatever stopped the build: the refused records are the ones to fix.
-        rejected_file = _save_rejected(out, builder.rejected) if builder.rejected else None
+        rejected_file = builder.rejected.close()
     if progress is not None:
         progress.close()
     return BuildSummary(
         out_dir=str(out),
         manifest=writer.manifest,
         records=sum(e.records for e in writer.manifest),
-        rejected=len(builder.rejected),
+        rejected=builder.rejected.count,
         warnings=warned,
         bytes=sum(e.bytes for e in writer.manifest),
         seconds=time.monotonic() - started,
@@ -479,10 +479,32 @@ def _feed(builder: _Builder, inputs: Sequence[str], base_url: str | None, out: s
                         mapped.close()
 
 
-def _save_rejected(out: Path, rejected: list[tuple[str, bytes, str]]) -> str:
-    path = out / REJECTED
-    with path.open("wb") as lines, (out / REJECTED_LOG).open("w", encoding="utf-8") as log:
-        for location, raw, reason in rejected:
-            lines.write(raw if raw.endswith(b"\n") else raw + b"\n")
-            log.write(f"{location}: {reason}\n")
-    return str(path)
+class _Rejected:
+    """Refused records, written to `rejected.jsonl` (byte for byte) and `rejected.log` (where and
+    why) as they are refused: a build that refuses millions of records stays flat in memory."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.count = 0
+        self._files: tuple[BinaryIO, TextIO] | None = None
+
+    def add(self, location: str, raw: bytes, reason: str) -> None:
+        if self._files is None:
+            # Opened at the first refusal, into the directory the writer made.
+            self._files = (
+                (self.out / REJECTED).open("wb"),
+                (self.out / REJECTED_LOG).open("w", encoding="utf-8"),
+            )
+        lines, log = self._files
+        lines.write(raw if raw.endswith(b"\n") else raw + b"\n")
+        log.write(f"{location}: {reason}\n")
+        self.count += 1
+
+    def close(self) -> str | None:
+        """Closes the files; returns the path of `rejected.jsonl`, if any record was refused."""
+        if self._files is None:
+            return None
+        for file in self._files:
+            file.close()
+        self._files = None
+        return str(self.out / REJECTED)

@@ -16,7 +16,7 @@ from fastfeed.cli.options import (
     require_datasource,
     take_encoding,
 )
-from fastfeed.cli.reports import ExitCode, describe
+from fastfeed.cli.reports import ExitCode, describe, refused
 from fastfeed.errors import FastfeedError, InputError
 from fastfeed.gsa.build import build
 from fastfeed.gsa.writer import FeedType
@@ -149,7 +149,7 @@ def build_command(
     )
     if summary.rejected:
         print(
-            f"{summary.rejected} records were refused and saved to {summary.rejected_file} "
+            f"{refused(summary.rejected, 'record')} and saved to {summary.rejected_file} "
             "(reasons in rejected.log)",
             file=sys.stderr,
         )

@@ -50,6 +50,7 @@ def placeholders(tmp: Path, emulator: Emulator, tls: TLSFiles) -> dict[str, Call
     return {
         "good": good,
         "bad": bad,
+        "empty": lambda: write(tmp / "a.jsonl", ""),
         "groups": lambda: write(tmp / "g.jsonl", GROUPS_GOOD),
         "bad_groups": lambda: write(tmp / "g.jsonl", GROUPS_BAD),
         "out": lambda: str(tmp / "out"),
@@ -84,6 +85,11 @@ CASES = {
     "build": (
         "build {good} --datasource d --out {out}",
         "build {bad} --datasource d --out {out}",
+    ),
+    # Refused by the command itself rather than by the input: an empty full feed.
+    "build (refused)": (
+        "build {good} --datasource d --feedtype full --out {out}",
+        "build {empty} --datasource d --feedtype full --out {out}",
     ),
     "push": ("push {feeds} {appliance}", "push {feeds} {nowhere}"),
     "replay": ("replay {feeds} {appliance}", "replay {missing} {appliance}"),

@@ -81,13 +81,12 @@ def report(command: str, summary: PushSummary, as_json: bool) -> int:
 def stopped(command: str, exc: FastfeedError, as_json: bool) -> int:
     """A push that could not go on: says why, and what was done before."""
     summary = exc.summary if isinstance(exc, PushError) else None
-    done = summary is not None and bool(summary.results)
     refused = not isinstance(exc, PushError) or exc.refused
     return failed(
         command,
         str(exc),
         as_json,
-        hint=f"before stopping: {summary.describe()}" if summary is not None and done else None,
+        hint=f"before stopping: {summary.describe()}" if summary and summary.results else None,
         status=ExitCode.REFUSED if refused else ExitCode.FAILED,
         data=summary.to_dict() if summary is not None else None,
     )

@@ -204,16 +204,6 @@ def test_run_does_not_let_the_builder_run_far_ahead_of_the_appliance(
     assert len(read_manifest(out)) == records // per_file
 
 
-def test_demo_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    status = main(["demo", "--json"])
-
-    result = json.loads(capsys.readouterr().out)
-    assert status == 0 and result["ok"]
-    assert result["index"] == {"demo_wiki": 300, "demo_files": 80}
-    for path in result["feed_sets"].values():
-        assert read_manifest(tmp_path / path)
-
-
 def test_help_teaches_with_examples(capsys: pytest.CaptureFixture[str]) -> None:
     for command in ("push", "run", "replay", "backlog", "demo"):
         assert main([command, "--help"]) == 0

@@ -18,6 +18,9 @@ RECEIVERS = {"gsa", "thunderstone", "seedlist"}
 #: Shared code lives below the receivers: it imports none of them, nor the front ends.
 SHARED = {"sets", "delivery", "errors", "progress"}
 FRONT_ENDS = {"cli", "emulator"}
+#: The emulated appliance stands where an appliance does, facing every receiver: it shares their
+#: lower layers (the formats, the codecs) and imports none of them, nor the command line.
+EMULATOR = "emulator"
 #: What the command modules of `cli/` share; a command module imports no other command's module.
 CLI_SHARED = {"commands", "options", "reports", "serving", "settings"}
 
@@ -69,6 +72,8 @@ def violations(root: Path) -> list[str]:
                 broken.append(f"{path.relative_to(root)} imports {module} (another receiver)")
             if part in SHARED and target in RECEIVERS | FRONT_ENDS:
                 broken.append(f"{path.relative_to(root)} imports {module} (shared code)")
+            if part == EMULATOR and target in RECEIVERS | FRONT_ENDS - {EMULATOR}:
+                broken.append(f"{path.relative_to(root)} imports {module} (the emulator)")
             within_cli = set(module.split(".")[2:3])
             if is_command(root, path) and target == "cli" and not within_cli <= CLI_SHARED:
                 broken.append(f"{path.relative_to(root)} imports {module} (another command)")
@@ -81,7 +86,7 @@ def is_command(root: Path, path: Path) -> bool:
     return parts[0] == "cli" and path.stem not in CLI_SHARED | {"__init__"}
 
 
-def test_a_receiver_imports_no_other_receiver_and_shared_code_no_receiver() -> None:
+def test_receivers_and_the_emulator_import_no_receiver_and_shared_code_none() -> None:
     assert violations(PACKAGE) == []
 
 
@@ -100,8 +105,16 @@ def test_the_rule_catches_what_breaks_it(tmp_path: Path) -> None:
     (tmp_path / "cli" / "groups.py").write_text(
         "from fastfeed.cli.options import set_options\nfrom fastfeed.cli.push import report\n"
     )
+    (tmp_path / "emulator").mkdir()
+    (tmp_path / "emulator" / "feeder.py").write_text(
+        "from fastfeed.sets.validate import validate_file\nfrom fastfeed.emulator import index\n"
+        "from fastfeed.gsa.writer import FeedWriter\n"
+        "def f():\n    from fastfeed.cli.demo import demo_command\n"
+    )
     assert violations(tmp_path) == [
         "cli/groups.py imports fastfeed.cli.push.report (another command)",
+        "emulator/feeder.py imports fastfeed.cli.demo.demo_command (the emulator)",
+        "emulator/feeder.py imports fastfeed.gsa.writer.FeedWriter (the emulator)",
         "seedlist/records.py imports fastfeed.gsa.validate.decode_base64 (another receiver)",
         "sets/build.py imports fastfeed.seedlist (shared code)",
         "thunderstone/push.py imports fastfeed.gsa.push.push (another receiver)",

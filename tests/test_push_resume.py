@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -109,5 +110,46 @@ def test_ctrl_c_says_how_to_send_the_rest(
         _, err = child.communicate(timeout=30)
     assert child.returncode == 130
     assert "interrupted" in err
+    assert "1 of 3 files accepted;" in err
     assert f"to send the rest: fastfeed push {feeds}" in err
     emulator.clear_faults()
+
+
+def test_the_resume_hint_of_a_replay_keeps_its_arguments_and_no_secret(
+    emulator: Emulator, make_feed_set: Callable[..., Path], tls: Any, tmp_path: Path
+) -> None:
+    make_feed_set("docs", "full", files=3, name="replay")  # a set whose name is a command
+    emulator.add_fault(Fault.slow(seconds=0.0))
+    emulator.add_fault(Fault.slow(seconds=5.0))
+    key = ["--client-cert", str(tls.cert_path), "--client-key", str(tls.key_path)]
+    argv = cli(Path("replay"), emulator, tls, *key, "--client-key-password", "s3cret")
+    argv[argv.index("push")] = "replay"
+    child = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path
+    )
+    try:
+        wait_until_accepted(child, tmp_path / "replay", 1)
+        time.sleep(0.3)
+    finally:
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=30)
+    emulator.clear_faults()
+
+    assert child.returncode == 130
+    assert "1 of 3 files accepted;" in err
+    assert "s3cret" not in err
+    hint = err.split("to send the rest: ")[1].split(" (--client-key-password left out")[0]
+    assert "(--client-key-password left out: set FASTFEED_CLIENT_KEY_PASSWORD)" in err
+    again = shlex.split(hint)
+    assert again[:3] == ["fastfeed", "push", "replay"]
+    done = subprocess.run(
+        [sys.executable, "-m", "fastfeed", *again[1:], "--json"],
+        capture_output=True,
+        cwd=tmp_path,
+        env={**os.environ, "FASTFEED_CLIENT_KEY_PASSWORD": "s3cret"},
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["files"] == {
+        "accepted": 2, "skipped": 1, "failed": 0, "blocked": 0,
+    }  # fmt: skip

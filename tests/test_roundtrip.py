@@ -192,7 +192,7 @@ def test_principal_names_round_trip_in_acls_and_groups_feeds(
     with GroupsWriter(out / "groups", "ldap") as g:
         g.add({"group": group_name, "members": members})
     groups = etree.parse(str(out / "groups" / g.manifest[0].file))
-    dtd = etree.DTD(str(Path(fastfeed.__file__).parent / "gsa" / "xmlgroups.dtd"))
+    dtd = etree.DTD(str(Path(fastfeed.__file__).parent / "sets" / "xmlgroups.dtd"))
     assert dtd.validate(groups), dtd.error_log
     membership = groups.getroot().find("membership")
     assert membership.find("principal").text == group_name

@@ -47,9 +47,10 @@ class Progress:
             self._width = 0
 
 
-def plural(n: int, noun: str) -> str:
-    """`1 file`, `2 files`, `1,000 records`: the numbers a summary shows."""
-    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """`1 file`, `2 files`, `1,000 records`, `1 retry`: the numbers a summary shows (`nouns`
+    for a plural not made with s)."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {nouns or noun + 's'}"
 
 
 def human_bytes(n: float) -> str:

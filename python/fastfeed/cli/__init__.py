@@ -9,7 +9,17 @@ from collections.abc import Sequence
 import click
 
 from fastfeed import __version__
-from fastfeed.cli import build, emulator, groups, push, seedlist, state, sync, thunderstone
+from fastfeed.cli import (
+    build,
+    demo,
+    emulator,
+    groups,
+    push,
+    seedlist,
+    state,
+    sync,
+    thunderstone,
+)
 from fastfeed.cli.commands import group
 from fastfeed.cli.reports import ExitCode
 
@@ -45,7 +55,7 @@ for _command in (
     thunderstone.thunderstone,
     seedlist.seedlist,
     emulator.emulator_command,
-    emulator.demo_command,
+    demo.demo_command,
 ):
     fastfeed.add_command(_command)
 

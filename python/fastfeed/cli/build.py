@@ -16,7 +16,7 @@ from fastfeed.cli.options import (
     require_datasource,
     take_encoding,
 )
-from fastfeed.cli.reports import ExitCode, describe
+from fastfeed.cli.reports import ExitCode, describe, failed, refused
 from fastfeed.errors import FastfeedError, InputError
 from fastfeed.gsa.build import build
 from fastfeed.gsa.writer import FeedType
@@ -117,19 +117,14 @@ def build_command(
                 **encoding,
             )
     except (FastfeedError, OSError) as exc:  # OSError: writing the set (disk full, permissions)
-        if as_json:
-            error = {"ok": False, "out": out, "error": describe(exc)}
-            sys.stdout.buffer.write(orjson.dumps(error) + b"\n")
         if not isinstance(exc, (InputError, OSError)):
-            raise
+            raise  # the command's own error (settings, an empty full feed): Command.invoke
         remedy = "the record (or use --on-error skip)" if isinstance(exc, InputError) else "it"
-        print(f"fastfeed build: error: {describe(exc)}", file=sys.stderr)
-        print(
-            f"fastfeed build: stopped; {out} has no manifest and cannot be pushed. Fix "
-            f"{remedy} and build again into an empty directory.",
-            file=sys.stderr,
+        hint = (
+            f"stopped; {out} has no manifest and cannot be pushed. Fix {remedy} and build again "
+            "into an empty directory."
         )
-        return ExitCode.FAILED
+        return failed("build", describe(exc), as_json, hint=hint, data={"out": out})
     result: dict[str, Any] = {
         "ok": not summary.rejected,  # as the exit status: 1 when records were refused
         "out": summary.out_dir,
@@ -149,7 +144,7 @@ def build_command(
     )
     if summary.rejected:
         print(
-            f"{summary.rejected} records were refused and saved to {summary.rejected_file} "
+            f"{refused(summary.rejected, 'record')} and saved to {summary.rejected_file} "
             "(reasons in rejected.log)",
             file=sys.stderr,
         )

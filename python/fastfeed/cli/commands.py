@@ -4,16 +4,19 @@ become messages and exit statuses."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
 from fastfeed.cli import settings
-from fastfeed.cli.reports import ExitCode, describe
+from fastfeed.cli.reports import ExitCode, describe, emit, failed
 from fastfeed.errors import FastfeedError
+from fastfeed.progress import plural
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -92,17 +95,18 @@ class Command(click.Command):
             raise click.UsageError(settings.required_message(exc.param), ctx) from None
 
     def invoke(self, ctx: click.Context) -> Any:
-        command = ctx.command_path
+        command = " ".join(ctx.command_path.split()[1:])
+        as_json = bool(ctx.params.get("as_json"))
         try:
             return super().invoke(ctx)
         except (FastfeedError, OSError) as exc:
-            print(f"{command}: error: {describe(exc)}", file=sys.stderr)
-            return ExitCode.FAILED
+            return failed(command, describe(exc), as_json)
         except KeyboardInterrupt:
-            print(f"{command}: interrupted", file=sys.stderr)
+            print(f"fastfeed {command}: interrupted", file=sys.stderr)
             hint = _resume(ctx)
             if hint:
-                print(f"{command}: {hint}", file=sys.stderr)
+                print(f"fastfeed {command}: {hint}", file=sys.stderr)
+            emit({"ok": False, "error": "interrupted"}, as_json)
             return ExitCode.INTERRUPTED
 
 
@@ -127,26 +131,90 @@ class Group(click.Group):
 Group.group_class = Group
 
 
+def pushing(paths: Iterable[str | os.PathLike[str]], target: str) -> None:
+    """Tells the running command which sets it pushes, and the journals' key for the appliance:
+    if it is interrupted, it says how many of their files the appliance has accepted."""
+    click.get_current_context().meta[_PUSHING] = (list(paths), target)
+
+
+_PUSHING = "fastfeed.pushing"
+
+
+def _accepted(paths: list[str | os.PathLike[str]], target: str) -> tuple[int, int]:
+    """(accepted, all): the files of these sets (or set files) that their journals say the
+    target accepted; a set without a manifest (a build that did not finish) counts for none."""
+    from fastfeed.sets.journal import Journal
+    from fastfeed.sets.manifest import MANIFEST, read_manifest
+
+    accepted = total = 0
+    for raw in paths:
+        path = Path(raw)
+        directory = path if path.is_dir() else path.parent
+        if not (directory / MANIFEST).is_file():
+            continue
+        entries = [e for e in read_manifest(directory) if path.is_dir() or e.file == path.name]
+        with Journal(directory, target) as journal:
+            accepted += sum(journal.is_accepted(e) for e in entries)
+        total += len(entries)
+    return accepted, total
+
+
+def _command_line(ctx: click.Context, rename: dict[str, str] | None = None) -> tuple[str, str]:
+    """The command line again, to copy: the command word renamed as `rename` says, and secrets
+    (passwords) left out, since the line is printed; returns it with a note on what was left."""
+    argv: list[str] = list(ctx.find_root().obj or [])
+    word = ctx.command_path.split()[-1]
+    if rename and word in rename and word in argv:
+        argv[argv.index(word)] = rename[word]  # the command word, not an argument equal to it
+    secrets = {
+        flag: f"{settings.ENV_PREFIX}{(p.name or '').upper()}"
+        for p in ctx.command.params
+        if isinstance(p, click.Option) and (p.name or "").endswith("password")
+        for flag in p.opts
+    }
+    kept: list[str] = []
+    left: dict[str, str] = {}
+    items = iter(argv)
+    for item in items:
+        flag = item.split("=", 1)[0]
+        if flag in secrets:
+            left[flag] = secrets[flag]
+            if "=" not in item:
+                next(items, None)
+        else:
+            kept.append(item)
+    note = "".join(f" ({flag} left out: set {env})" for flag, env in left.items())
+    return f"fastfeed {shlex.join(kept)}", note
+
+
 def _resume(ctx: click.Context) -> str | None:
     """How to finish an interrupted command: pushes resume from their journals, syncs from
     their state."""
-    argv: list[str] = ctx.find_root().obj or []
     words = ctx.command_path.split()[1:]
+    pushed = ctx.meta.get(_PUSHING)
+    tally = ""
+    try:
+        accepted, total = _accepted(*pushed) if pushed is not None else (0, 0)
+    except (FastfeedError, OSError):  # a journal still held or unreadable: say the rest
+        accepted = total = 0
+    if total:
+        tally = f"{accepted} of {plural(total, 'file')} accepted; "
     if words[-1] in ("push", "replay"):
-        again = ["push" if a == "replay" else a for a in argv]  # a replay resumes as a push
+        again, note = _command_line(ctx, {"replay": "push"})  # a replay resumes as a push
         return (
-            "the files accepted so far are recorded in each set's push-journal.jsonl; to send "
-            f"the rest: fastfeed {shlex.join(again)}"
+            f"{tally}the files accepted are recorded in each set's push-journal.jsonl; to "
+            f"send the rest: {again}{note}"
         )
     if words[-1] == "sync":
+        again, note = _command_line(ctx)
         return (
             "the state holds what the appliance accepted; run the same sync again: it first "
-            f"sends what this one left: fastfeed {shlex.join(argv)}"
+            f"sends what this one left: {again}{note}"
         )
     if words == ["run"]:
         return (
-            "the files built so far were pushed as far as the journal says; if the build had "
-            "finished (the set has a manifest), send the rest with fastfeed push on its --out "
-            "directory, else run again into a new --out"
+            f"{tally}the files built so far were pushed as far as the journal says; if the "
+            "build had finished (the set has a manifest), send the rest with fastfeed push on "
+            "its --out directory, else run again into a new --out"
         )
     return None

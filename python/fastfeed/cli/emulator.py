@@ -1,5 +1,4 @@
-"""`fastfeed emulator` (the local appliance in the foreground until Ctrl-C) and `fastfeed demo`
-(the whole job on it)."""
+"""`fastfeed emulator`: the local appliance in the foreground until Ctrl-C."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ from pathlib import Path
 import click
 
 from fastfeed.cli.commands import command, option
-from fastfeed.cli.options import json_option
 from fastfeed.cli.reports import ExitCode
 from fastfeed.cli.serving import require_server_extra, serve_until_stopped
 from fastfeed.errors import FastfeedError
@@ -43,17 +41,6 @@ examples:
   fastfeed push feeds/ --host 127.0.0.1 --cacert /tmp/gsa/tls/ca.pem
   curl -s http://127.0.0.1:19900/status.json
   curl -s -d '{"kind": "disk_full"}' http://127.0.0.1:19900/_emulator/faults
-"""
-
-
-DEMO_HELP = """\
-Try fastfeed end to end on this machine, with nothing to set up: starts an emulated appliance
-on 127.0.0.1 over HTTPS (with a certificate made for it), builds a small sample corpus (text
-and binary documents), pushes it with certificate verification, waits for the emulated feeder
-and prints what the index holds and where the feed set is kept.
-
-example:
-  fastfeed demo
 """
 
 
@@ -174,13 +161,3 @@ def _certificate(data_dir: Path, bind: str) -> tuple[Path, Path, Path]:
     cert_file.write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
     cert.private_key_pem.write_to_path(str(key_file))
     return ca_file, cert_file, key_file
-
-
-@command("demo", help=DEMO_HELP, short_help="try it all on a local emulated appliance")
-@option("--out", metavar="DIR", help="where to keep the sample feed set")
-@json_option("print the index summary as JSON")
-def demo_command(out: str | None, as_json: bool) -> int:
-    require_server_extra("demo")
-    from fastfeed.emulator.demo import demo
-
-    return ExitCode.OK if demo(out=out, as_json=as_json) else ExitCode.FAILED

@@ -6,9 +6,8 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 import click
-import orjson
 
-from fastfeed.cli.commands import group, option
+from fastfeed.cli.commands import group, option, pushing
 from fastfeed.cli.options import (
     connection_options,
     json_option,
@@ -16,7 +15,7 @@ from fastfeed.cli.options import (
     push_settings,
     set_options,
 )
-from fastfeed.cli.reports import ExitCode, report, stopped
+from fastfeed.cli.reports import ExitCode, emit, failed, refused, report, stopped
 from fastfeed.errors import FastfeedError, InputError, PushError
 from fastfeed.progress import Progress, human_bytes, plural
 from fastfeed.sets.build import OnError
@@ -133,23 +132,23 @@ def build_command(
             progress=Progress(),
         )
     except InputError as exc:
-        print(f"fastfeed groups build: error: {exc}", file=sys.stderr)
-        print(
-            f"fastfeed groups build: stopped; {out} has no manifest and cannot be pushed. "
-            "Fix the line (or use --on-error skip) and build again into an empty directory.",
-            file=sys.stderr,
+        hint = (
+            f"stopped; {out} has no manifest and cannot be pushed. Fix the line (or use "
+            "--on-error skip) and build again into an empty directory."
         )
-        return ExitCode.FAILED
-    if as_json:
-        result = {
+        return failed("groups build", str(exc), as_json, hint=hint, data={"out": out})
+    emit(
+        {
+            "ok": not summary.rejected,
             "out": summary.out_dir,
             "files": len(summary.manifest),
             "groups": summary.records,
             "bytes": summary.bytes,
             "rejected": summary.rejected,
             "seconds": round(summary.seconds, 3),
-        }
-        sys.stdout.buffer.write(orjson.dumps(result) + b"\n")
+        },
+        as_json,
+    )
     print(
         f"wrote {plural(summary.records, 'group')} into {plural(len(summary.manifest), 'file')} "
         f"({human_bytes(summary.bytes)}) in {summary.out_dir} in {summary.seconds:.1f} s",
@@ -157,7 +156,7 @@ def build_command(
     )
     if summary.rejected:
         print(
-            f"{summary.rejected} lines were refused and saved to {summary.rejected_file} "
+            f"{refused(summary.rejected, 'line')} and saved to {summary.rejected_file} "
             "(reasons in rejected.log)",
             file=sys.stderr,
         )
@@ -201,6 +200,7 @@ def push_command(paths: tuple[str, ...], allow_full: bool, as_json: bool, **opti
                 file=sys.stderr,
             )
         settings = push_settings("groups push", options)
+        pushing(paths, settings.target)
         summary = push(
             paths,
             settings,

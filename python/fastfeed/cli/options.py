@@ -257,13 +257,16 @@ def take_encoding(options: dict[str, Any]) -> dict[str, Any]:
     return {name: options.pop(name) for name in ENCODING}
 
 
-def record_options(section: str | None = None) -> Callable[[F], F]:
-    """What a GSA feed set is made of: `build` and `run` take these."""
+def record_options(section: str | None = None, *, gsa_only: bool = False) -> Callable[[F], F]:
+    """What a GSA feed set is made of: `build` and `run` take these. --datasource is required
+    (and the usage says so) where the feeds can only be GSA ones (`gsa_only`)."""
     return together(
         option(
             "--datasource",
+            required=gsa_only,
             section=section,
-            help="datasource name, [a-zA-Z_][a-zA-Z0-9_-]* (required for GSA feeds)",
+            help="datasource name, [a-zA-Z_][a-zA-Z0-9_-]*"
+            + ("" if gsa_only else " (required for GSA feeds)"),
         ),
         option(
             "--feedtype",

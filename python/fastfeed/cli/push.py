@@ -6,12 +6,11 @@ import asyncio
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
-import orjson
 
-from fastfeed.cli.commands import command, option
+from fastfeed.cli.commands import command, option, pushing
 from fastfeed.cli.options import (
     BUILDING,
     connection_options,
@@ -20,18 +19,14 @@ from fastfeed.cli.options import (
     push_options,
     push_settings,
     record_options,
-    require_datasource,
     take_encoding,
 )
-from fastfeed.cli.reports import ExitCode, report, stopped
+from fastfeed.cli.reports import ExitCode, emit, failed, report, stopped
 from fastfeed.delivery.settings import HTTP_PORT, HTTPS_PORT, PushSettings
 from fastfeed.errors import BacklogError, FastfeedError, InputError
 from fastfeed.gsa.writer import FeedType
 from fastfeed.progress import Progress
 from fastfeed.sets.build import OnError
-
-if TYPE_CHECKING:
-    pass
 
 # The uploader (httpx) is imported by the commands that push, not here: every command pays for
 # what this module imports, `fastfeed build` and `validate` included.
@@ -126,9 +121,11 @@ def _push(
     from fastfeed.gsa.push import push
 
     try:
+        settings = push_settings(command, options)
+        pushing(paths, settings.target)
         summary = push(
             paths,
-            push_settings(command, options),
+            settings,
             progress=Progress(),
             replay=replay,
             allow_empty_full=options["allow_empty_full"],
@@ -146,7 +143,7 @@ def _push(
     metavar="INPUT",
     help="JSON Lines file, - (stdin) or directory",
 )
-@record_options(BUILDING)
+@record_options(BUILDING, gsa_only=True)
 @option(
     "--out",
     metavar="DIR",
@@ -165,7 +162,7 @@ def _push(
 @push_options()
 def run_command(
     inputs: tuple[str, ...],
-    datasource: str | None,
+    datasource: str,
     feedtype: FeedType,
     on_error: OnError,
     out: str | None,
@@ -175,16 +172,17 @@ def run_command(
 ) -> int:
     from fastfeed.gsa.run import build_and_push
 
-    datasource = require_datasource(datasource)
     out = out or str(Path("fastfeed-feeds") / f"{datasource}-{time.strftime('%Y%m%d-%H%M%S')}")
     encoding = take_encoding(options)
     try:
+        settings = push_settings("run", options)
+        pushing([out], settings.target)
         _, pushed = build_and_push(
             inputs,
             out,
             datasource,
             feedtype,
-            push_settings("run", options),
+            settings,
             max_ahead=max_ahead,
             progress=Progress(),
             allow_empty_full=options["allow_empty_full"],
@@ -192,13 +190,11 @@ def run_command(
             **encoding,
         )
     except InputError as exc:
-        print(f"fastfeed run: error: {exc}", file=sys.stderr)
-        print(
-            f"fastfeed run: the build stopped; the files built before were pushed. {out} has no "
-            "manifest: fix the input (or use --on-error skip) and run again with a new --out.",
-            file=sys.stderr,
+        hint = (
+            f"the build stopped; the files built before were pushed. {out} has no manifest: fix "
+            "the input (or use --on-error skip) and run again with a new --out."
         )
-        return ExitCode.FAILED
+        return failed("run", str(exc), as_json, hint=hint, data={"out": out})
     except FastfeedError as exc:
         return stopped("run", exc, as_json)
     print(f"fastfeed run: the feed set is kept in {out}", file=sys.stderr)
@@ -207,24 +203,20 @@ def run_command(
 
 @command("backlog", help=BACKLOG_HELP, short_help="print the appliance's feed backlog")
 @connection_options()
-@json_option('print {"backlog": N} on stdout')
+@json_option('print {"ok": true, "backlog": N} on stdout')
 def backlog_command(as_json: bool, **options: Any) -> int:
     try:
         settings = push_settings("backlog", options)
         count = asyncio.run(_backlog(settings))
     except BacklogError as exc:
-        print(f"fastfeed backlog: error: {exc}", file=sys.stderr)
-        return ExitCode.FAILED
+        return failed("backlog", str(exc), as_json)
     except FastfeedError as exc:
-        return stopped("backlog", exc, False)
+        return stopped("backlog", exc, as_json)
     if count is None:
-        print(
-            f"fastfeed backlog: {settings.base_url} does not support /getbacklogcount (HTTP 404)",
-            file=sys.stderr,
-        )
-        return ExitCode.FAILED
+        unsupported = f"{settings.base_url} does not support /getbacklogcount (HTTP 404)"
+        return failed("backlog", unsupported, as_json)
     if as_json:
-        sys.stdout.buffer.write(orjson.dumps({"backlog": count}) + b"\n")
+        emit({"ok": True, "backlog": count}, as_json)
     else:
         print(count)
     return ExitCode.OK

@@ -4,13 +4,14 @@ summaries of pushes and syncs (on stderr, and as JSON on stdout with --json)."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import IntEnum
 from typing import TYPE_CHECKING
 
 import orjson
 
 from fastfeed.errors import FastfeedError, InputError, MassDelete, PushError
+from fastfeed.progress import plural
 
 if TYPE_CHECKING:
     from fastfeed.delivery.results import PushSummary
@@ -37,30 +38,58 @@ def describe(exc: Exception) -> str:
     return str(exc)
 
 
+def refused(count: int, what: str) -> str:
+    """`1 line was refused`, `3 records were refused`."""
+    return f"{plural(count, what)} {'was' if count == 1 else 'were'} refused"
+
+
+def emit(data: Mapping[str, object], as_json: bool) -> None:
+    """With --json, a command's summary as one JSON object on stdout. Every one has `ok`, true
+    exactly when the command exits 0."""
+    if as_json:
+        sys.stdout.buffer.write(orjson.dumps(data) + b"\n")
+
+
+def failed(
+    command: str,
+    error: str,
+    as_json: bool,
+    *,
+    hint: str | None = None,
+    status: int = ExitCode.FAILED,
+    data: Mapping[str, object] | None = None,
+) -> int:
+    """A command that stops on an error: the error and what to do about it on stderr, and with
+    --json `{"ok": false, "error": ...}` (with `data`, what was done before) on stdout. Returns
+    the exit status."""
+    print(f"fastfeed {command}: error: {error}", file=sys.stderr)
+    if hint:
+        print(f"fastfeed {command}: {hint}", file=sys.stderr)
+    emit({**(data or {}), "ok": False, "error": error}, as_json)
+    return status
+
+
 def report(command: str, summary: PushSummary, as_json: bool) -> int:
     for result in summary.results:
         if result.outcome.value in ("failed", "blocked"):
             print(f"{result.feed.path}: {result.outcome.value}: {result.message}", file=sys.stderr)
     print(f"fastfeed {command}: {summary.describe()}", file=sys.stderr)
-    if as_json:
-        sys.stdout.buffer.write(orjson.dumps(summary.to_dict()) + b"\n")
+    emit(summary.to_dict(), as_json)
     return ExitCode.OK if summary.ok else ExitCode.FAILED
 
 
 def stopped(command: str, exc: FastfeedError, as_json: bool) -> int:
     """A push that could not go on: says why, and what was done before."""
-
-    print(f"fastfeed {command}: error: {exc}", file=sys.stderr)
     summary = exc.summary if isinstance(exc, PushError) else None
-    if summary is not None and summary.results:
-        print(f"fastfeed {command}: before stopping: {summary.describe()}", file=sys.stderr)
-    if as_json:
-        data: dict[str, object] = summary.to_dict() if summary is not None else {}
-        # Whatever was done before, the command failed: `ok` says so as the exit status does.
-        data.update(ok=False, error=str(exc))
-        sys.stdout.buffer.write(orjson.dumps(data) + b"\n")
     refused = not isinstance(exc, PushError) or exc.refused
-    return ExitCode.REFUSED if refused else ExitCode.FAILED
+    return failed(
+        command,
+        str(exc),
+        as_json,
+        hint=f"before stopping: {summary.describe()}" if summary and summary.results else None,
+        status=ExitCode.REFUSED if refused else ExitCode.FAILED,
+        data=summary.to_dict() if summary is not None else None,
+    )
 
 
 def run_sync_command(command: str, as_json: bool, call: Callable[[], SyncSummary]) -> int:
@@ -69,20 +98,11 @@ def run_sync_command(command: str, as_json: bool, call: Callable[[], SyncSummary
     try:
         summary = call()
     except InputError as exc:
-        print(f"fastfeed {command}: error: {exc}", file=sys.stderr)
-        print(
-            f"fastfeed {command}: nothing was sent and the state is as it was; fix the input "
-            "and sync again",
-            file=sys.stderr,
-        )
-        if as_json:
-            sys.stdout.buffer.write(orjson.dumps({"ok": False, "error": str(exc)}) + b"\n")
-        return ExitCode.FAILED
+        hint = "nothing was sent and the state is as it was; fix the input and sync again"
+        return failed(command, str(exc), as_json, hint=hint)
     except MassDelete as exc:
         print(f"fastfeed {command}: refused: {exc}", file=sys.stderr)
-        if as_json:
-            error = {"ok": False, "error": str(exc), "deleted": exc.deleted, "held": exc.held}
-            sys.stdout.buffer.write(orjson.dumps(error) + b"\n")
+        emit({"ok": False, "error": str(exc), "deleted": exc.deleted, "held": exc.held}, as_json)
         return ExitCode.REFUSED
     except FastfeedError as exc:
         return stopped(command, exc, as_json)
@@ -92,6 +112,5 @@ def run_sync_command(command: str, as_json: bool, call: Callable[[], SyncSummary
     print(f"fastfeed {command}: {summary.describe()}", file=sys.stderr)
     if summary.out_dir:
         print(f"fastfeed {command}: the set sent is kept in {summary.out_dir}", file=sys.stderr)
-    if as_json:
-        sys.stdout.buffer.write(orjson.dumps(summary.to_dict()) + b"\n")
+    emit(summary.to_dict(), as_json)
     return ExitCode.OK if summary.ok else ExitCode.FAILED

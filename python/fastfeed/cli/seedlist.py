@@ -7,11 +7,10 @@ import os
 import sys
 
 import click
-import orjson
 
 from fastfeed.cli.commands import group, option
 from fastfeed.cli.options import json_option
-from fastfeed.cli.reports import ExitCode
+from fastfeed.cli.reports import ExitCode, emit, failed
 from fastfeed.cli.serving import require_server_extra, serve_until_stopped
 from fastfeed.errors import FastfeedError
 
@@ -95,16 +94,10 @@ def load_command(inputs: tuple[str, ...], db: str, as_json: bool) -> int:
         try:
             summary = store.load_located(read_jsonl(inputs))
         except LoadError as exc:
-            print(f"fastfeed seedlist load: error: {exc}", file=sys.stderr)
-            print(
-                f"fastfeed seedlist load: nothing of this load was kept in {db}; fix the "
-                "record and load again",
-                file=sys.stderr,
-            )
-            return ExitCode.FAILED
+            hint = f"nothing of this load was kept in {db}; fix the record and load again"
+            return failed("seedlist load", str(exc), as_json, hint=hint)
     counts = vars(summary)
-    if as_json:
-        sys.stdout.buffer.write(orjson.dumps(counts) + b"\n")
+    emit({"ok": True, **counts}, as_json)
     print(
         "loaded into {}: {inserted} inserted, {updated} updated, {deleted} deleted, "
         "{unchanged} unchanged".format(db, **counts),

@@ -55,6 +55,7 @@ def show_command(path: str, url: tuple[str, ...], as_json: bool) -> int:
         pending = st.pending_set
         urls = {u: st.fingerprint(u) for u in url}
         info: dict[str, object] = {
+            "ok": True,
             "state": path,
             "target": st.target,
             "documents": st.count(),

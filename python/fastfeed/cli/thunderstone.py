@@ -7,9 +7,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
-import orjson
 
-from fastfeed.cli.commands import F, group, option
+from fastfeed.cli.commands import F, group, option, pushing
 from fastfeed.cli.options import (
     BUILDING,
     SYNCING,
@@ -21,7 +20,7 @@ from fastfeed.cli.options import (
     tls_options,
     together,
 )
-from fastfeed.cli.reports import ExitCode, run_sync_command
+from fastfeed.cli.reports import report, run_sync_command, stopped
 from fastfeed.errors import FastfeedError, PushError
 
 if TYPE_CHECKING:
@@ -116,40 +115,23 @@ def push_command(paths: tuple[str, ...], url: str, as_json: bool, **options: Any
         # reads them, so both commands treat them alike.
         target = url_settings(url)
         options.update(host=target.host, port=target.port, http=not target.https)
+        pushing(paths, url)
         summary = push(paths, url, push_settings("thunderstone push", options), progress=Progress())
-    except PushError as exc:
-        print(f"fastfeed thunderstone: error: {exc}", file=sys.stderr)
-        if isinstance(exc.summary, ThunderstoneSummary) and exc.summary.results:
-            print("fastfeed thunderstone: before stopping:", file=sys.stderr)
-            report(exc.summary, as_json=False)
-        if as_json:
-            data: dict[str, object] = (
-                exc.summary.to_dict() if exc.summary is not None else {"ok": False}
-            )
-            data["error"] = str(exc)
-            sys.stdout.buffer.write(orjson.dumps(data) + b"\n")
-        return ExitCode.REFUSED if exc.refused else ExitCode.FAILED
-    except FastfeedError as exc:  # bad settings or URL, an unusable journal
-        print(f"fastfeed thunderstone: error: {exc}", file=sys.stderr)
-        if as_json:
-            sys.stdout.buffer.write(orjson.dumps({"ok": False, "error": str(exc)}) + b"\n")
-        return ExitCode.REFUSED
-    return report(summary, as_json=as_json)
+    except FastfeedError as exc:  # Not Allowed, TLS, a wrong URL, bad settings, a bad journal
+        if isinstance(exc, PushError) and isinstance(exc.summary, ThunderstoneSummary):
+            show_failures(exc.summary)
+        return stopped("thunderstone push", exc, as_json)
+    show_failures(summary)
+    return report("thunderstone push", summary, as_json)
 
 
-def report(summary: ThunderstoneSummary, *, as_json: bool) -> int:
-    for result in summary.results:
-        if result.outcome.value in ("failed", "blocked"):
-            print(f"{result.feed.path}: {result.outcome.value}: {result.message}", file=sys.stderr)
+def show_failures(summary: ThunderstoneSummary) -> None:
+    """The items the appliance did not load, the first `SHOWN_FAILURES` of them."""
     for failure in summary.failed_items[:SHOWN_FAILURES]:
         print(failure.describe(), file=sys.stderr)
     hidden = len(summary.failed_items) - SHOWN_FAILURES
     if hidden > 0:
         print(f"... and {hidden} more failed items (--json lists them all)", file=sys.stderr)
-    print(f"fastfeed thunderstone: {summary.describe()}", file=sys.stderr)
-    if as_json:
-        sys.stdout.buffer.write(orjson.dumps(summary.to_dict()) + b"\n")
-    return ExitCode.OK if summary.ok else ExitCode.FAILED
 
 
 SYNC_HELP = """\

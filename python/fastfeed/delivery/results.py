@@ -58,8 +58,14 @@ class PushSummary:
     retries: int = 0
     backlog: int | None = None
 
+    @property
+    def files(self) -> list[FileResult]:
+        """The results of feed files: the counts a summary shows. A receiver whose pushes
+        also make requests of another kind (Thunderstone's index update) leaves them out."""
+        return self.results
+
     def count(self, outcome: Outcome) -> int:
-        return sum(1 for r in self.results if r.outcome is outcome)
+        return sum(1 for r in self.files if r.outcome is outcome)
 
     @property
     def ok(self) -> bool:
@@ -93,5 +99,5 @@ class PushSummary:
         return (
             f"{self.target}: {counts or 'no files'}; {plural(self.records_sent, 'record')}, "
             f"{human_bytes(self.bytes_sent)} in {self.seconds:.1f} s "
-            f"({human_bytes(rate)}/s), {self.retries} retries"
+            f"({human_bytes(rate)}/s), {plural(self.retries, 'retry', 'retries')}"
         )

@@ -14,6 +14,7 @@ import httpx
 
 from fastfeed.delivery.settings import PushSettings
 from fastfeed.errors import PushError
+from fastfeed.progress import plural
 
 T = TypeVar("T")
 
@@ -46,7 +47,7 @@ async def retrying(
 
 
 def gave_up(again: Again, attempts: int) -> str:
-    return f"{again.problem} (gave up after {attempts} attempts)"
+    return f"{again.problem} (gave up after {plural(attempts, 'attempt')})"
 
 
 def jitter(delay: float) -> float:
@@ -67,17 +68,31 @@ def cause(exc: BaseException, kind: type[E]) -> E | None:
     return None
 
 
-def transport_problem(exc: httpx.HTTPError, target: str, hint: str, *, first: bool) -> Again:
+#: What mends a wrong address, in the options of `fastfeed push` (host, port and scheme apart).
+ADDRESS_HINT = "check --host and --port, or --http"
+PLAIN_HTTP_HINT = "give --http (or the appliance's HTTPS port with --port)"
+
+
+def transport_problem(
+    exc: httpx.HTTPError,
+    target: str,
+    hint: str,
+    *,
+    first: bool,
+    address_hint: str = ADDRESS_HINT,
+    plain_http_hint: str = PLAIN_HTTP_HINT,
+) -> Again:
     """What went wrong on the way to the appliance, to retry on. But what no retry mends stops
     the push as refused: a TLS failure (`hint` names the option that fixes it; an answer in
-    plain HTTP means the port is the HTTP one), and a connection refused at the first attempt
-    (nothing listens there: a wrong host or port; later, an appliance restarting)."""
-    port = httpx.URL(target).port
+    plain HTTP means the port is the HTTP one: `plain_http_hint`), and a connection refused at
+    the first attempt (nothing listens there: a wrong host or port, `address_hint`; later, an
+    appliance restarting). The hints name the options of the command that gave the address."""
+    url = httpx.URL(target)
+    port = url.port or {"https": 443, "http": 80}.get(url.scheme)  # None: the scheme's own
     tls = cause(exc, ssl.SSLError) if isinstance(exc, httpx.ConnectError) else None
     if tls is not None and tls.reason == "WRONG_VERSION_NUMBER":
         raise PushError(
-            f"{target}: port {port} answers in plain HTTP, not HTTPS: give --http (or the "
-            "appliance's HTTPS port with --port)",
+            f"{target}: port {port} answers in plain HTTP, not HTTPS: {plain_http_hint}",
             refused=True,
         ) from None
     if tls is not None:
@@ -87,8 +102,8 @@ def transport_problem(exc: httpx.HTTPError, target: str, hint: str, *, first: bo
         ) from None
     if first and isinstance(exc, httpx.ConnectError) and cause(exc, ConnectionRefusedError):
         raise PushError(
-            f"{target}: connection refused: nothing listens on port {port} of "
-            f"{httpx.URL(target).host} (check --host and --port, or --http)",
+            f"{target}: connection refused: nothing listens on port {port} of {url.host} "
+            f"({address_hint})",
             refused=True,
         ) from None
     name = type(exc).__name__

@@ -20,8 +20,8 @@ from lxml import etree
 
 from fastfeed.emulator.index import Changes, Index, Push
 from fastfeed.emulator.security import Acl, acl_principals, legacy_acl, membership
-from fastfeed.gsa.validate import validate_file
 from fastfeed.sets.codec import decode_base64, inflate
+from fastfeed.sets.validate import validate_file
 
 #: The largest document the emulator keeps: a content inflating past it (a zlib bomb of a few MB
 #: can make gigabytes) skips its record, as a malformed one does, instead of filling the memory.

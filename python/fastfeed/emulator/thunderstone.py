@@ -39,7 +39,7 @@ from fastfeed.emulator.index import Index
 from fastfeed.emulator.server import STATE, State, drain, drop, plain_text
 from fastfeed.emulator.upload import MAX_FEED_BYTES, DataFile, UploadError, receive, too_large
 from fastfeed.errors import FastfeedError
-from fastfeed.gsa.validate import OWN_DTD, declares
+from fastfeed.sets.validate import OWN_DTD, declares
 
 PATH = "/texis/dowalk/recvdata.xml"
 DATATYPES = "urn:schemas-microsoft-com:datatypes"

@@ -101,6 +101,10 @@ class ThunderstoneSummary(PushSummary):
 
     failed_items: list[ItemFailure] = field(default_factory=list)
 
+    @property
+    def files(self) -> list[FileResult]:
+        return [r for r in self.results if r.feed.entry.file != UPDATE_INDEXES]
+
     def to_dict(self) -> dict[str, object]:
         data = super().to_dict()
         data["failed_items"] = [asdict(f) for f in self.failed_items]
@@ -292,7 +296,14 @@ class _Pusher:
             except FileChanged as exc:
                 return FileResult(feed, Outcome.FAILED, attempts, f"not sent: {exc}")
             except httpx.HTTPError as exc:
-                return transport_problem(exc, self.url, "--cacert", first=not self.answered)
+                return transport_problem(
+                    exc,
+                    self.url,
+                    "--cacert",
+                    first=not self.answered,
+                    address_hint="check the host and port in --url",
+                    plain_http_hint="give an http:// --url (or the HTTPS port in it)",
+                )
             self.answered = True
             status, text = answer.status, answer.text.strip()
             if status == 200:

@@ -1,0 +1,340 @@
+"""Checks feed files against the gsafeed DTD and the protocol's rules (`fastfeed validate`),
+and groups feed files (root `xmlgroups`) against the groups DTD.
+
+Shared code, not the GSA receiver's: the emulated appliance checks what it receives with it,
+and the emulator imports no receiver. `fastfeed.gsa.validate` is its public face.
+
+Files are streamed: each record (or membership) is DTD-validated as its subtree ends and then
+freed, so a feed near the protocol's 1 GB limit is checked in little memory.
+"""
+
+from __future__ import annotations
+
+import binascii
+import os
+import zlib
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from importlib import resources
+
+from lxml import etree
+
+from fastfeed import _core
+from fastfeed.sets.codec import MAX_INFLATED_BYTES, decode_base64, inflated
+
+PUBLIC_ID = "-//Google//DTD GSA Feeds//EN"
+FEEDTYPES = ("full", "incremental", "metadata-and-url")
+
+
+@dataclass(frozen=True)
+class Problem:
+    file: str
+    line: int | None
+    message: str
+    #: False for a mistake the appliance tolerates (it skips an empty principal): still
+    #: reported, since the feed does not do what it says, but not a reason to refuse the feed.
+    fatal: bool = True
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        return f"{where}: {self.message}"
+
+
+def _load_dtd(name: str) -> etree.DTD:
+    with resources.files("fastfeed.sets").joinpath(name).open("rb") as f:
+        return etree.DTD(f)
+
+
+_DTD = _load_dtd("gsafeed.dtd")
+_GROUPS_DTD = _load_dtd("xmlgroups.dtd")
+
+#: Entity declarations could pull in files or expand without bound: a feed declares none.
+OWN_DTD = "the document declares a DTD of its own (<!DOCTYPE ... [...]>): a feed may not"
+
+
+def declares(tree: etree._ElementTree) -> bool:
+    """Whether the document's DOCTYPE declares anything itself (`[...]`), or points at a DTD
+    file of its own (`SYSTEM "..."`), whose entities would go unread; a DOCTYPE that only names
+    a public DTD, as the gsafeed one does, declares nothing."""
+    dtd = tree.docinfo.internalDTD
+    if dtd is None:
+        return False
+    return bool(dtd.entities() or dtd.elements() or (dtd.external_id is None and dtd.system_url))
+
+
+#: The root element of each kind of file, as `ManifestEntry.kind` names the kinds.
+ROOTS = {"feed": "gsafeed", "groups": "xmlgroups"}
+INHERITANCE_TYPES = ("child-overrides", "parent-overrides", "and-both-permit", "leaf-node")
+
+
+class _Checker:
+    def __init__(
+        self, file: str, max_problems: int, datasource: str | None, feedtype: str | None
+    ) -> None:
+        self.file = file
+        self.max_problems = max_problems
+        self.problems: list[Problem] = []
+        # The appliance goes by the datasource and feed type of the POST, not by the header.
+        self.pushed_as = (datasource, feedtype)
+        self.datasource = datasource
+        self.feedtype = feedtype
+
+    def report(self, line: int | None, message: str, *, fatal: bool = True) -> None:
+        # Capped per severity, so that tolerated problems never crowd out fatal ones.
+        if sum(p.fatal is fatal for p in self.problems) < self.max_problems:
+            self.problems.append(Problem(self.file, line, message, fatal))
+
+    @property
+    def carries_content(self) -> bool:
+        return self.datasource != "web" and self.feedtype != "metadata-and-url"
+
+    def dtd(self, elem: etree._Element, dtd: etree.DTD = _DTD) -> None:
+        if not dtd.validate(elem):
+            for err in dtd.error_log:
+                self.report(err.line, err.message)
+
+    def acl(self, elem: etree._Element, *, standalone: bool) -> None:
+        """The guide's "Approaches to Using the acl Element": a child of <group> names its URL
+        (a folder or share, not a document); a child of <record> is the record's, so no url."""
+        url = elem.get("url")
+        if standalone and url is None:
+            self.report(elem.sourceline, "an <acl> outside a record needs a url attribute")
+        elif not standalone and url is not None:
+            self.report(elem.sourceline, "an <acl> inside a record cannot have a url attribute")
+        elif url is not None and (problem := _core.url_problem(url)):
+            self.report(elem.sourceline, f"acl url: {problem}")
+        self.principals(elem)
+
+    def principals(self, elem: etree._Element) -> None:
+        for principal in elem.iter("principal"):
+            if not (principal.text or "").strip():
+                self.report(
+                    principal.sourceline,
+                    "empty principal: the appliance skips it, so it grants or denies nothing",
+                    fatal=False,
+                )
+
+    def header(self, elem: etree._Element) -> None:
+        self.dtd(elem)
+        self.datasource = self.pushed_as[0] or (elem.findtext("datasource") or "").strip()
+        self.feedtype = self.pushed_as[1] or (elem.findtext("feedtype") or "").strip()
+        problem = _core.datasource_problem(self.datasource)
+        if problem:
+            self.report(elem.sourceline, problem)
+        if self.feedtype not in FEEDTYPES:
+            self.report(elem.sourceline, f"feedtype '{self.feedtype}' is not one of {FEEDTYPES}")
+        elif self.datasource == "web" and self.feedtype == "full":
+            self.report(elem.sourceline, "the 'web' datasource is a web feed, always incremental")
+
+    def record(self, elem: etree._Element) -> None:
+        self.dtd(elem)
+        line = elem.sourceline
+        url = elem.get("url", "")
+        problem = _core.url_problem(url)
+        if problem:
+            self.report(line, f"url: {problem}")
+        rank = elem.get("pagerank")
+        if rank is not None:
+            if not self.carries_content:
+                self.report(line, "pagerank applies to content feeds only")
+            elif not (rank.isdigit() and 68 <= int(rank) <= 100):
+                self.report(line, f"pagerank '{rank}' is not an integer from 68 to 100")
+        date = elem.get("last-modified")
+        if date is not None:
+            try:
+                parsedate_to_datetime(date)
+            except (TypeError, ValueError):
+                self.report(line, f"last-modified '{date}' is not an RFC 822 date")
+        contents = elem.findall("content")
+        if contents and not self.carries_content:
+            self.report(
+                line, f"a {self.feedtype} feed of datasource '{self.datasource}' carries no content"
+            )
+        for content in contents:
+            self.content(content)
+        acl = elem.find("acl")
+        if acl is not None:
+            self.acl(acl, standalone=False)
+        metas = elem.findall("metadata/meta")
+        for meta in metas:
+            self.meta(meta)
+        delete = elem.get("action") == "delete" or elem.getparent().get("action") == "delete"
+        if (
+            self.feedtype == "full"
+            and self.carries_content
+            and metas
+            and not contents
+            and not delete
+        ):
+            self.report(line, "a full feed cannot push metadata alone: the record needs content")
+
+    def content(self, elem: etree._Element) -> None:
+        encoding = elem.get("encoding")
+        if encoding is None:
+            return
+        try:
+            raw = decode_base64(elem.text or "")
+        except ValueError as exc:
+            self.report(elem.sourceline, f"content is not valid {encoding}: {exc}")
+            return
+        try:
+            if encoding == "base64compressed":
+                # Only whether and how far it inflates matters here: nothing is kept.
+                for _ in inflated(raw, MAX_INFLATED_BYTES):
+                    pass
+        except ValueError as exc:
+            self.report(elem.sourceline, f"base64compressed content is too large: {exc}")
+        except zlib.error as exc:
+            self.report(elem.sourceline, f"base64compressed content does not inflate: {exc}")
+
+    def meta(self, elem: etree._Element) -> None:
+        name, content = elem.get("name", ""), elem.get("content", "")
+        if elem.get("encoding") == "base64binary":
+            try:
+                name = decode_base64(name).decode("utf-8", "surrogateescape")
+                content = decode_base64(content).decode("utf-8", "surrogateescape")
+            except (binascii.Error, ValueError) as exc:
+                self.report(elem.sourceline, f"meta is not valid base64: {exc}")
+                return
+        if content == "":
+            self.report(
+                elem.sourceline,
+                f"meta '{name}' has empty content, which makes the appliance reject the record",
+            )
+        elif name == "google:aclinheritancetype" and content not in INHERITANCE_TYPES:
+            self.report(
+                elem.sourceline,
+                f"google:aclinheritancetype '{content}' is not one of {INHERITANCE_TYPES}",
+            )
+
+
+def validate_file(
+    path: str | os.PathLike[str],
+    *,
+    datasource: str | None = None,
+    feedtype: str | None = None,
+    max_problems: int = 100,
+    kind: str | None = None,
+) -> list[Problem]:
+    """Returns the problems of one feed file (empty when it is valid), at most `max_problems`
+    fatal ones and as many that the appliance tolerates (`Problem.fatal`).
+
+    `datasource` and `feedtype` are those the file is (or will be) pushed with; the rules follow
+    them rather than the header, as the appliance does. By default the header's are used.
+    `kind` ("feed" or "groups") is what the file must be; by default its root element decides:
+    <gsafeed> for a feed, <xmlgroups> for a groups feed.
+    """
+    file = os.fspath(path)
+    checker = _Checker(file, max_problems, datasource, feedtype)
+    expected = ROOTS.values() if kind is None else [ROOTS[kind]]
+    context = etree.iterparse(
+        file,
+        events=("start", "end"),
+        resolve_entities=False,
+        no_network=True,
+        load_dtd=False,
+        huge_tree=True,
+    )
+    depth = 0
+    seen_header = False
+    groups = 0
+    root: etree._Element | None = None
+    try:
+        for event, elem in context:
+            if event == "start":
+                depth += 1
+                if depth == 1:
+                    root = elem
+                    if declares(elem.getroottree()):
+                        checker.report(elem.sourceline, OWN_DTD)
+                        return checker.problems
+                    if elem.tag not in expected:
+                        roots = " or ".join(f"<{name}>" for name in expected)
+                        checker.report(
+                            elem.sourceline, f"the root element is <{elem.tag}>, not {roots}"
+                        )
+                        return checker.problems
+                    if elem.tag == "xmlgroups":
+                        return _validate_groups(context, checker)
+                continue
+            depth -= 1
+            if depth != 1 and not (depth == 2 and elem.tag in ("record", "acl")):
+                continue
+            if elem.tag == "header":
+                if seen_header or groups:
+                    checker.report(elem.sourceline, "<header> must come once, first")
+                seen_header = True
+                checker.header(elem)
+            elif elem.tag == "group":
+                if not seen_header:
+                    checker.report(elem.sourceline, "<group> before <header>")
+                groups += 1
+                if elem.get("action") not in (None, "add", "delete"):
+                    checker.report(
+                        elem.sourceline, f"group action '{elem.get('action')}' is not add or delete"
+                    )
+            elif elem.tag == "record":
+                checker.record(elem)
+            elif elem.tag == "acl":
+                checker.dtd(elem)
+                checker.acl(elem, standalone=True)
+            else:
+                checker.report(elem.sourceline, f"<{elem.tag}> is not allowed here")
+            # Free what has been checked; keep the element itself, which iterparse still holds.
+            elem.clear(keep_tail=False)
+            if depth == 2:
+                parent = elem.getparent()
+                while elem.getprevious() is not None:
+                    del parent[0]
+    except etree.XMLSyntaxError as exc:
+        checker.report(exc.lineno, f"not well-formed XML: {exc.msg}")
+        return checker.problems
+    except OSError as exc:
+        checker.report(None, f"cannot read: {exc}")
+        return checker.problems
+    if root is not None:
+        info = root.getroottree().docinfo
+        if info.public_id != PUBLIC_ID or info.root_name != "gsafeed":
+            checker.report(1, f'the DOCTYPE must be <!DOCTYPE gsafeed PUBLIC "{PUBLIC_ID}" "">')
+        if not seen_header:
+            checker.report(None, "the feed has no <header>")
+        if groups == 0:
+            checker.report(None, "the feed has no <group> (the DTD requires at least one)")
+    return checker.problems
+
+
+def _validate_groups(
+    context: etree.iterparse[tuple[str, etree._Element]], checker: _Checker
+) -> list[Problem]:
+    """The rest of a groups feed, its <xmlgroups> start already read: each <membership> is
+    checked against the groups DTD as it ends, then freed."""
+    depth = 1
+    memberships = 0
+    try:
+        for event, elem in context:
+            if event == "start":
+                depth += 1
+                continue
+            depth -= 1
+            if depth == 0:  # </xmlgroups>
+                if not memberships:
+                    message = "<xmlgroups> holds no <membership> (groups DTD: membership+)"
+                    checker.report(elem.sourceline, message)
+                continue
+            if depth != 1:
+                continue
+            if elem.tag == "membership":
+                memberships += 1
+                checker.dtd(elem, _GROUPS_DTD)
+                checker.principals(elem)
+            else:
+                checker.report(elem.sourceline, f"<{elem.tag}> is not allowed in <xmlgroups>")
+            elem.clear(keep_tail=False)
+            parent = elem.getparent()
+            while parent is not None and elem.getprevious() is not None:
+                del parent[0]
+    except etree.XMLSyntaxError as exc:
+        checker.report(exc.lineno, f"not well-formed XML: {exc.msg}")
+    except OSError as exc:
+        checker.report(None, f"cannot read: {exc}")
+    return checker.problems

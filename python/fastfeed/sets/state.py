@@ -9,6 +9,9 @@ to serve another). Its tables:
   each will have once accepted (none for a delete). When the push journal says a file was
   accepted, its records move to `documents` (`commit_files`), in one transaction; a sync killed
   at any point leaves them pending, and the next sync finishes that set first.
+* `confirming`: while a sync confirms (`--confirm`), the URL of each record committed, by its
+  place in the set, so that a file the appliance's feeder then failed can be undone
+  (`unconfirm`).
 * `snapshot` (temporary, on disk: it may hold millions of URLs, memory does not): the URL and
   fingerprint of each record of the snapshot being compared, its rowid the record's place in
   the snapshot plus one. Two columns and no index: filling it is most of the cost of a sync
@@ -43,7 +46,12 @@ CREATE TABLE IF NOT EXISTS documents (
 CREATE TABLE IF NOT EXISTS pending (
     seq INTEGER PRIMARY KEY, url TEXT NOT NULL, fingerprint TEXT
 );
+CREATE TABLE IF NOT EXISTS confirming (seq INTEGER PRIMARY KEY, url TEXT NOT NULL);
 """
+
+#: The fingerprint of a URL whose last record the appliance accepted and then failed to
+#: process: it matches no record, so the next sync sends the URL again, as a record or a delete.
+UNKNOWN = ""
 
 
 @dataclass
@@ -294,6 +302,7 @@ class SyncState:
         knows what each accepted file carried."""
         with self._transaction():
             self._db.execute("DELETE FROM pending")
+            self._db.execute("DELETE FROM confirming")  # a sync killed while confirming
             batch: list[tuple[int, str, str | None]] = []
             for seq, (url, fp) in enumerate(records):
                 batch.append((seq, url, fp))
@@ -303,11 +312,18 @@ class SyncState:
             self._db.executemany("INSERT INTO pending VALUES (?, ?, ?)", batch)
             self._set_meta("pending_set", os.fspath(feed_set))
 
-    def commit_records(self, first: int, end: int) -> None:
+    def commit_records(self, first: int, end: int, *, confirming: bool = False) -> None:
         """The appliance accepted the file that carried pending records `first` to `end`
-        (excluded): they become what it holds. Done again, it changes nothing."""
+        (excluded): they become what it holds. Done again, it changes nothing. `confirming`
+        keeps their URLs until the sync knows whether the feeder processed the file."""
         now = time.time()
         with self._transaction():
+            if confirming:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO confirming SELECT seq, url FROM pending "
+                    "WHERE seq >= ? AND seq < ?",
+                    (first, end),
+                )
             self._db.execute(
                 "INSERT OR REPLACE INTO documents SELECT url, fingerprint, ? FROM pending "
                 "WHERE seq >= ? AND seq < ? AND fingerprint IS NOT NULL",
@@ -319,6 +335,22 @@ class SyncState:
                 (first, end),
             )
             self._db.execute("DELETE FROM pending WHERE seq >= ? AND seq < ?", (first, end))
+
+    def unconfirm(self, first: int, end: int) -> int:
+        """The appliance's feeder failed the file that carried records `first` to `end` of the
+        set after accepting it: what the appliance holds for their URLs is unknown (a changed
+        record's old version, a deleted one still there), so each becomes held with the
+        `UNKNOWN` fingerprint and the next sync sends it again. Returns how many URLs."""
+        with self._transaction():
+            return self._db.execute(
+                "INSERT OR REPLACE INTO documents SELECT url, ?, ? FROM confirming "
+                "WHERE seq >= ? AND seq < ?",
+                (UNKNOWN, time.time(), first, end),
+            ).rowcount
+
+    def end_confirming(self) -> None:
+        with self._transaction():
+            self._db.execute("DELETE FROM confirming")
 
     def pending_count(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM pending").fetchone()[0])

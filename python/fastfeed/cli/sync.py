@@ -137,8 +137,6 @@ def sync_command(
             url = admin_url or AdminApi.default_url(settings)
             admin = AdminApi(url, admin_user, Secret(admin_password or ""))
         confirming = Confirm(confirm_timeout, admin)
-    elif admin_user or admin_url:
-        raise click.UsageError("--admin-url and --admin-user are for --confirm")
     return run_sync_command(
         "sync",
         as_json,

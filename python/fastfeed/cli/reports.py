@@ -94,8 +94,12 @@ def run_sync_command(command: str, as_json: bool, call: Callable[[], SyncSummary
             where = f"{summary.out_dir}/{check.file}"
             print(f"{where}: {check.outcome}: {check.message}".rstrip(": "), file=sys.stderr)
     print(f"fastfeed {command}: {summary.describe()}", file=sys.stderr)
+    if summary.refused:
+        print(f"fastfeed {command}: refused: {summary.refused}", file=sys.stderr)
     if summary.out_dir:
         print(f"fastfeed {command}: the set sent is kept in {summary.out_dir}", file=sys.stderr)
     if as_json:
         sys.stdout.buffer.write(orjson.dumps(summary.to_dict()) + b"\n")
+    if summary.refused:
+        return ExitCode.REFUSED
     return ExitCode.OK if summary.ok else ExitCode.FAILED

@@ -168,12 +168,16 @@ class SyncState:
         while rows := cursor.fetchmany(BATCH):
             yield from rows
 
-    def forget(self, urls: Iterable[str]) -> int:
-        """Forgets that the appliance holds `urls`: the next sync sends them again (as new).
-        Returns how many it held."""
+    def forget(self, urls: Iterable[str] | None) -> int:
+        """Forgets that the appliance holds `urls` (None: every URL, and the unfinished set):
+        the next sync sends them again (as new). Returns how many it held."""
         with self._transaction():
             before = self.count()
-            self._db.executemany("DELETE FROM documents WHERE url = ?", ((u,) for u in urls))
+            if urls is None:
+                self._db.execute("DELETE FROM documents")
+                self._drop_pending()
+            else:
+                self._db.executemany("DELETE FROM documents WHERE url = ?", ((u,) for u in urls))
             return before - self.count()
 
     @property
@@ -356,10 +360,15 @@ class SyncState:
         return int(self._db.execute("SELECT count(*) FROM pending").fetchone()[0])
 
     def clear_pending(self) -> None:
-        """The pending set is done with: every file accepted, or it was never sent."""
+        """The pending set is done with: every file accepted, or it was never sent, or given up
+        (`fastfeed state abandon`: what it did not get accepted is sent by the next sync, if
+        the snapshot still has it)."""
         with self._transaction():
-            self._db.execute("DELETE FROM pending")
-            self._db.execute("DELETE FROM meta WHERE key = 'pending_set'")
+            self._drop_pending()
+
+    def _drop_pending(self) -> None:
+        self._db.execute("DELETE FROM pending")
+        self._db.execute("DELETE FROM meta WHERE key = 'pending_set'")
 
 
 class DuplicateUrl(FastfeedError):

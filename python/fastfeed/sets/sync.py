@@ -139,11 +139,13 @@ class SyncSummary:
     seconds: float
     #: What the appliance did with the files it accepted (`confirm`).
     confirmed: Confirmation | None = None
+    #: Why the sync would be refused (a dry run that would delete too much: `MassDelete`).
+    refused: str = ""
 
     @property
     def ok(self) -> bool:
         pushed = self.pushed is None or self.pushed.ok
-        return pushed and (self.confirmed is None or self.confirmed.ok)
+        return pushed and (self.confirmed is None or self.confirmed.ok) and not self.refused
 
     def describe(self) -> str:
         d = self.diff
@@ -174,6 +176,7 @@ class SyncSummary:
             "out": self.out_dir,
             "push": None if self.pushed is None else self.pushed.to_dict(),
             "confirm": None if self.confirmed is None else self.confirmed.to_dict(),
+            "refused": self.refused or None,
             "seconds": round(self.seconds, 3),
         }
 
@@ -208,7 +211,7 @@ def run_sync(
                 f"the state {state_path} is inside the directory {name} being synced: keep it "
                 "outside"
             )
-    with _locked(state_path), SyncState(state_path, receiver.target) as st:
+    with locked(state_path), SyncState(state_path, receiver.target) as st:
         resumed = 0 if dry_run else _finish_pending(st, receiver, progress)
         # A sync killed before cleaning up left its work (a copy of standard input, maybe
         # large) beside the state; only a sync holding the state's lock may take it away.
@@ -220,7 +223,13 @@ def run_sync(
         try:
             snapshot.read(st, progress)
             diff = snapshot.compare(st, resend_all=resend_all)
-            _check_deletes(diff, snapshot.records, allow_deletes, receiver.collection)
+            refused = ""
+            try:
+                _check_deletes(diff, snapshot.records, allow_deletes, receiver.collection)
+            except MassDelete as exc:
+                if not dry_run:
+                    raise
+                refused = str(exc)  # a dry run shows what it found, then the refusal
 
             def summary(
                 out_dir: str | None,
@@ -229,7 +238,15 @@ def run_sync(
             ) -> SyncSummary:
                 seconds = time.monotonic() - started
                 return SyncSummary(
-                    str(state_path), diff, out_dir, pushed, resumed, dry_run, seconds, confirmed
+                    str(state_path),
+                    diff,
+                    out_dir,
+                    pushed,
+                    resumed,
+                    dry_run,
+                    seconds,
+                    confirmed,
+                    refused,
                 )
 
             if dry_run:
@@ -268,14 +285,21 @@ def run_sync(
 
 
 def default_out(name: str) -> Path:
-    """Where a sync keeps the set it sends, by default: beside `fastfeed run`'s."""
-    return Path("fastfeed-feeds") / f"{name}-sync-{time.strftime('%Y%m%d-%H%M%S')}"
+    """Where a sync keeps the set it sends, by default: beside `fastfeed run`'s; a new
+    directory even for two syncs in the same second."""
+    base = Path("fastfeed-feeds") / f"{name}-sync-{time.strftime('%Y%m%d-%H%M%S')}"
+    out, n = base, 1
+    while out.exists():
+        n += 1
+        out = base.with_name(f"{base.name}-{n}")
+    return out
 
 
 @contextlib.contextmanager
-def _locked(state: Path) -> Iterator[None]:
-    """One sync at a time on a state: two would send the same changes and commit each other's."""
-    with open(f"{state}.lock", "a") as lock:
+def locked(state: str | os.PathLike[str]) -> Iterator[None]:
+    """One sync at a time on a state: two would send the same changes and commit each other's;
+    and no change to a state (`fastfeed state forget`) while a sync uses it."""
+    with open(f"{os.fspath(state)}.lock", "a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -393,7 +417,9 @@ def _finish_pending(st: SyncState, receiver: Receiver, progress: Progress | None
     if left:
         raise PushError(
             f"{plural(left, 'record')} of the set {feed_set}, left by an interrupted sync, were "
-            "not accepted; fix what the push reports and sync again",
+            "not accepted; fix what the push reports and sync again. If the set itself is what "
+            f"fails (a record the source has fixed since), `fastfeed state abandon {st.path}` "
+            "drops it and the next sync compares anew",
             summary=pushed,
         )
     st.clear_pending()

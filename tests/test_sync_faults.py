@@ -4,11 +4,8 @@ finishes the job. And `--resend-all`, after an index reset."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +16,7 @@ from fastfeed import Outcome, PushSettings, sync
 from fastfeed.emulator import Emulator, Fault
 from fastfeed.sets.journal import JOURNAL
 from fastfeed.sets.state import SyncState
-from test_sync import _child_sync, doc, expected, index, received, write
+from test_sync import _child_sync, _rerun, doc, expected, index, received, write
 
 Settings = Callable[..., PushSettings]
 
@@ -117,14 +114,7 @@ def test_a_sync_of_changes_and_deletes_killed_mid_push_loses_nothing(
     emulator.clear_faults()
     _assert_state_not_ahead(state, emulator, before, exact=False)
 
-    rerun = subprocess.run(
-        [sys.executable, "-c", "import sys; from fastfeed.cli import main; sys.exit(main())",
-         *argv, "--out", str(tmp_path / "s3"), "--json"],
-        cwd=tmp_path,
-        capture_output=True,
-    )  # fmt: skip
-    assert rerun.returncode == 0, rerun.stderr.decode()
-    summary = json.loads(rerun.stdout)
+    summary = _rerun([*argv, "--out", str(tmp_path / "s3")], tmp_path)
     assert summary["resumed"] > 0 and summary["unchanged"] == 10 and summary["deleted"] == 0
     assert index(emulator) == expected(_new())
     assert set(_held(state, emulator)) == {r["url"] for r in _new()}

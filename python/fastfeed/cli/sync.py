@@ -55,7 +55,7 @@ examples:
   fastfeed sync export.jsonl --datasource docs --state docs.state --host gsa.example.com
   fastfeed sync export.jsonl --datasource docs --state docs.state --host gsa --dry-run
   nightly-export | fastfeed sync - --datasource docs --state docs.state --host gsa --json
-  fastfeed sync export.jsonl --datasource docs --state docs.state --host gsa --confirm \
+  fastfeed sync export.jsonl --datasource docs --state docs.state --host gsa --confirm \\
       --admin-user admin   # password in FASTFEED_ADMIN_PASSWORD
 
 exit status: 0 in sync, 1 some files not accepted, or failed in the feeder (sync again),

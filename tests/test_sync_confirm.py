@@ -79,6 +79,8 @@ def test_a_file_the_feeder_fails_is_reported_and_sent_again_by_the_next_sync(
         with SyncState(state, f"127.0.0.1:{emulator.port} datasource docs") as st:
             held = {url: fp for url, fp, _ in st.documents()}
         assert {u for u, fp in held.items() if fp == UNKNOWN} == lost and len(held) == 12
+        assert main(["state", "show", str(state), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["failed_in_feeder"] == 4
 
         # The next sync sends those four records, and only them.
         assert main([*argv, "--out", str(tmp_path / "s2")]) == 0

@@ -62,6 +62,7 @@ def show_command(path: str, url: tuple[str, ...], as_json: bool) -> int:
             "state": path,
             "target": st.target,
             "documents": st.count(),
+            "failed_in_feeder": st.unknown(),
             "last_sync": st.last_sync,
             "pending_set": None if pending is None else str(pending),
             "pending_records": st.pending_count(),
@@ -77,6 +78,11 @@ def show_command(path: str, url: tuple[str, ...], as_json: bool) -> int:
     print(f"{path}: {info['target']}")
     print(f"  documents held: {info['documents']:,}")
     print(f"  last sync:      {_when(last)}")
+    if info["failed_in_feeder"]:
+        print(
+            f"  failed:         {info['failed_in_feeder']:,} URLs whose file the feeder failed "
+            "(the next sync sends them again)"
+        )
     if pending is not None:
         print(f"  unfinished:     {info['pending_records']:,} records of {pending} (sync again)")
     for u, held in urls.items():

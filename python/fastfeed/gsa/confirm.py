@@ -106,14 +106,12 @@ async def _confirm(
                     break
                 new = _in_order(seen)
                 logged = all(e.state.finished for e in new)
-                if logged and (backlog == 0 or backlog is None and len(new) >= len(files)):
+                # Without a backlog count, the feed log must show every file finished.
+                if logged and (backlog == 0 or (backlog is None and len(new) >= len(files))):
                     break
                 if time.monotonic() - started > confirm.timeout:
-                    paused = (
-                        f"{plural(backlog, 'file')} still in its backlog"
-                        if backlog
-                        else ("its feed log not finished")
-                    )
+                    left = f"{plural(backlog, 'file')} still in its backlog" if backlog else ""
+                    paused = left or "its feed log not finished"
                     problem = (
                         f"the appliance had not processed what it accepted after "
                         f"{confirm.timeout:g} s ({paused}; is its feeder paused?). The files were "

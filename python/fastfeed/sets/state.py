@@ -155,6 +155,11 @@ class SyncState:
     def count(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM documents").fetchone()[0])
 
+    def unknown(self) -> int:
+        """URLs whose last file the appliance's feeder failed (`unconfirm`)."""
+        query = "SELECT count(*) FROM documents WHERE fingerprint = ?"
+        return int(self._db.execute(query, (UNKNOWN,)).fetchone()[0])
+
     def fingerprint(self, url: str) -> tuple[str, float] | None:
         """The fingerprint of `url`'s accepted record and when it was accepted."""
         row = self._db.execute(

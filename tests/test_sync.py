@@ -167,14 +167,21 @@ def _fingerprints(state: Path, emulator: Emulator, records: list[dict[str, Any]]
         return {r["url"]: st.fingerprint(r["url"])[0] for r in records}  # type: ignore[index]
 
 
+#: The command line in a process of its own (one to kill).
+_CLI = [sys.executable, "-c", "import sys; from fastfeed.cli import main; sys.exit(main())"]
+
+
 def _child_sync(argv: list[str], cwd: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-c", "import sys; from fastfeed.cli import main; sys.exit(main())",
-         *argv],
-        cwd=cwd,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )  # fmt: skip
+        [*_CLI, *argv], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+
+
+def _rerun(argv: list[str], cwd: Path) -> dict[str, Any]:
+    """Runs a sync to its end, as a user would after the kill; returns its --json summary."""
+    done = subprocess.run([*_CLI, *argv, "--json"], cwd=cwd, capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("when", ["reading", "sending the first file", "after some files"])
@@ -218,15 +225,7 @@ def test_a_sync_killed_at_any_point_loses_nothing(
     emulator.clear_faults()
 
     again = [src if a == given else a for a in argv[:-2]]
-    again += ["--out", str(tmp_path / "s2"), "--json"]
-    rerun = subprocess.run(
-        [sys.executable, "-c", "import sys; from fastfeed.cli import main; sys.exit(main())",
-         *again],
-        cwd=tmp_path,
-        capture_output=True,
-    )  # fmt: skip
-    assert rerun.returncode == 0, rerun.stderr.decode()
-    summary = json.loads(rerun.stdout)
+    summary = _rerun([*again, "--out", str(tmp_path / "s2")], tmp_path)
     assert index(emulator) == expected(records)
     if when == "reading":  # nothing was sent: everything is new
         assert summary["resumed"] == 0 and summary["new"] == 12

@@ -109,8 +109,16 @@ def run_sync_command(command: str, as_json: bool, call: Callable[[], SyncSummary
     for kind, urls in summary.diff.examples.items():
         if urls:
             print(f"  {kind}: {', '.join(urls)}", file=sys.stderr)
+    for check in summary.confirmed.files if summary.confirmed is not None else ():
+        if check.outcome in ("failed", "unconfirmed"):
+            where = f"{summary.out_dir}/{check.file}"
+            print(f"{where}: {check.outcome}: {check.message}".rstrip(": "), file=sys.stderr)
     print(f"fastfeed {command}: {summary.describe()}", file=sys.stderr)
+    if summary.refused:
+        print(f"fastfeed {command}: refused: {summary.refused}", file=sys.stderr)
     if summary.out_dir:
         print(f"fastfeed {command}: the set sent is kept in {summary.out_dir}", file=sys.stderr)
     emit(summary.to_dict(), as_json)
+    if summary.refused:
+        return ExitCode.REFUSED
     return ExitCode.OK if summary.ok else ExitCode.FAILED

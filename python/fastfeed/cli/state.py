@@ -1,4 +1,4 @@
-"""`fastfeed state show|export|forget`: look at and adjust a sync state."""
+"""`fastfeed state show|export|forget|abandon`: look at and adjust a sync state."""
 
 from __future__ import annotations
 
@@ -12,19 +12,23 @@ from fastfeed.cli.commands import group, option
 from fastfeed.cli.options import json_option
 from fastfeed.cli.reports import ExitCode
 from fastfeed.sets.state import SyncState
+from fastfeed.sets.sync import locked
 
 HELP = """\
 Look at the state `fastfeed sync` keeps (what the appliance accepted, per URL), or adjust it.
 
   show    counts, last sync, an unfinished sync's set; with --url, a URL's fingerprint
   export  every URL with its fingerprint and when it was accepted, as JSON Lines
-  forget  forget URLs, so that the next sync sends them again
+  forget  forget URLs (or all of them), so that the next sync sends them again
+  abandon drop an unfinished sync's set, so that the next sync compares anew
 
 examples:
   fastfeed state show docs.state
   fastfeed state show docs.state --url http://docs.example.com/a --json
   fastfeed state export docs.state > held.jsonl
   fastfeed state forget docs.state --url http://docs.example.com/a
+  fastfeed state forget docs.state --all --yes
+  fastfeed state abandon docs.state
 """
 
 
@@ -59,6 +63,7 @@ def show_command(path: str, url: tuple[str, ...], as_json: bool) -> int:
             "state": path,
             "target": st.target,
             "documents": st.count(),
+            "failed_in_feeder": st.unknown(),
             "last_sync": st.last_sync,
             "pending_set": None if pending is None else str(pending),
             "pending_records": st.pending_count(),
@@ -74,6 +79,11 @@ def show_command(path: str, url: tuple[str, ...], as_json: bool) -> int:
     print(f"{path}: {info['target']}")
     print(f"  documents held: {info['documents']:,}")
     print(f"  last sync:      {_when(last)}")
+    if info["failed_in_feeder"]:
+        print(
+            f"  failed:         {info['failed_in_feeder']:,} URLs whose file the feeder failed "
+            "(the next sync sends them again)"
+        )
     if pending is not None:
         print(f"  unfinished:     {info['pending_records']:,} records of {pending} (sync again)")
     for u, held in urls.items():
@@ -105,18 +115,51 @@ def export_command(path: str) -> int:
 @state.command(
     "forget",
     help="Forget that the appliance holds URLs: the next sync sends them again (as new), for "
-    "instance after they were removed from the index by hand.\n\nexample:\n  fastfeed state "
-    "forget docs.state --url http://docs.example.com/a\n",
+    "instance after they were removed from the index by hand. --all forgets every URL (after "
+    "an index reset, say: the next sync sends the whole snapshot, and no deletes), with --yes "
+    "to say you mean it.\n\nexamples:\n  fastfeed state forget docs.state --url "
+    "http://docs.example.com/a\n  fastfeed state forget docs.state --all --yes\n",
     short_help="forget URLs, to send them again",
 )
 @click.argument("path", metavar="STATE", help="a state file of fastfeed sync")
-@option("--url", multiple=True, required=True, help="a URL to forget (repeatable)")
-def forget_command(path: str, url: tuple[str, ...]) -> int:
-    with SyncState(path, None) as st:
-        forgotten = st.forget(url)
-    print(
-        f"fastfeed state: forgot {forgotten:,} of {len(url):,} URLs; the next sync sends them "
-        "again",
-        file=sys.stderr,
-    )
+@option("--url", multiple=True, help="a URL to forget (repeatable)")
+@option("--all", "forget_all", is_flag=True, help="forget every URL, and any unfinished set")
+@option("--yes", is_flag=True, help="with --all: yes, forget everything the state holds")
+def forget_command(path: str, url: tuple[str, ...], forget_all: bool, yes: bool) -> int:
+    if forget_all == bool(url):
+        raise click.UsageError("give the URLs to forget (--url URL), or --all")
+    if forget_all and not yes:
+        raise click.UsageError(
+            "--all forgets every URL: the next sync sends the whole snapshot again, and deletes "
+            "nothing that vanished meanwhile; add --yes if that is what you want"
+        )
+    with SyncState(path, None) as st, locked(path):
+        forgotten = st.forget(None if forget_all else url)
+    given = "every URL" if forget_all else f"{forgotten:,} of {len(url):,} URLs"
+    print(f"fastfeed state: forgot {given}; the next sync sends them again", file=sys.stderr)
+    return ExitCode.OK
+
+
+@state.command(
+    "abandon",
+    help="Drop the set an unfinished sync left. A sync first finishes that set; when one of its "
+    "files fails every time (a record the appliance refuses, since fixed in the source), it "
+    "blocks every later sync. Abandoned, the state keeps what the appliance accepted, and the "
+    "next sync compares the snapshot anew, sending what is still missing from the fixed "
+    "source.\n\nexample:\n  fastfeed state abandon docs.state\n",
+    short_help="drop an unfinished sync's set",
+)
+@click.argument("path", metavar="STATE", help="a state file of fastfeed sync")
+def abandon_command(path: str) -> int:
+    with SyncState(path, None) as st, locked(path):
+        pending, left = st.pending_set, st.pending_count()
+        st.clear_pending()
+    if pending is None:
+        print(f"fastfeed state: {path} has no unfinished set", file=sys.stderr)
+    else:
+        print(
+            f"fastfeed state: abandoned {pending} ({left:,} records not accepted); the next "
+            "sync compares anew",
+            file=sys.stderr,
+        )
     return ExitCode.OK

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
@@ -18,10 +18,9 @@ from fastfeed.cli.options import (
     take_encoding,
 )
 from fastfeed.cli.reports import run_sync_command
+from fastfeed.delivery.settings import Secret
+from fastfeed.gsa.confirm import DEFAULT_TIMEOUT
 from fastfeed.progress import Progress
-
-if TYPE_CHECKING:
-    pass
 
 HELP = """\
 Make the appliance's datasource equal to a snapshot of the source, sending only what changed.
@@ -44,14 +43,27 @@ it through: a number of documents (500), or a share (0.5 or 50%).
 
 After an index reset, --resend-all sends every record again (and deletes what vanished).
 
+The appliance's Success only means a file was received; its feeder processes it later and
+reports errors only on its Feeds page. --confirm waits, after the last file, until the
+appliance's backlog drained (at most --confirm-timeout), and with --admin-user (the
+Administrative API: an Admin Console account, on port 8443) reads each file's outcome in the
+datasource's feed log: a file the feeder failed is reported (status 1) and undone in the
+state, so the next sync sends its records again. The feed log keeps the latest five feeds of a
+datasource; earlier files of a long sync show as processed but unreported.
+
 examples:
   fastfeed sync export.jsonl --datasource docs --state docs.state --host gsa.example.com
   fastfeed sync export.jsonl --datasource docs --state docs.state --host gsa --dry-run
   nightly-export | fastfeed sync - --datasource docs --state docs.state --host gsa --json
+  fastfeed sync export.jsonl --datasource docs --state docs.state --host gsa --confirm \\
+      --admin-user admin   # password in FASTFEED_ADMIN_PASSWORD
 
-exit status: 0 in sync, 1 some files not accepted (sync again), 2 bad command line,
-3 nothing sent (mass delete refused, untrusted IP, TLS failure, bad settings).
+exit status: 0 in sync, 1 some files not accepted, or failed in the feeder (sync again),
+2 bad command line, 3 nothing sent (mass delete refused, untrusted IP, TLS failure, bad settings).
 """
+
+
+CONFIRMING = "confirming"
 
 
 @command("sync", help=HELP, short_help="send only what changed since the last sync")
@@ -68,6 +80,34 @@ exit status: 0 in sync, 1 some files not accepted (sync again), 2 bad command li
 @encoding_options(BUILDING, on_error=False)
 @connection_options()
 @push_options(full_feeds=False)
+@option(
+    "--confirm",
+    is_flag=True,
+    section=CONFIRMING,
+    help="wait until the appliance processed what it accepted; with --admin-user, report the "
+    "files its feeder failed",
+)
+@option(
+    "--confirm-timeout",
+    type=float,
+    default=DEFAULT_TIMEOUT,
+    metavar="S",
+    section=CONFIRMING,
+    help=f"longest wait for the appliance's feeder (default {DEFAULT_TIMEOUT:g} s)",
+)
+@option(
+    "--admin-url",
+    metavar="URL",
+    section=CONFIRMING,
+    help="the Administrative API (default https://HOST:8443, or http://HOST:8000 with --http)",
+)
+@option("--admin-user", metavar="NAME", section=CONFIRMING, help="an Admin Console account")
+@option(
+    "--admin-password",
+    metavar="SECRET",
+    section=CONFIRMING,
+    help="its password; prefer FASTFEED_ADMIN_PASSWORD, as flags show in `ps`",
+)
 def sync_command(
     inputs: tuple[str, ...],
     datasource: str,
@@ -77,11 +117,26 @@ def sync_command(
     dry_run: bool,
     out: str | None,
     as_json: bool,
+    confirm: bool,
+    confirm_timeout: float,
+    admin_url: str | None,
+    admin_user: str | None,
+    admin_password: str | None,
     **options: Any,
 ) -> int:
+    from fastfeed.gsa.adminapi import AdminApi
+    from fastfeed.gsa.confirm import Confirm
     from fastfeed.gsa.sync import sync
 
     encoding = take_encoding(options)
+    settings = push_settings("sync", options)
+    confirming = None
+    if confirm:
+        admin = None
+        if admin_user:
+            url = admin_url or AdminApi.default_url(settings)
+            admin = AdminApi(url, admin_user, Secret(admin_password or ""))
+        confirming = Confirm(confirm_timeout, admin)
     return run_sync_command(
         "sync",
         as_json,
@@ -89,10 +144,11 @@ def sync_command(
             inputs,
             state,
             datasource,
-            push_settings("sync", options),
+            settings,
             allow_deletes=allow_deletes,
             resend_all=resend_all,
             dry_run=dry_run,
+            confirm=confirming,
             out_dir=out,
             progress=Progress(),
             **encoding,

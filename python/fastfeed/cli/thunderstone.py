@@ -139,6 +139,10 @@ Make a Thunderstone profile equal to a snapshot of the source, sending only what
 `fastfeed sync` does for a GSA datasource (see its help), with deletes as D items. INPUT is the
 WHOLE source as it is now; --state is kept per URL and profile.
 
+Deleting much takes your word: a snapshot that would delete more than 10% of the documents the
+state holds, or an empty one, is refused before anything is sent (status 3), naming the counts.
+--allow-deletes lets it through: a number of documents (500), or a share (0.5 or 50%).
+
 example:
   fastfeed thunderstone sync export.jsonl --profile docs --state docs.state \\
       --url https://search.example.com/texis/dowalk/recvdata.xml

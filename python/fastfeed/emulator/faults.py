@@ -16,7 +16,10 @@ from typing import Any
 DISK_FULL = "Feed not accepted due to insufficient disk space. Contact Google Enterprise Support."
 INTERNAL_ERROR = "Internal Error"
 
-KINDS = ("http_status", "answer", "slow", "drop_connection")
+KINDS = ("http_status", "answer", "slow", "drop_connection", "fail_in_feeder")
+
+#: What the feed log says of a feed failed by `Fault.fail_in_feeder`.
+FEEDER_FAILURE = "failed in error: the feeder could not process the feed (emulator fault)"
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,12 @@ class Fault:
     def drop_connection(cls, after_bytes: int = 0, times: int = 1) -> Fault:
         """Closes the connection, without an answer, after reading this many body bytes."""
         return cls("drop_connection", times, after_bytes=after_bytes)
+
+    @classmethod
+    def fail_in_feeder(cls, times: int = 1) -> Fault:
+        """Accepts the feed (`Success`), then its feeder fails it whole, applying none of its
+        records: only the feed log (status page, Administrative API) tells."""
+        return cls("fail_in_feeder", times)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Fault:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from lxml import etree
 
+from fastfeed.emulator.faults import FEEDER_FAILURE
 from fastfeed.emulator.index import Changes, Index, Push
 from fastfeed.emulator.security import Acl, acl_principals, legacy_acl, membership
 from fastfeed.sets.codec import decode_base64, inflate
@@ -300,6 +301,8 @@ class Feeder:
         # One worker thread, so feeds apply in arrival order and the event loop keeps answering.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="emulator-feeder")
         self._task: asyncio.Task[None] | None = None
+        #: Pushes to fail when processed (`Fault.fail_in_feeder`).
+        self._failing: set[int] = set()
 
     @property
     def backlog(self) -> int:
@@ -319,7 +322,9 @@ class Feeder:
             await asyncio.gather(self._task, return_exceptions=True)
         self._worker.shutdown(wait=True)
 
-    def enqueue(self, push: Push) -> None:
+    def enqueue(self, push: Push, *, fail: bool = False) -> None:
+        if fail:
+            self._failing.add(push.id)
         with self._idle:
             self._backlog += 1
         self._queue.put_nowait(push)
@@ -351,6 +356,11 @@ class Feeder:
 
     def _apply(self, push: Push) -> None:
         try:
+            if push.id in self._failing:
+                self._failing.discard(push.id)
+                with self.index.transaction() as db:
+                    self.index.finish_push(db, push.id, FEEDER_FAILURE, Changes())
+                return
             (apply_groups if push.kind == "groups" else apply_feed)(self.index, push)
         except Exception as exc:  # noqa: BLE001 - one bad file must not stop the feeder
             with self.index.transaction() as db:

@@ -15,7 +15,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from fastfeed import _core
-from fastfeed.emulator import status
+from fastfeed.emulator import adminapi, status
 from fastfeed.emulator.faults import Fault, FaultQueue
 from fastfeed.emulator.feeder import Feeder
 from fastfeed.emulator.index import Index, Push
@@ -68,6 +68,9 @@ def make_app(state: State) -> web.Application:
             web.get("/getbacklogcount", getbacklogcount),
             web.get("/status", status_page),
             web.get("/status.json", status_json),
+            web.post(adminapi.LOGIN, adminapi.client_login),
+            web.get(adminapi.FEEDS, adminapi.feed_log),
+            web.get(adminapi.FEEDS + "/{entry_id}", adminapi.feed_entry),
             web.get("/_emulator/faults", list_faults),
             web.post("/_emulator/faults", add_faults),
             web.delete("/_emulator/faults", clear_faults),
@@ -188,7 +191,7 @@ async def _receive_feed(state: State, request: web.Request, kind: str) -> web.St
         return plain_text(fault.body, fault.status)
 
     push = await _log(state, request, "accepted", kind, path=str(path), **received)
-    state.feeder.enqueue(push)
+    state.feeder.enqueue(push, fail=fault is not None and fault.kind == "fail_in_feeder")
     return plain_text(SUCCESS)
 
 

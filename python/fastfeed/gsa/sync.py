@@ -12,6 +12,7 @@ from fastfeed.delivery.results import PushSummary
 from fastfeed.delivery.settings import PushSettings
 from fastfeed.errors import SettingsError
 from fastfeed.gsa.build import build
+from fastfeed.gsa.confirm import Confirm, Finish, start_confirm
 from fastfeed.gsa.push import push
 from fastfeed.gsa.writer import AclFormat, Compress
 from fastfeed.progress import Progress
@@ -28,6 +29,7 @@ def sync(
     allow_deletes: AllowDeletes | None = None,
     resend_all: bool = False,
     dry_run: bool = False,
+    confirm: Confirm | None = None,
     out_dir: str | os.PathLike[str] | None = None,
     base_url: str | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
@@ -43,7 +45,10 @@ def sync(
     missing: one per appliance and datasource) as incremental feeds. `resend_all` sends every
     record again (after an index reset); `dry_run` compares and sends nothing. Raises
     `MassDelete` before sending anything when the snapshot would delete too much (more than
-    `allow_deletes`: a share of the datasource, or a number of documents; default 10%)."""
+    `allow_deletes`: a share of the datasource, or a number of documents; default 10%).
+    `confirm` waits, after the last file, until the appliance processed what it accepted and,
+    with its Administrative API, reports the files its feeder failed (`SyncSummary.confirmed`)
+    and undoes them in the state, so that the next sync sends them again."""
     problem = _core.datasource_problem(datasource)
     if problem:
         raise SettingsError(problem)
@@ -67,12 +72,16 @@ def sync(
     def push_set(feed_set: Path, progress: Progress | None) -> PushSummary:
         return push([feed_set], settings, progress=progress)
 
+    def confirm_set() -> Finish:
+        return start_confirm(settings, confirm or Confirm(), datasource)
+
     receiver = Receiver(
         collection=f"datasource {datasource!r}",
         target=f"{settings.target} datasource {datasource}",
         journal_target=settings.target,
         build=build_set,
         push=push_set,
+        confirm=confirm_set,
     )
     return run_sync(
         inputs,
@@ -83,5 +92,6 @@ def sync(
         allow_deletes=allow_deletes,
         resend_all=resend_all,
         dry_run=dry_run,
+        confirm=confirm is not None,
         progress=progress,
     )

@@ -99,7 +99,12 @@ class Snapshot:
                     return _Source(name, path)
                 return _Source(name, self._spool(stream, f"input-{n}.jsonl"))
         except OSError as exc:
-            raise FastfeedError(f"cannot read {name}: {exc.strerror}") from None
+            # Never an empty snapshot, whatever --allow-deletes says: read as one, it would
+            # delete everything the input held (an unmounted share, a mistyped path).
+            raise FastfeedError(
+                f"cannot read {name}: {exc.strerror}; nothing was sent (a missing input is "
+                "never taken for an empty source)"
+            ) from None
 
     def _spool(self, stream: IO[bytes], file: str) -> Path:
         path = self._work / file

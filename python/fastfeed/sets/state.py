@@ -9,6 +9,9 @@ to serve another). Its tables:
   each will have once accepted (none for a delete). When the push journal says a file was
   accepted, its records move to `documents` (`commit_files`), in one transaction; a sync killed
   at any point leaves them pending, and the next sync finishes that set first.
+* `confirming`: while a sync confirms (`--confirm`), the URL of each record committed, by its
+  place in the set, so that a file the appliance's feeder then failed can be undone
+  (`unconfirm`).
 * `snapshot` (temporary, on disk: it may hold millions of URLs, memory does not): the URL and
   fingerprint of each record of the snapshot being compared, its rowid the record's place in
   the snapshot plus one. Two columns and no index: filling it is most of the cost of a sync
@@ -43,7 +46,12 @@ CREATE TABLE IF NOT EXISTS documents (
 CREATE TABLE IF NOT EXISTS pending (
     seq INTEGER PRIMARY KEY, url TEXT NOT NULL, fingerprint TEXT
 );
+CREATE TABLE IF NOT EXISTS confirming (seq INTEGER PRIMARY KEY, url TEXT NOT NULL);
 """
+
+#: The fingerprint of a URL whose last record the appliance accepted and then failed to
+#: process: it matches no record, so the next sync sends the URL again, as a record or a delete.
+UNKNOWN = ""
 
 
 @dataclass
@@ -147,6 +155,11 @@ class SyncState:
     def count(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM documents").fetchone()[0])
 
+    def unknown(self) -> int:
+        """URLs whose last file the appliance's feeder failed (`unconfirm`)."""
+        query = "SELECT count(*) FROM documents WHERE fingerprint = ?"
+        return int(self._db.execute(query, (UNKNOWN,)).fetchone()[0])
+
     def fingerprint(self, url: str) -> tuple[str, float] | None:
         """The fingerprint of `url`'s accepted record and when it was accepted."""
         row = self._db.execute(
@@ -160,12 +173,16 @@ class SyncState:
         while rows := cursor.fetchmany(BATCH):
             yield from rows
 
-    def forget(self, urls: Iterable[str]) -> int:
-        """Forgets that the appliance holds `urls`: the next sync sends them again (as new).
-        Returns how many it held."""
+    def forget(self, urls: Iterable[str] | None) -> int:
+        """Forgets that the appliance holds `urls` (None: every URL, and the unfinished set):
+        the next sync sends them again (as new). Returns how many it held."""
         with self._transaction():
             before = self.count()
-            self._db.executemany("DELETE FROM documents WHERE url = ?", ((u,) for u in urls))
+            if urls is None:
+                self._db.execute("DELETE FROM documents")
+                self._drop_pending()
+            else:
+                self._db.executemany("DELETE FROM documents WHERE url = ?", ((u,) for u in urls))
             return before - self.count()
 
     @property
@@ -294,6 +311,7 @@ class SyncState:
         knows what each accepted file carried."""
         with self._transaction():
             self._db.execute("DELETE FROM pending")
+            self._db.execute("DELETE FROM confirming")  # a sync killed while confirming
             batch: list[tuple[int, str, str | None]] = []
             for seq, (url, fp) in enumerate(records):
                 batch.append((seq, url, fp))
@@ -303,11 +321,18 @@ class SyncState:
             self._db.executemany("INSERT INTO pending VALUES (?, ?, ?)", batch)
             self._set_meta("pending_set", os.fspath(feed_set))
 
-    def commit_records(self, first: int, end: int) -> None:
+    def commit_records(self, first: int, end: int, *, confirming: bool = False) -> None:
         """The appliance accepted the file that carried pending records `first` to `end`
-        (excluded): they become what it holds. Done again, it changes nothing."""
+        (excluded): they become what it holds. Done again, it changes nothing. `confirming`
+        keeps their URLs until the sync knows whether the feeder processed the file."""
         now = time.time()
         with self._transaction():
+            if confirming:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO confirming SELECT seq, url FROM pending "
+                    "WHERE seq >= ? AND seq < ?",
+                    (first, end),
+                )
             self._db.execute(
                 "INSERT OR REPLACE INTO documents SELECT url, fingerprint, ? FROM pending "
                 "WHERE seq >= ? AND seq < ? AND fingerprint IS NOT NULL",
@@ -320,14 +345,35 @@ class SyncState:
             )
             self._db.execute("DELETE FROM pending WHERE seq >= ? AND seq < ?", (first, end))
 
+    def unconfirm(self, first: int, end: int) -> int:
+        """The appliance's feeder failed the file that carried records `first` to `end` of the
+        set after accepting it: what the appliance holds for their URLs is unknown (a changed
+        record's old version, a deleted one still there), so each becomes held with the
+        `UNKNOWN` fingerprint and the next sync sends it again. Returns how many URLs."""
+        with self._transaction():
+            return self._db.execute(
+                "INSERT OR REPLACE INTO documents SELECT url, ?, ? FROM confirming "
+                "WHERE seq >= ? AND seq < ?",
+                (UNKNOWN, time.time(), first, end),
+            ).rowcount
+
+    def end_confirming(self) -> None:
+        with self._transaction():
+            self._db.execute("DELETE FROM confirming")
+
     def pending_count(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM pending").fetchone()[0])
 
     def clear_pending(self) -> None:
-        """The pending set is done with: every file accepted, or it was never sent."""
+        """The pending set is done with: every file accepted, or it was never sent, or given up
+        (`fastfeed state abandon`: what it did not get accepted is sent by the next sync, if
+        the snapshot still has it)."""
         with self._transaction():
-            self._db.execute("DELETE FROM pending")
-            self._db.execute("DELETE FROM meta WHERE key = 'pending_set'")
+            self._drop_pending()
+
+    def _drop_pending(self) -> None:
+        self._db.execute("DELETE FROM pending")
+        self._db.execute("DELETE FROM meta WHERE key = 'pending_set'")
 
 
 class DuplicateUrl(FastfeedError):

@@ -10,6 +10,11 @@ accepted: the records of each accepted file, in one transaction. So a sync kille
 and run again sends every change not accepted (it first finishes the set it left), at most
 re-sends the file that was in flight, and never records a change that did not arrive.
 
+The appliance's acceptance is not its processing: with `confirm`, a receiver that can tell
+(GSA: its backlog, and the feed log of its Administrative API) waits after the last file until
+the appliance processed what it accepted, and reports each file's outcome. A file its feeder
+failed is undone in the state: its URLs are held as `UNKNOWN`, so the next sync sends them again.
+
 Deleting much takes the user's word: a snapshot that would delete more than
 `DEFAULT_ALLOWED_DELETES` of what the state holds, or an empty snapshot, is refused before
 anything is sent (`MassDelete`) unless `allow_deletes` allows it.
@@ -29,11 +34,11 @@ from pathlib import Path
 
 import orjson
 
-from fastfeed.delivery.results import PushSummary
+from fastfeed.delivery.results import Outcome, PushSummary
 from fastfeed.errors import InputError, MassDelete, PushError, SettingsError
 from fastfeed.progress import Progress, plural
 from fastfeed.sets.journal import Journal
-from fastfeed.sets.manifest import MANIFEST, read_manifest
+from fastfeed.sets.manifest import MANIFEST, ManifestEntry, read_manifest
 from fastfeed.sets.snapshot import Snapshot
 from fastfeed.sets.state import Diff, SyncState
 
@@ -43,6 +48,60 @@ DEFAULT_ALLOWED_DELETES = 0.10
 #: How many deletes a sync may send: a share of what the state holds (a float up to 1), or a
 #: number of documents (an int).
 AllowDeletes = float | int
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    """What the appliance did with one file it accepted."""
+
+    #: The file's name in the set.
+    file: str
+    #: "processed"; "failed" (the feeder failed the file, or records of it); "unreported"
+    #: (processed, but no longer in the feed log, which keeps the latest few); "unconfirmed"
+    #: (not processed when the wait ended).
+    outcome: str
+    message: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return {"file": self.file, "outcome": self.outcome, "message": self.message}
+
+
+@dataclass
+class Confirmation:
+    """What the appliance did with the files a sync sent, once it processed them."""
+
+    files: list[FileCheck]
+    seconds: float
+    #: Why some files are unconfirmed (the wait timed out, the feed log could not be read).
+    problem: str = ""
+
+    def count(self, outcome: str) -> int:
+        return sum(1 for f in self.files if f.outcome == outcome)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problem and not any(
+            f.outcome in ("failed", "unconfirmed") for f in self.files
+        )
+
+    def describe(self) -> str:
+        outcomes = ("processed", "failed", "unreported", "unconfirmed")
+        counts = ", ".join(f"{self.count(o)} {o}" for o in outcomes if self.count(o))
+        problem = f"; {self.problem}" if self.problem else ""
+        return f"confirmed in {self.seconds:.1f} s: {counts or 'no files'}{problem}"
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "ok": self.ok,
+            "problem": self.problem,
+            "seconds": round(self.seconds, 3),
+            "files": [f.to_dict() for f in self.files],
+        }
+
+
+#: Reads what it must before the push (a feed log's entries), and returns what waits, once
+#: the push is over, for the appliance to process the files it accepted, in order.
+StartConfirm = Callable[[], Callable[[list[ManifestEntry], Progress | None], Confirmation]]
 
 
 @dataclass(frozen=True)
@@ -60,6 +119,9 @@ class Receiver:
     build: Callable[[list[str], Path, Progress | None], object]
     #: Sends a set, resuming from its journal.
     push: Callable[[Path, Progress | None], PushSummary]
+    #: Confirms that the appliance processed what it accepted; None where an answer is the
+    #: outcome (or the receiver offers no way to tell).
+    confirm: StartConfirm | None = None
 
 
 @dataclass
@@ -75,10 +137,15 @@ class SyncSummary:
     resumed: int
     dry_run: bool
     seconds: float
+    #: What the appliance did with the files it accepted (`confirm`).
+    confirmed: Confirmation | None = None
+    #: Why the sync would be refused (a dry run that would delete too much: `MassDelete`).
+    refused: str = ""
 
     @property
     def ok(self) -> bool:
-        return self.pushed is None or self.pushed.ok
+        pushed = self.pushed is None or self.pushed.ok
+        return pushed and (self.confirmed is None or self.confirmed.ok) and not self.refused
 
     def describe(self) -> str:
         d = self.diff
@@ -90,7 +157,8 @@ class SyncSummary:
             return f"would send {counts} (dry run: nothing sent)"
         if self.pushed is None:
             return f"nothing to send ({counts})"
-        return f"sent {counts}; {self.pushed.describe()}"
+        sent = f"sent {counts}; {self.pushed.describe()}"
+        return sent if self.confirmed is None else f"{sent}; {self.confirmed.describe()}"
 
     def to_dict(self) -> dict[str, object]:
         d = self.diff
@@ -107,6 +175,8 @@ class SyncSummary:
             "resumed": self.resumed,
             "out": self.out_dir,
             "push": None if self.pushed is None else self.pushed.to_dict(),
+            "confirm": None if self.confirmed is None else self.confirmed.to_dict(),
+            "refused": self.refused or None,
             "seconds": round(self.seconds, 3),
         }
 
@@ -121,10 +191,12 @@ def run_sync(
     allow_deletes: AllowDeletes | None = None,
     resend_all: bool = False,
     dry_run: bool = False,
+    confirm: bool = False,
     progress: Progress | None = None,
 ) -> SyncSummary:
     """Makes the receiver's collection equal to the snapshot `inputs`, sending only what
-    differs from `state` (see the module's description)."""
+    differs from `state` (see the module's description); `confirm` waits for the appliance to
+    process what it accepted, where the receiver can tell."""
     started = time.monotonic()
     state_path = Path(state)
     out = Path(out_dir)
@@ -139,7 +211,7 @@ def run_sync(
                 f"the state {state_path} is inside the directory {name} being synced: keep it "
                 "outside"
             )
-    with _locked(state_path), SyncState(state_path, receiver.target) as st:
+    with locked(state_path), SyncState(state_path, receiver.target) as st:
         resumed = 0 if dry_run else _finish_pending(st, receiver, progress)
         # A sync killed before cleaning up left its work (a copy of standard input, maybe
         # large) beside the state; only a sync holding the state's lock may take it away.
@@ -151,12 +223,30 @@ def run_sync(
         try:
             snapshot.read(st, progress)
             diff = snapshot.compare(st, resend_all=resend_all)
-            _check_deletes(diff, snapshot.records, allow_deletes, receiver.collection)
+            refused = ""
+            try:
+                _check_deletes(diff, snapshot.records, allow_deletes, receiver.collection)
+            except MassDelete as exc:
+                if not dry_run:
+                    raise
+                refused = str(exc)  # a dry run shows what it found, then the refusal
 
-            def summary(out_dir: str | None, pushed: PushSummary | None) -> SyncSummary:
+            def summary(
+                out_dir: str | None,
+                pushed: PushSummary | None,
+                confirmed: Confirmation | None = None,
+            ) -> SyncSummary:
                 seconds = time.monotonic() - started
                 return SyncSummary(
-                    str(state_path), diff, out_dir, pushed, resumed, dry_run, seconds
+                    str(state_path),
+                    diff,
+                    out_dir,
+                    pushed,
+                    resumed,
+                    dry_run,
+                    seconds,
+                    confirmed,
+                    refused,
                 )
 
             if dry_run:
@@ -164,6 +254,9 @@ def run_sync(
             if diff.to_send == 0:
                 st.synced()
                 return summary(None, None)
+            # Before anything is sent: a confirmation that cannot start (a refused login) stops
+            # the sync with the state as it was.
+            finish = receiver.confirm() if confirm and receiver.confirm is not None else None
             changes, deletes = work / "changes.jsonl", work / "deletes.jsonl"
             st.set_pending(out, _write_changes(st, snapshot, changes, deletes, diff.deleted))
             try:
@@ -174,11 +267,17 @@ def run_sync(
             except BaseException:
                 st.clear_pending()
                 raise
-            pushed = _push_pending(st, out, receiver, progress)
+            pushed = _push_pending(st, out, receiver, progress, confirming=finish is not None)
             if pushed.ok:
                 st.clear_pending()
+            confirmed = None
+            if finish is not None:
+                accepted = [r.feed.entry for r in pushed.results if r.outcome is Outcome.ACCEPTED]
+                confirmed = finish(accepted, progress)
+                _unconfirm(st, out, confirmed)
+            if pushed.ok and (confirmed is None or confirmed.ok):
                 st.synced()
-            return summary(os.fspath(out), pushed)
+            return summary(os.fspath(out), pushed, confirmed)
         finally:
             snapshot.close()
             st.end_snapshot()
@@ -186,14 +285,21 @@ def run_sync(
 
 
 def default_out(name: str) -> Path:
-    """Where a sync keeps the set it sends, by default: beside `fastfeed run`'s."""
-    return Path("fastfeed-feeds") / f"{name}-sync-{time.strftime('%Y%m%d-%H%M%S')}"
+    """Where a sync keeps the set it sends, by default: beside `fastfeed run`'s; a new
+    directory even for two syncs in the same second."""
+    base = Path("fastfeed-feeds") / f"{name}-sync-{time.strftime('%Y%m%d-%H%M%S')}"
+    out, n = base, 1
+    while out.exists():
+        n += 1
+        out = base.with_name(f"{base.name}-{n}")
+    return out
 
 
 @contextlib.contextmanager
-def _locked(state: Path) -> Iterator[None]:
-    """One sync at a time on a state: two would send the same changes and commit each other's."""
-    with open(f"{state}.lock", "a") as lock:
+def locked(state: str | os.PathLike[str]) -> Iterator[None]:
+    """One sync at a time on a state: two would send the same changes and commit each other's;
+    and no change to a state (`fastfeed state forget`) while a sync uses it."""
+    with open(f"{os.fspath(state)}.lock", "a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -256,24 +362,44 @@ def _as_given(exc: InputError, changes: Path, st: SyncState, snapshot: Snapshot)
 
 
 def _push_pending(
-    st: SyncState, feed_set: Path, receiver: Receiver, progress: Progress | None
+    st: SyncState,
+    feed_set: Path,
+    receiver: Receiver,
+    progress: Progress | None,
+    *,
+    confirming: bool = False,
 ) -> PushSummary:
     """Pushes the pending set (what its journal says was accepted is skipped) and commits the
     records of every file accepted, whatever stopped the push."""
     try:
         return receiver.push(feed_set, progress)
     finally:
-        _commit(st, feed_set, receiver.journal_target)
+        _commit(st, feed_set, receiver.journal_target, confirming)
 
 
-def _commit(st: SyncState, feed_set: Path, target: str) -> None:
-    entries = read_manifest(feed_set)
+def _records(feed_set: Path) -> Iterator[tuple[ManifestEntry, int, int]]:
+    """Each file of a set with the places, in the pending set, of its first record and of the
+    one after its last."""
+    first = 0
+    for entry in read_manifest(feed_set):
+        yield entry, first, first + entry.records
+        first += entry.records
+
+
+def _commit(st: SyncState, feed_set: Path, target: str, confirming: bool) -> None:
     with Journal(feed_set, target) as journal:
-        first = 0
-        for entry in entries:
+        for entry, first, end in _records(feed_set):
             if journal.is_accepted(entry):
-                st.commit_records(first, first + entry.records)
-            first += entry.records
+                st.commit_records(first, end, confirming=confirming)
+
+
+def _unconfirm(st: SyncState, feed_set: Path, confirmed: Confirmation) -> None:
+    """Undoes, in the state, the files the appliance's feeder failed."""
+    failed = {f.file for f in confirmed.files if f.outcome == "failed"}
+    for entry, first, end in _records(feed_set):
+        if entry.file in failed:
+            st.unconfirm(first, end)
+    st.end_confirming()
 
 
 def _finish_pending(st: SyncState, receiver: Receiver, progress: Progress | None) -> int:
@@ -291,7 +417,9 @@ def _finish_pending(st: SyncState, receiver: Receiver, progress: Progress | None
     if left:
         raise PushError(
             f"{plural(left, 'record')} of the set {feed_set}, left by an interrupted sync, were "
-            "not accepted; fix what the push reports and sync again",
+            "not accepted; fix what the push reports and sync again. If the set itself is what "
+            f"fails (a record the source has fixed since), `fastfeed state abandon {st.path}` "
+            "drops it and the next sync compares anew",
             summary=pushed,
         )
     st.clear_pending()

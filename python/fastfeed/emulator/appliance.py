@@ -263,4 +263,4 @@ class Emulator:
     def status(self) -> dict[str, Any]:
         """The data of /status.json."""
         feeder = self.state.feeder
-        return snapshot(self.state.index, feeder.backlog, feeder.paused)
+        return snapshot(self.state.index, feeder.backlog, feeder.paused, feeder.applying)

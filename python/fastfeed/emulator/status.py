@@ -159,13 +159,14 @@ table { border-collapse: collapse; width: 100%; }
 th, td { text-align: left; padding: 5px 10px; border-top: 1px solid var(--line);
   vertical-align: top; }
 th { font-size: 12px; color: var(--muted); font-weight: 600; background: #fff; }
+.source > table:first-child tr:first-child th { border-top: 0; }
 tr:nth-child(even) td { background: #fafbfc; }
 /* The same columns in every source's table, so that they line up down the page. */
 table.pushes { table-layout: fixed; }
 table.pushes td { overflow-wrap: anywhere; }
-.pushes th:nth-child(1) { width: 165px; } .pushes th:nth-child(2) { width: 210px; }
-.pushes th:nth-child(3) { width: 125px; } .pushes th:nth-child(4) { width: 120px; }
-.pushes th:nth-child(5) { width: 100px; } .pushes th:nth-child(6) { width: 120px; }
+.pushes th:nth-child(1) { width: 165px; } .pushes th:nth-child(2) { width: 200px; }
+.pushes th:nth-child(3) { width: 110px; } .pushes th:nth-child(4) { width: 110px; }
+.pushes th:nth-child(5) { width: 95px; } .pushes th:nth-child(6) { width: 115px; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 td.when { white-space: nowrap; font-variant-numeric: tabular-nums; }
 .muted { color: var(--muted); }
@@ -309,8 +310,8 @@ def _rejected(pushes: list[dict[str, Any]]) -> str:
         for p in rejected
     )
     return (
-        "<table><tr><th>Received (UTC)</th><th>Client</th><th>Endpoint</th><th>Source</th>"
-        f'<th class="num">Bytes</th><th>Reason</th></tr>{rows}</table>'
+        '<div class="source"><table><tr><th>Received (UTC)</th><th>Client</th><th>Endpoint</th>'
+        f'<th>Source</th><th class="num">Bytes</th><th>Reason</th></tr>{rows}</table></div>'
     )
 
 
@@ -354,10 +355,11 @@ def render_html(status: dict[str, Any]) -> str:
 {datasources}
 <h2>Groupsources</h2>
 {groups}
-<h2>Requests rejected by the feedergate</h2>
-{_rejected(status["pushes"])}
+<section id="rejected"><h2>Requests rejected by the feedergate</h2>
+{_rejected(status["pushes"])}</section>
 <footer>The last {LAST_PUSHES} feeds of each source, newest first. Received: accepted by the
 feedergate, waiting in the backlog; in progress: being applied; processed: applied to the
-index; failed: failed in error, with the reason. The same data as JSON: /status.json.</footer>
+index; failed: failed in error, with the reason; rejected: refused by the feedergate, never
+fed. The same data as JSON: /status.json.</footer>
 </main></div></body></html>
 """

@@ -40,6 +40,7 @@ def test_each_request_and_each_feed_gets_a_line(
     emulator.add_fault(Fault.disk_full())
     client.post(f"{emulator.url}/xmlfeed", data=FORM, files={"data": ("docs-3.xml", GOOD)})
     client.get(f"{emulator.url}/status")
+    client.get(f"{emulator.url}/getbacklogcount")
     client.get(f"{emulator.url}/nowhere")
 
     # The time a request took varies: " in 3 ms" goes.
@@ -69,6 +70,7 @@ def test_each_request_and_each_feed_gets_a_line(
             f" HTTP 200 {disk_full}",
         ),
         ("DEBUG", "127.0.0.1 GET /status 200"),
+        ("INFO", "127.0.0.1 GET /getbacklogcount 200"),
         ("WARNING", "127.0.0.1 GET /nowhere 404"),
     ]
 

@@ -30,8 +30,8 @@ answers `Success`, and later validates and applies each feed to its index (SQLit
 --data-dir); GET /getbacklogcount counts the feed files still waiting.
 
 Watch it at /status (HTML, like the Feeds page; it refreshes itself) or /status.json. It logs
-one line per request and per applied or failed feed to stderr (not the polls of the status page
-and of /getbacklogcount).
+one line per request and per applied or failed feed to stderr (not the status page's own
+refreshes).
 
 Script failures for tests with POST /_emulator/faults, a JSON object or list, e.g.
 {"kind": "http_status", "status": 503, "times": 2}; kinds: http_status, answer (with "body"),

@@ -47,7 +47,7 @@ class Emulator:
     lists the profiles that exist there (None: any name is accepted).
 
     It logs one line per request and per applied or failed feed to the logger
-    "fastfeed.emulator" (INFO; failures WARNING; the polled status pages DEBUG): configure
+    "fastfeed.emulator" (INFO; failures WARNING; the self-refreshing status pages DEBUG): configure
     logging (e.g. `logging.basicConfig(level=logging.INFO)`) to see them.
     """
 

@@ -47,9 +47,9 @@ class State:
 STATE = web.AppKey("state", State)
 #: The push a feedergate request made, for its line in the log.
 PUSH = web.RequestKey("push", Push)
-#: Pages a browser or a client polls: logged at DEBUG, so that a status page left open does
-#: not fill the log.
-POLLED = frozenset({"/", "/status", "/status.json", "/getbacklogcount"})
+#: The status pages, which refresh themselves in the browser: logged at DEBUG, so that a page
+#: left open does not fill the log.
+POLLED = frozenset({"/", "/status", "/status.json"})
 
 LOG = logging.getLogger(__name__)
 

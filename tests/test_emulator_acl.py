@@ -124,7 +124,7 @@ def test_record_and_standalone_acls_are_stored_as_fed(
         "http://dummyhost.corp.google.com/a": 2,
     }
     page = client.get(f"{emulator.url}/status").text
-    assert "<td>http://dummyhost.corp.google.com/a</td><td>2</td>" in page
+    assert '<td>http://dummyhost.corp.google.com/a</td><td class="num">2</td>' in page
 
 
 def test_deletes_and_full_feeds_remove_acls(

@@ -8,6 +8,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -29,6 +30,7 @@ class Running:
     def __init__(self, process: subprocess.Popen[str], banner: str) -> None:
         self.process = process
         self.banner = banner
+        self.log = ""  # its stderr, once stopped
 
     def found(self, pattern: str) -> str:
         match = re.search(pattern, self.banner)
@@ -37,7 +39,7 @@ class Running:
 
     def stop(self) -> tuple[int, str]:
         self.process.send_signal(signal.SIGINT)
-        out, _ = self.process.communicate(timeout=30)
+        out, self.log = self.process.communicate(timeout=30)
         return self.process.returncode, out
 
 
@@ -50,6 +52,7 @@ def start(tmp_path: Path) -> Iterator[Callable[..., Running]]:
             [sys.executable, "-m", "fastfeed", "emulator", "--http-port", "0"]
             + ["--https-port", "0", "--data-dir", str(tmp_path / "emulator"), *options],
             stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
         )
         started.append(process)
@@ -85,6 +88,28 @@ def test_cli_emulator_serves_http_and_https_with_its_own_ca(start: Callable[...,
 
     status, out = emulator.stop()
     assert status == 0 and "stopped" in out
+
+
+def test_cli_emulator_logs_each_request_and_feed_on_stderr(start: Callable[..., Running]) -> None:
+    emulator = start()
+    http_url = emulator.found(r"over HTTP: +(\S+)/xmlfeed")
+
+    files = {"data": ("docs-1.xml", FEED, "text/xml")}
+    assert httpx.post(f"{http_url}/xmlfeed", data=FORM, files=files, timeout=30).text == "Success"
+    deadline = time.monotonic() + 10  # the feeder applies it at once, in a moment
+    while httpx.get(f"{http_url}/status.json").json()["backlog"] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    emulator.stop()
+
+    # Time (UTC), client, request, answer; the push, its datasource, feed type, file and size;
+    # then the feeder's line with its records. Polls of the status pages are not logged.
+    utc = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
+    push = rf"push 1 \(docs, full, docs-1.xml, {len(FEED)} bytes\)"
+    assert re.fullmatch(
+        rf"{utc} 127.0.0.1 POST /xmlfeed 200 in \d+ ms: {push} received\n"
+        rf"{utc} 127.0.0.1 {push} processed: 1 record, 1 added, 0 deleted\n",
+        emulator.log,
+    ), emulator.log
 
 
 def test_cli_emulator_refuses_untrusted_clients(start: Callable[..., Running]) -> None:

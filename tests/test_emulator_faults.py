@@ -207,7 +207,8 @@ def test_status_shows_outcomes_like_the_feeds_page(
 
     page = client.get(f"{emulator.url}/status")
     assert page.headers["content-type"].startswith("text/html")
-    assert "failed in error" in page.text and "<td>docs</td>" in page.text
+    assert '<section class="source" id="datasource-docs">' in page.text
+    assert '<span class="badge failed">failed</span>' in page.text
 
 
 def test_the_controls_obey_the_trusted_ips(

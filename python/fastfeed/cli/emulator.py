@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -23,11 +27,15 @@ feed client) without a real appliance. Like the appliance's feedergate it takes 
 answers `Success`, and later validates and applies each feed to its index (SQLite, in
 --data-dir); GET /getbacklogcount counts the feed files still waiting.
 
-Watch it at /status (HTML, like the Feeds page) or /status.json. Script failures for tests with
-POST /_emulator/faults, a JSON object or list, e.g. {"kind": "http_status", "status": 503,
-"times": 2}; kinds: http_status, answer (with "body"), disk_full, slow ("seconds"),
-drop_connection ("after_bytes"). POST /_emulator/settings {"feeder_paused": true} holds the
-backlog; {"backlog_unsupported": true} makes /getbacklogcount answer 404.
+Watch it at /status (HTML, like the Feeds page; it refreshes itself) or /status.json. It logs
+one line per request and per applied or failed feed to stderr (not the status page's own
+refreshes).
+
+Script failures for tests with POST /_emulator/faults, a JSON object or list, e.g.
+{"kind": "http_status", "status": 503, "times": 2}; kinds: http_status, answer (with "body"),
+disk_full, slow ("seconds"), drop_connection ("after_bytes"). POST /_emulator/settings
+{"feeder_paused": true} holds the backlog; {"backlog_unsupported": true} makes
+/getbacklogcount answer 404.
 
 It also receives data for Thunderstone Search Appliance profiles: POST
 /texis/dowalk/recvdata.xml (profile, data) applies the items at once and answers a
@@ -117,13 +125,6 @@ def emulator_command(
         drain_per_second=drain_rate,
         thunderstone_profiles=list(thunderstone_profile) or None,
     )
-    try:
-        emulator.start()
-    except OSError as exc:
-        raise FastfeedError(
-            f"cannot listen on {bind} ports {http_port}/{https_port}: {exc.strerror}"
-            " (another emulator running? choose others with --http-port/--https-port)"
-        ) from exc
 
     def banner() -> None:
         print(f"fastfeed emulator: data in {data_dir.resolve()}")
@@ -137,12 +138,38 @@ def emulator_command(
         print(f"  trusting {trusted}; Ctrl-C to stop")
         sys.stdout.flush()
 
-    try:
-        serve_until_stopped(banner)
-    finally:
-        emulator.stop()
+    # Logging from the start: feeds left in the backlog by an earlier run apply at once.
+    with _log_to_stderr():
+        try:
+            emulator.start()
+        except OSError as exc:
+            raise FastfeedError(
+                f"cannot listen on {bind} ports {http_port}/{https_port}: {exc.strerror}"
+                " (another emulator running? choose others with --http-port/--https-port)"
+            ) from exc
+        try:
+            serve_until_stopped(banner)
+        finally:
+            emulator.stop()
     print("fastfeed emulator: stopped")
     return ExitCode.OK
+
+
+@contextmanager
+def _log_to_stderr() -> Iterator[None]:
+    """The emulator's log (quiet in the Python API) on stderr, in UTC as the status page."""
+    handler = logging.StreamHandler(sys.stderr)
+    formatter = logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%dT%H:%M:%SZ")
+    formatter.converter = time.gmtime
+    handler.setFormatter(formatter)
+    logger = logging.getLogger("fastfeed.emulator")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
 
 
 def _certificate(data_dir: Path, bind: str) -> tuple[Path, Path, Path]:

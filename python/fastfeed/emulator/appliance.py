@@ -7,6 +7,7 @@ drive it; the methods here are the thread-safe bridge into that loop.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import ssl
@@ -30,6 +31,10 @@ from fastfeed.emulator.thunderstone import ThunderstoneDocument, ThunderstoneReq
 T = TypeVar("T")
 STARTUP_TIMEOUT = 30.0
 
+# The log (a line per request and per applied feed) is quiet unless the program configures
+# logging, as a library's should be; `fastfeed emulator` shows it on stderr.
+logging.getLogger("fastfeed.emulator").addHandler(logging.NullHandler())
+
 
 class Emulator:
     """A GSA feedergate on loopback: POST /xmlfeed and /xmlgroups, GET /getbacklogcount,
@@ -40,6 +45,10 @@ class Emulator:
     `port=0` picks a free port. `drain_per_second=None` applies feeds as soon as they arrive.
     It also receives Thunderstone data at /texis/dowalk/recvdata.xml: `thunderstone_profiles`
     lists the profiles that exist there (None: any name is accepted).
+
+    It logs one line per request and per applied or failed feed to the logger
+    "fastfeed.emulator" (INFO; failures WARNING; the self-refreshing status pages DEBUG): configure
+    logging (e.g. `logging.basicConfig(level=logging.INFO)`) to see them.
     """
 
     def __init__(
@@ -254,4 +263,4 @@ class Emulator:
     def status(self) -> dict[str, Any]:
         """The data of /status.json."""
         feeder = self.state.feeder
-        return snapshot(self.state.index, feeder.backlog, feeder.paused)
+        return snapshot(self.state.index, feeder.backlog, feeder.paused, feeder.applying)

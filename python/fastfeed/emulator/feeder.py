@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import binascii
 import json
+import logging
 import sqlite3
 import threading
 import zlib
@@ -21,6 +22,7 @@ from lxml import etree
 from fastfeed.emulator.faults import FEEDER_FAILURE
 from fastfeed.emulator.index import Changes, Index, Push
 from fastfeed.emulator.security import Acl, acl_principals, legacy_acl, membership
+from fastfeed.emulator.status import describe, outcome_line
 from fastfeed.sets.codec import decode_base64, inflate
 from fastfeed.sets.validate import validate_file
 
@@ -30,6 +32,8 @@ MAX_DOCUMENT_BYTES = 100 * 10**6
 
 #: How many validation problems the feed log keeps for a failed feed.
 MAX_REPORTED = 5
+
+LOG = logging.getLogger(__name__)
 
 
 def feed_kind(datasource: str, feedtype: str) -> str:
@@ -297,6 +301,8 @@ class Feeder:
         self._running = asyncio.Event()
         self._running.set()
         self._backlog = 0
+        #: The id of the push being applied now, if any (the Feeds page's "in progress").
+        self.applying: int | None = None
         self._idle = threading.Condition()
         # One worker thread, so feeds apply in arrival order and the event loop keeps answering.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="emulator-feeder")
@@ -355,17 +361,22 @@ class Feeder:
                     self._idle.notify_all()
 
     def _apply(self, push: Push) -> None:
+        self.applying = push.id
         try:
             if push.id in self._failing:
                 self._failing.discard(push.id)
                 with self.index.transaction() as db:
                     self.index.finish_push(db, push.id, FEEDER_FAILURE, Changes())
-                return
-            (apply_groups if push.kind == "groups" else apply_feed)(self.index, push)
+            else:
+                (apply_groups if push.kind == "groups" else apply_feed)(self.index, push)
         except Exception as exc:  # noqa: BLE001 - one bad file must not stop the feeder
             with self.index.transaction() as db:
                 outcome = f"failed in error: {type(exc).__name__}: {exc}"
                 self.index.finish_push(db, push.id, outcome, Changes())
         finally:
+            self.applying = None
             if push.path is not None:
                 Path(push.path).unlink(missing_ok=True)
+        done = self.index.push(push.id)
+        level = logging.INFO if done.status() == "processed" else logging.WARNING
+        LOG.log(level, "%s %s %s", done.client_ip, describe(done), outcome_line(done))

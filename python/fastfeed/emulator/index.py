@@ -40,7 +40,8 @@ CREATE TABLE IF NOT EXISTS pushes (
     deleted INTEGER NOT NULL DEFAULT 0,
     in_error INTEGER NOT NULL DEFAULT 0,
     applied_at REAL,
-    kind TEXT NOT NULL DEFAULT 'feed'
+    kind TEXT NOT NULL DEFAULT 'feed',
+    filename TEXT
 );
 CREATE TABLE IF NOT EXISTS documents (
     datasource TEXT NOT NULL,
@@ -118,7 +119,8 @@ class Push:
     bytes: int
     #: Hex SHA-256 of the `data` field as received.
     sha256: str
-    #: "accepted" (waiting in the backlog), "applied", "failed in error: ..." or "refused: ...".
+    #: "accepted" (waiting in the backlog), "applied", "failed in error: ..." or "refused: ...";
+    #: `status()` and `reason` say it in the Feeds page's words.
     outcome: str
     records: int = 0
     added: int = 0
@@ -129,6 +131,27 @@ class Push:
     #: "feed" for POST /xmlfeed, "groups" for POST /xmlgroups (whose `datasource` is the
     #: groupsource, and whose records are memberships).
     kind: str = "feed"
+    #: The file name the client gave the `data` part of a multipart form (None: it gave none,
+    #: as in the urlencoded form, which has no file name).
+    filename: str | None = None
+
+    def status(self, applying: bool = False) -> str:
+        """The outcome in the words of the Feeds page: "received" (accepted by the feedergate,
+        waiting in the backlog), "in progress" (`applying`: the feeder is on it), "processed",
+        "failed" (in error, see `reason`) or "rejected" (refused by the feedergate, never fed)."""
+        if self.outcome == "accepted":
+            return "in progress" if applying else "received"
+        if self.outcome == "applied":
+            return "processed"
+        return "rejected" if self.outcome.startswith("refused") else "failed"
+
+    @property
+    def reason(self) -> str:
+        """Why a feed failed or was rejected; empty otherwise."""
+        for prefix in ("failed in error: ", "refused: "):
+            if self.outcome.startswith(prefix):
+                return self.outcome.removeprefix(prefix)
+        return ""
 
 
 @dataclass
@@ -148,8 +171,12 @@ class Index:
         db = self._connect()
         db.executescript(SCHEMA)
         # Data directories made before groups feeds have no pushes.kind: all theirs are feeds.
-        if "kind" not in {row[1] for row in db.execute("PRAGMA table_info(pushes)")}:
+        # Those made before file names were kept have no pushes.filename.
+        columns = {row[1] for row in db.execute("PRAGMA table_info(pushes)")}
+        if "kind" not in columns:
             db.execute("ALTER TABLE pushes ADD COLUMN kind TEXT NOT NULL DEFAULT 'feed'")
+        if "filename" not in columns:
+            db.execute("ALTER TABLE pushes ADD COLUMN filename TEXT")
 
     def _connect(self) -> sqlite3.Connection:
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
@@ -191,12 +218,24 @@ class Index:
         outcome: str,
         path: str | None = None,
         kind: str = "feed",
+        filename: str | None = None,
     ) -> int:
         with self.transaction() as db:
             cursor = db.execute(
                 "INSERT INTO pushes (received_at, client_ip, datasource, feedtype, bytes, sha256,"
-                " path, outcome, kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (time.time(), client_ip, datasource, feedtype, size, sha256, path, outcome, kind),
+                " path, outcome, kind, filename) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    time.time(),
+                    client_ip,
+                    datasource,
+                    feedtype,
+                    size,
+                    sha256,
+                    path,
+                    outcome,
+                    kind,
+                    filename,
+                ),
             )
             assert cursor.lastrowid is not None
             return cursor.lastrowid
@@ -219,11 +258,12 @@ class Index:
         )
 
     def pushes(self) -> list[Push]:
-        rows = self._connect().execute(
-            "SELECT id, received_at, client_ip, datasource, feedtype, bytes, sha256, outcome,"
-            " records, added, deleted, in_error, applied_at, path, kind FROM pushes ORDER BY id"
-        )
+        rows = self._connect().execute(f"SELECT {_PUSH_COLUMNS} FROM pushes ORDER BY id")
         return [Push(*row) for row in rows]
+
+    def push(self, push_id: int) -> Push:
+        query = f"SELECT {_PUSH_COLUMNS} FROM pushes WHERE id = ?"
+        return Push(*self._connect().execute(query, (push_id,)).fetchone())
 
     # The documents
 
@@ -329,6 +369,12 @@ class Index:
             "SELECT groupsource, COUNT(*), SUM(member_count) FROM memberships GROUP BY groupsource"
         )
         return {source: (groups, members) for source, groups, members in rows.fetchall()}
+
+
+_PUSH_COLUMNS = (
+    "id, received_at, client_ip, datasource, feedtype, bytes, sha256, outcome, records, added,"
+    " deleted, in_error, applied_at, path, kind, filename"
+)
 
 
 def _document(row: tuple[object, ...]) -> Document:

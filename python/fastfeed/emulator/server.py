@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -44,6 +45,40 @@ class State:
 
 
 STATE = web.AppKey("state", State)
+#: The push a feedergate request made, for its line in the log.
+PUSH = web.RequestKey("push", Push)
+#: The status pages, which refresh themselves in the browser: logged at DEBUG, so that a page
+#: left open does not fill the log.
+POLLED = frozenset({"/", "/status", "/status.json"})
+
+LOG = logging.getLogger(__name__)
+
+
+@web.middleware
+async def access_log(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """One line per request, as any server logs: client, method, path, answer and time taken;
+    for a feed, its push, datasource, feed type, file, size and what became of it."""
+    started = time.perf_counter()
+    answer = 500
+    try:
+        response = await handler(request)
+        answer = response.status
+        return response
+    except web.HTTPException as exc:
+        answer = exc.status
+        raise
+    finally:
+        took = (time.perf_counter() - started) * 1000
+        line = f"{request.remote} {request.method} {request.path_qs} {answer} in {took:.0f} ms"
+        push = request.get(PUSH)
+        if push is not None:
+            line += f": {status.describe(push)} {status.outcome_line(push)}"
+        level = logging.INFO
+        if answer >= 400 or (push is not None and push.status() == "rejected"):
+            level = logging.WARNING
+        elif request.method == "GET" and request.path in POLLED:
+            level = logging.DEBUG
+        LOG.log(level, "%s", line)
 
 
 @web.middleware
@@ -59,13 +94,14 @@ async def trusted_controls(request: web.Request, handler: Handler) -> web.Stream
 
 def make_app(state: State) -> web.Application:
     # client_max_size bounds only bodies read whole (the JSON controls); uploads are streamed.
-    app = web.Application(client_max_size=1 << 20, middlewares=[trusted_controls])
+    app = web.Application(client_max_size=1 << 20, middlewares=[access_log, trusted_controls])
     app[STATE] = state
     app.add_routes(
         [
             web.post("/xmlfeed", functools.partial(receive_feed, kind="feed")),
             web.post("/xmlgroups", functools.partial(receive_feed, kind="groups")),
             web.get("/getbacklogcount", getbacklogcount),
+            web.get("/", to_status_page),
             web.get("/status", status_page),
             web.get("/status.json", status_json),
             web.post(adminapi.LOGIN, adminapi.client_login),
@@ -96,11 +132,12 @@ async def _log(state: State, request: web.Request, outcome: str, kind: str, **fi
         "sha256": "",
         "outcome": outcome,
         "path": None,
+        "filename": None,
     }
     values.update(fields)
     record = functools.partial(state.index.record_push, **values)
     push_id = await asyncio.get_running_loop().run_in_executor(None, record)
-    return Push(
+    push = Push(
         id=push_id,
         received_at=0.0,
         client_ip=values["client_ip"],
@@ -111,7 +148,10 @@ async def _log(state: State, request: web.Request, outcome: str, kind: str, **fi
         outcome=outcome,
         path=values["path"],
         kind=kind,
+        filename=values["filename"],
     )
+    request[PUSH] = push
+    return push
 
 
 async def drain(request: web.Request) -> int:
@@ -184,6 +224,7 @@ async def _receive_feed(state: State, request: web.Request, kind: str) -> web.St
         "feedtype": feedtype,
         "size": data.size,
         "sha256": data.sha256,
+        "filename": data.filename,
     }
     if fault is not None and fault.kind in ("http_status", "answer"):
         path.unlink()
@@ -223,10 +264,16 @@ async def getbacklogcount(request: web.Request) -> web.Response:
 
 
 async def _status(state: State) -> dict[str, Any]:
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(
-        None, status.snapshot, state.index, state.feeder.backlog, state.feeder.paused
+    feeder = state.feeder
+    snapshot = functools.partial(
+        status.snapshot, state.index, feeder.backlog, feeder.paused, feeder.applying
     )
+    return await asyncio.get_running_loop().run_in_executor(None, snapshot)
+
+
+async def to_status_page(request: web.Request) -> web.Response:
+    """The emulator has no home page: / leads to the Feeds page, as a browser expects."""
+    raise web.HTTPFound("/status")
 
 
 async def status_json(request: web.Request) -> web.Response:

@@ -46,6 +46,8 @@ class DataFile:
         self.path = path
         self.size = 0
         self.received = False
+        #: The file name of the multipart `data` part, if the client gave one.
+        self.filename: str | None = None
         self._hash = hashlib.sha256()
         self._file = path.open("wb")
 
@@ -101,6 +103,7 @@ async def _multipart(request: web.Request, data: DataFile) -> dict[str, str]:
             if not isinstance(part, BodyPartReader):
                 raise UploadError("nested multipart bodies are not form fields")
             if part.name == "data":
+                data.filename = part.filename
                 while chunk := await part.read_chunk(CHUNK):
                     data.write(chunk)
                 data.received = True

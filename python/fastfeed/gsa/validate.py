@@ -10,14 +10,20 @@ from __future__ import annotations
 import binascii
 import os
 import zlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from importlib import resources
+from pathlib import Path
+from typing import BinaryIO
 
 from lxml import etree
 
 from fastfeed import _core
+from fastfeed.errors import FastfeedError
+from fastfeed.gsa.files import feed_files
 from fastfeed.sets.codec import MAX_INFLATED_BYTES, decode_base64, inflated
+from fastfeed.sets.manifest import ManifestEntry, read_manifest
 
 PUBLIC_ID = "-//Google//DTD GSA Feeds//EN"
 FEEDTYPES = ("full", "incremental", "metadata-and-url")
@@ -205,6 +211,40 @@ class _Checker:
             )
 
 
+def files_to_validate(
+    paths: Iterable[str | os.PathLike[str]],
+) -> list[tuple[Path, ManifestEntry | None]]:
+    """The files `fastfeed validate` checks for command-line style arguments, in their order.
+
+    A feed set (a directory) and a file of one are taken as `fastfeed push` takes them
+    (`feed_files`: a directory without a manifest is refused), each with its manifest entry,
+    whose datasource, feed type and kind the rules then follow; any other file is checked as it
+    is, by its header (no entry).
+    """
+    given = [Path(p) for p in paths]
+    listed: dict[Path, set[str]] = {}
+
+    def in_set(path: Path) -> bool:
+        if path.parent not in listed:
+            try:
+                listed[path.parent] = {e.file for e in read_manifest(path.parent)}
+            except FastfeedError:
+                listed[path.parent] = set()
+        return path.name in listed[path.parent]
+
+    of_sets = [p for p in given if p.is_dir() or in_set(p)]
+    entries: dict[Path, dict[Path, ManifestEntry]] = {}
+    for feed in feed_files(of_sets):
+        entries.setdefault(feed.directory, {})[feed.path] = feed.entry
+    files: dict[Path, ManifestEntry | None] = {}
+    for path in given:
+        if path.is_dir():
+            files.update(entries.get(path, {}))
+        else:
+            files.setdefault(path, entries.get(path.parent, {}).get(path))
+    return list(files.items())
+
+
 def validate_file(
     path: str | os.PathLike[str],
     *,
@@ -212,6 +252,7 @@ def validate_file(
     feedtype: str | None = None,
     max_problems: int = 100,
     kind: str | None = None,
+    on_read: Callable[[int], None] | None = None,
 ) -> list[Problem]:
     """Returns the problems of one feed file (empty when it is valid), at most `max_problems`
     fatal ones and as many that the appliance tolerates (`Problem.fatal`).
@@ -219,13 +260,37 @@ def validate_file(
     `datasource` and `feedtype` are those the file is (or will be) pushed with; the rules follow
     them rather than the header, as the appliance does. By default the header's are used.
     `kind` ("feed" or "groups") is what the file must be; by default its root element decides:
-    <gsafeed> for a feed, <xmlgroups> for a groups feed.
+    <gsafeed> for a feed, <xmlgroups> for a groups feed. `on_read` is given the size of each
+    block of the file as it is read (for progress).
     """
     file = os.fspath(path)
     checker = _Checker(file, max_problems, datasource, feedtype)
+    try:
+        stream = open(file, "rb")  # noqa: SIM115 - closed below, whichever way the check ends
+    except OSError as exc:
+        checker.report(None, f"cannot read: {exc.strerror}")
+        return checker.problems
+    with stream:
+        return _validate(checker, stream if on_read is None else _Counted(stream, on_read), kind)
+
+
+class _Counted:
+    """A file that tells how much of it was read."""
+
+    def __init__(self, stream: BinaryIO, on_read: Callable[[int], None]) -> None:
+        self._stream = stream
+        self._on_read = on_read
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._stream.read(size)
+        self._on_read(len(data))
+        return data
+
+
+def _validate(checker: _Checker, stream: BinaryIO | _Counted, kind: str | None) -> list[Problem]:
     expected = ROOTS.values() if kind is None else [ROOTS[kind]]
     context = etree.iterparse(
-        file,
+        stream,
         events=("start", "end"),
         resolve_entities=False,
         no_network=True,

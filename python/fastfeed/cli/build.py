@@ -55,7 +55,7 @@ VALIDATE_HELP = """\
 Check feed files against the gsafeed DTD and the protocol's rules (datasource name, URLs with a
 fully qualified host, pagerank range, no content in metadata-and-url or web feeds, no empty
 meta content, decodable base64 and zlib content). Prints file:line: problem for each problem
-and exits with status 1 if there is any.
+(on stderr with --json, whose summary has stdout to itself).
 
 Takes what `fastfeed push` takes: a feed set (a directory made by `fastfeed build`, every file
 of its manifest, checked with the datasource and feed type it will be pushed with) or files of
@@ -64,6 +64,9 @@ one; any other feed file is checked by its own header.
 examples:
   fastfeed validate feeds/
   fastfeed validate downloaded/*.xml --json
+
+exit status: 0 all valid, 1 problems found, 2 bad command line, 3 nothing checked (a directory
+without a manifest).
 """
 
 

@@ -133,14 +133,49 @@ def test_push_draws_every_file_accepted_at_100_percent(
     assert orjson.loads(ran.stdout)["files"]["accepted"] == 4
 
 
-def test_validate_draws_the_files_checked(make_feed_set: MakeSet) -> None:
-    feeds = make_feed_set("docs", "full", files=3)
+def test_run_draws_its_build_and_its_push(emulator: Emulator, tls: Any, tmp_path: Path) -> None:
+    source = records(tmp_path / "docs.jsonl", 2000)
 
-    ran = on_terminal("validate", str(feeds))
+    ran = on_terminal(
+        "run", str(source), "--datasource", "docs", "--out", "feeds", "--max-records", "500",
+        *target(emulator, tls),
+    )  # fmt: skip
 
     assert ran.status == 0
+    assert " 100% " in ran.last("build") and "2,000 records in 4 files" in ran.last("build")
+    assert " 100% " in ran.last("push") and "4/4 files, 2,000 records" in ran.last("push")
+
+
+def test_thunderstone_push_draws_its_files(emulator: Emulator, tls: Any, tmp_path: Path) -> None:
+    source = records(tmp_path / "docs.jsonl", 1200)
+    built = piped(
+        "build", str(source), "--format", "thunderstone", "--profile", "docs", "--out", "set",
+        "--max-records", "400",
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+
+    ran = on_terminal(
+        "thunderstone", "push", "set", "--url", f"{emulator.url}/texis/dowalk/recvdata.xml",
+        "--cacert", str(tls.ca_path),
+    )  # fmt: skip
+
+    assert ran.status == 0
+    line = ran.last("push")
+    assert BAR in line and " 100% " in line and "3/3 files accepted" in line
+
+
+def test_validate_draws_the_files_checked(make_feed_set: MakeSet, tmp_path: Path) -> None:
+    feeds = make_feed_set("docs", "full", files=3)
+    # Not well-formed from its first line: its check stops there, and it is checked all the same.
+    broken = tmp_path / "broken.xml"
+    broken.write_text("<gsafeed>" + "x" * 100_000)
+
+    ran = on_terminal("validate", str(feeds), str(broken))
+
+    assert ran.status == 1
     line = ran.last("validate")
-    assert BAR in line and " 100% " in line and "3/3 files checked, 0 with problems" in line
+    assert BAR in line and " 100% " in line and "4/4 files checked, 1 with problems" in line
+    assert "fastfeed validate: 1 of 4 files has problems" in ran.drawn
 
 
 def test_sync_draws_each_stage(emulator: Emulator, tls: Any, tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ class Progress:
     def stage(self, description: str, total: float | None = None, *, unit: Unit = "bytes") -> Stage:
         """Opens a line for a stage of `total` units (None while unknown: the bar then pulses)."""
         if not self.enabled:
-            return Stage(None, None, unit)
+            return Stage(None, None, unit, total)
         with self._lock:
             if self._display is None:
                 # Each run of stages gets a display of its own: a stopped one would redraw the
@@ -50,7 +50,7 @@ class Progress:
                 self._display.start()
             self._open += 1
             task_id = self._display.add_task(description, total=total, unit=unit, detail="")
-        return Stage(self, task_id, unit)
+        return Stage(self, task_id, unit, total)
 
     def _update(self, task_id: TaskID, completed: float, detail: str, total: float | None) -> None:
         assert self._display is not None
@@ -73,7 +73,7 @@ def stage(
 ) -> Stage:
     """`progress.stage(...)`, or a line that shows nothing when there is no progress to show."""
     if progress is None:
-        return Stage(None, None, unit)
+        return Stage(None, None, unit, None)
     return progress.stage(description, total, unit=unit)
 
 
@@ -83,20 +83,17 @@ class Stage:
 
     INTERVAL = 0.1
 
-    def __init__(self, owner: Progress | None, task_id: TaskID | None, unit: Unit) -> None:
+    def __init__(
+        self, owner: Progress | None, task_id: TaskID | None, unit: Unit, total: float | None
+    ) -> None:
         self._owner = owner
         self._id = task_id
         self.unit = unit
         self.live = owner is not None
-        self.started = time.monotonic()
         self._drawn = 0.0
         self._completed = 0.0
-        self._total: float | None = None
+        self._total = total
         self._detail = ""
-
-    @property
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
 
     def update(self, completed: float, detail: str = "", *, total: float | None = None) -> None:
         """Sets the amount done (and the total, once known) and the stage's counts."""

@@ -190,13 +190,15 @@ def validate_command(paths: tuple[str, ...], as_json: bool) -> int:
         return stopped("validate", exc, as_json)
     total = sum(_size(path) for path, _ in files)
     problems: list[Problem] = []
-    checked = bad = read = 0
+    checked = bad = done = read = 0
     with Progress().stage("validate", total) as line:
 
         def on_read(n: int) -> None:
             nonlocal read
             read += n
-            line.update(read, f"{checked:,}/{len(files):,} files checked, {bad:,} with problems")
+            line.update(
+                done + read, f"{checked:,}/{len(files):,} files checked, {bad:,} with problems"
+            )
 
         for path, entry in files:
             found = validate_file(
@@ -212,6 +214,8 @@ def validate_command(paths: tuple[str, ...], as_json: bool) -> int:
             problems += found
             checked += 1
             bad += bool(found)
+            # Checked, even if a problem stopped the reading before the end.
+            done, read = done + _size(path), 0
             on_read(0)
     seconds = time.monotonic() - started
     if as_json:

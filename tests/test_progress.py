@@ -21,6 +21,7 @@ import orjson
 import pytest
 from fastfeed.emulator import Emulator
 from fastfeed.progress import human_bytes
+from test_cli_push import target
 
 pytestmark = pytest.mark.usefixtures("clean_env")
 
@@ -38,10 +39,10 @@ class Ran:
     stdout: bytes
 
     def last(self, stage: str) -> str:
-        """The last drawing of a stage's line."""
-        lines = [line for line in self.drawn if line.startswith(stage + " ")]
-        assert lines, f"no {stage} line in {self.drawn}"
-        return lines[-1]
+        """The last drawing of a stage: its bar's line and its counts' line, as one."""
+        drawn = [i for i, line in enumerate(self.drawn) if line.startswith(stage + " ")]
+        assert drawn, f"no {stage} line in {self.drawn}"
+        return " ".join(self.drawn[drawn[-1] : drawn[-1] + 2])
 
 
 def on_terminal(*argv: str) -> Ran:
@@ -88,13 +89,6 @@ def records(path: Path, n: int) -> Path:
         )
     )
     return path
-
-
-def target(emulator: Emulator, tls: Any) -> list[str]:
-    return [
-        "--host", "127.0.0.1", "--port", str(emulator.port), "--cacert", str(tls.ca_path),
-        "--backoff-base", "0.01", "--backlog-interval", "0.05",
-    ]  # fmt: skip
 
 
 def test_build_draws_a_bar_that_ends_full_with_the_final_counts(tmp_path: Path) -> None:

@@ -13,9 +13,11 @@ time with its final counts (at 100% when the work is all done) and stays above w
 
 from __future__ import annotations
 
+import atexit
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal, TextIO
 
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
 
 #: What a stage counts: its bar, amounts and rate are in these.
 Unit = Literal["bytes", "files", "records"]
+#: The width of a stage's name (`validate`, the longest), so that the bars of stages line up.
+DESCRIPTION = 8
 
 
 class Progress:
@@ -48,24 +52,40 @@ class Progress:
                 # lines of the stages before, which are already on the screen.
                 self._display = _display(self._stream)
                 self._display.start()
+                # Whatever ends the process meanwhile (Ctrl-C while a thread still builds),
+                # the terminal gets its cursor back.
+                atexit.register(self._stop)
             self._open += 1
             task_id = self._display.add_task(description, total=total, unit=unit, detail="")
         return Stage(self, task_id, unit, total)
 
     def _update(self, task_id: TaskID, completed: float, detail: str, total: float | None) -> None:
-        assert self._display is not None
-        self._display.update(task_id, completed=completed, total=total, detail=detail)
+        display = self._display
+        if display is not None:  # None once stopped at exit
+            display.update(task_id, completed=completed, total=total, detail=detail)
 
     def _close(self, task_id: TaskID) -> None:
         with self._lock:
-            assert self._display is not None
+            if self._display is None:
+                return
             self._display.stop_task(task_id)
             self._display.refresh()
             self._open -= 1
             if self._open == 0:
-                # Stopping draws the lines a last time and leaves them on the screen.
-                self._display.stop()
-                self._display = None
+                self._stop_display()
+
+    def _stop(self) -> None:
+        with self._lock:
+            if self._display is not None:
+                self._stop_display()
+
+    def _stop_display(self) -> None:
+        assert self._display is not None
+        # Stopping draws the lines a last time and leaves them on the screen.
+        self._display.stop()
+        self._display = None
+        self._open = 0
+        atexit.unregister(self._stop)
 
 
 def stage(
@@ -132,7 +152,7 @@ class Stage:
 def _display(stream: TextIO) -> rich.progress.Progress:
     """rich's display, with amounts in fastfeed's own formats (`human_bytes`, separators)."""
     # rich costs a tenth of fastfeed's start-up: only loaded when something is drawn.
-    from rich.console import Console
+    from rich.console import Console, RenderableType
     from rich.progress import BarColumn, ProgressColumn, TaskProgressColumn, TextColumn
     from rich.progress import Progress as Display
     from rich.progress import Task as Line
@@ -180,18 +200,29 @@ def _display(stream: TextIO) -> rich.progress.Progress:
             when = "in" if task.stop_time is not None else "ETA"
             return Text(f"{when} {hours}:{minutes:02d}:{secs:02d}", style=style)
 
-    return Display(
-        TextColumn("{task.description}", markup=False, style="bold"),
-        BarColumn(bar_width=24),
-        TaskProgressColumn(),
-        Amount(),
-        Rate(),
-        Time(),
+    class Stages(Display):
+        """Each stage as its bar's line, then its counts' line, cut to the terminal's width:
+        on one line, 80 columns would cut the counts, which say the most."""
+
+        def get_renderables(self) -> Iterable[RenderableType]:
+            for line in self.tasks:
+                yield self.make_tasks_table([line])
+                yield Text(
+                    f"{'':{DESCRIPTION}} {line.fields['detail']}", no_wrap=True, overflow="ellipsis"
+                )
+
+    def fixed(width: int | None = None) -> Column:
+        return Column(no_wrap=True, width=width)
+
+    return Stages(
         TextColumn(
-            "{task.fields[detail]}",
-            markup=False,
-            table_column=Column(no_wrap=True, overflow="ellipsis"),
+            "{task.description}", markup=False, style="bold", table_column=fixed(DESCRIPTION)
         ),
+        BarColumn(bar_width=24, table_column=fixed()),
+        TaskProgressColumn(table_column=fixed()),
+        Amount(table_column=fixed()),
+        Rate(table_column=fixed()),
+        Time(table_column=fixed()),
         console=Console(file=stream),
         # What is printed to stderr meanwhile (warnings) goes above the lines; stdout is
         # left alone, for --json.

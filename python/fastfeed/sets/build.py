@@ -441,28 +441,27 @@ def write_set(
     started = time.monotonic()
     out = Path(out_dir)
     warned = 0
-    total = input_bytes(inputs)
-    # Input bytes when their total is known, else records, which show how far it went.
-    line = stage(progress, "build", total, unit="records" if total is None else "bytes")
-    builder = _Builder(on_error, line)
-
-    def warn(warning: FeedWarning) -> None:
-        nonlocal warned
-        warned += 1
-        message = f"{builder.where(warning.index)}: {warning}"
-        if on_warning is None:
-            print(f"warning: {message}", file=sys.stderr)
-        else:
-            on_warning(message)
-
     if out.is_dir() and any(out.iterdir()):
         raise FastfeedError(
             f"{out} is not empty: build into a new or empty directory, so that the files of two "
             "builds never mix"
         )
-    writer = make_writer(warn)
-    builder.start(writer)
-    with line:
+    total = input_bytes(inputs)
+    # Input bytes when their total is known, else records, which show how far it went.
+    with stage(progress, "build", total, unit="records" if total is None else "bytes") as line:
+        builder = _Builder(on_error, line)
+
+        def warn(warning: FeedWarning) -> None:
+            nonlocal warned
+            warned += 1
+            message = f"{builder.where(warning.index)}: {warning}"
+            if on_warning is None:
+                print(f"warning: {message}", file=sys.stderr)
+            else:
+                on_warning(message)
+
+        writer = make_writer(warn)
+        builder.start(writer)
         try:
             _feed(builder, inputs, base_url, os.fspath(out))
         finally:

@@ -165,7 +165,11 @@ class _Pusher:
         # Whether the appliance answered anything yet (see `transport_problem`).
         self.answered = False
         self.files = 0
-        # The file being sent: its bytes, its form's length and how much of that went out.
+        # For the line, kept as results come (it is drawn at each block sent): the files
+        # accepted, the bytes of the files done with, and the file being sent: its bytes, its
+        # form's length and how much of that went out.
+        self.accepted = 0
+        self.done_bytes = 0
         self.sending = (0, 1)
         self.sent = 0
         self.started = time.monotonic()
@@ -340,20 +344,19 @@ class _Pusher:
 
     def _add(self, result: FileResult) -> None:
         self.summary.results.append(result)
+        if result.feed.entry.file != UPDATE_INDEXES:
+            self.accepted += result.outcome in (Outcome.ACCEPTED, Outcome.SKIPPED)
+            self.done_bytes += result.feed.entry.bytes
         self._show()
 
     def _show(self) -> None:
         """The line: the bytes of the files done with (whatever the outcome), and the share
         of the one being sent."""
-        if not self.line.live:
-            return
-        files = [r for r in self.summary.results if r.feed.entry.file != UPDATE_INDEXES]
-        accepted = sum(1 for r in files if r.outcome in (Outcome.ACCEPTED, Outcome.SKIPPED))
         size, length = self.sending
         failed = len(self.summary.failed_items)
         self.line.update(
-            sum(r.feed.entry.bytes for r in files) + size * min(self.sent / length, 1.0),
-            f"{accepted:,}/{self.files:,} files accepted, retries {self.summary.retries:,}"
+            self.done_bytes + size * min(self.sent / length, 1.0),
+            f"{self.accepted:,}/{self.files:,} files accepted, retries {self.summary.retries:,}"
             + (f", {failed:,} items failed" if failed else ""),
         )
 

@@ -181,7 +181,8 @@ def build_command(
 @json_option()
 def validate_command(paths: tuple[str, ...], as_json: bool) -> int:
     # lxml and the DTD, only for this command.
-    from fastfeed.gsa.validate import files_to_validate, validate_file
+    from fastfeed.gsa.files import files_to_validate
+    from fastfeed.gsa.validate import validate_file
 
     started = time.monotonic()
     try:

@@ -10,20 +10,16 @@ from __future__ import annotations
 import binascii
 import os
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from importlib import resources
-from pathlib import Path
 from typing import BinaryIO
 
 from lxml import etree
 
 from fastfeed import _core
-from fastfeed.errors import FastfeedError
-from fastfeed.gsa.files import feed_files
 from fastfeed.sets.codec import MAX_INFLATED_BYTES, decode_base64, inflated
-from fastfeed.sets.manifest import ManifestEntry, read_manifest
 
 PUBLIC_ID = "-//Google//DTD GSA Feeds//EN"
 FEEDTYPES = ("full", "incremental", "metadata-and-url")
@@ -209,40 +205,6 @@ class _Checker:
                 elem.sourceline,
                 f"google:aclinheritancetype '{content}' is not one of {INHERITANCE_TYPES}",
             )
-
-
-def files_to_validate(
-    paths: Iterable[str | os.PathLike[str]],
-) -> list[tuple[Path, ManifestEntry | None]]:
-    """The files `fastfeed validate` checks for command-line style arguments, in their order.
-
-    A feed set (a directory) and a file of one are taken as `fastfeed push` takes them
-    (`feed_files`: a directory without a manifest is refused), each with its manifest entry,
-    whose datasource, feed type and kind the rules then follow; any other file is checked as it
-    is, by its header (no entry).
-    """
-    given = [Path(p) for p in paths]
-    listed: dict[Path, set[str]] = {}
-
-    def in_set(path: Path) -> bool:
-        if path.parent not in listed:
-            try:
-                listed[path.parent] = {e.file for e in read_manifest(path.parent)}
-            except FastfeedError:
-                listed[path.parent] = set()
-        return path.name in listed[path.parent]
-
-    of_sets = [p for p in given if p.is_dir() or in_set(p)]
-    entries: dict[Path, dict[Path, ManifestEntry]] = {}
-    for feed in feed_files(of_sets):
-        entries.setdefault(feed.directory, {})[feed.path] = feed.entry
-    files: dict[Path, ManifestEntry | None] = {}
-    for path in given:
-        if path.is_dir():
-            files.update(entries.get(path, {}))
-        else:
-            files.setdefault(path, entries.get(path.parent, {}).get(path))
-    return list(files.items())
 
 
 def validate_file(

@@ -8,10 +8,12 @@ import fcntl
 import os
 import pty
 import re
+import select
 import struct
 import subprocess
 import sys
 import termios
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,15 +61,21 @@ def on_terminal(*argv: str) -> Ran:
     )
     os.close(side)
     drawn = b""
-    while True:
-        try:
-            block = os.read(main, 65536)
-        except OSError:  # EIO: the command ended, and with it the terminal's other side
-            break
-        if not block:
-            break
-        drawn += block
-    os.close(main)
+    deadline = time.monotonic() + 120
+    try:
+        while select.select([main], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            try:
+                block = os.read(main, 65536)
+            except OSError:  # EIO: the command ended, and with it the terminal's other side
+                break
+            if not block:
+                break
+            drawn += block
+        else:
+            process.kill()
+            raise AssertionError(f"fastfeed {' '.join(argv)} did not end: {drawn!r}")
+    finally:
+        os.close(main)
     assert process.stdout is not None
     stdout = process.stdout.read()
     status = process.wait(timeout=60)

@@ -1,13 +1,13 @@
 """Progress of long work (build, run, push, sync, validate): live on a terminal, nothing
 otherwise.
 
-On a terminal, rich draws on stderr a line for each stage of the work: a bar, the percentage,
-the amount done of the total, the rate, the time left, and the stage's own counts. When stderr
+On a terminal, rich draws on stderr each stage of the work: a bar, the percentage, the amount
+done of the total, the rate and the time left, with the stage's own counts beneath. When stderr
 is not a terminal nothing is drawn, so that scripts and CI logs get only the summary each
 command prints at its end; stdout, where `--json` writes, is never drawn on.
 
 A command makes one `Progress` and hands it down; each stage opens a line with
-`stage(progress, ...)` and uses it as a context manager. On leaving it the line is drawn a last
+`stage(progress, ...)` and uses it as a context manager. On leaving it the stage is drawn a last
 time with its final counts (at 100% when the work is all done) and stays above what follows.
 """
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from rich.progress import TaskID
 
 #: What a stage counts: its bar, amounts and rate are in these.
-Unit = Literal["bytes", "files", "records"]
+Unit = Literal["bytes", "records"]
 #: The width of a stage's name (`validate`, the longest), so that the bars of stages line up.
 DESCRIPTION = 8
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
+import orjson
 import pytest
+from fastfeed import read_manifest
 from fastfeed.cli import main
 from fastfeed.gsa.validate import validate_file
 
@@ -170,3 +173,69 @@ def test_command_prints_problems_and_fails(
     out = capsys.readouterr().out
     assert f"{bad}:9: url: host 'a' is not fully qualified" in out
     assert str(good) not in out
+
+
+def test_a_feed_set_is_checked_as_push_takes_it(
+    make_feed_set: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    feeds = make_feed_set("docs", "full", files=3)
+    second = feeds / read_manifest(feeds)[1].file
+
+    assert main(["validate", str(feeds)]) == 0
+    assert capsys.readouterr().err == "fastfeed validate: 3 files valid\n"
+    # A file of a set follows its manifest entry, as push sends it, not its header: pushed as
+    # a metadata-and-url feed, a record's content is a problem.
+    manifest = feeds / "manifest.jsonl"
+    manifest.write_bytes(manifest.read_bytes().replace(b'"incremental"', b'"metadata-and-url"'))
+    assert main(["validate", str(feeds)]) == 1
+    out, err = capsys.readouterr()
+    assert f"{second}:" in out and "carries no content" in out
+    assert err.endswith("fastfeed validate: 2 of 3 files have problems\n")
+    assert main(["validate", str(second)]) == 1
+    loose = tmp_path / "loose.xml"
+    loose.write_bytes(second.read_bytes())
+    assert main(["validate", str(loose)]) == 0
+
+
+def test_a_directory_that_is_no_feed_set_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "loose").mkdir()
+
+    assert main(["validate", str(tmp_path / "loose"), "--json"]) == 3
+
+    out, err = capsys.readouterr()
+    assert orjson.loads(out) == {
+        "ok": False,
+        "error": f"{tmp_path / 'loose' / 'manifest.jsonl'} does not exist: {tmp_path / 'loose'} "
+        "is not a finished feed set (was `fastfeed build` interrupted?)",
+    }
+    assert "is not a finished feed set" in err
+
+
+def test_json_says_ok_as_the_exit_status_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = tmp_path / "good.xml"
+    good.write_text(GUIDE_EXAMPLE)
+
+    assert main(["validate", str(good), "--json"]) == 0
+    summary = orjson.loads(capsys.readouterr().out)
+    assert summary["ok"] is True and summary["files"] == 1 and summary["problems"] == []
+
+    bad = feed(tmp_path, '<record url="http://a/" mimetype="t"/>\n')
+    assert main(["validate", str(bad), "--json"]) == 1
+    out, err = capsys.readouterr()
+    summary = orjson.loads(out)  # the problems go to stderr: stdout holds the summary alone
+    assert summary["ok"] is False and summary["invalid"] == 1
+    assert summary["problems"] == [
+        {
+            "file": str(bad),
+            "line": 9,
+            "message": "url: host 'a' is not fully qualified (the appliance needs a name like "
+            "host.example.com)",
+            "fatal": True,
+        }
+    ]
+    assert f"{bad}:9: url:" in err
+    assert err.endswith("fastfeed validate: 1 of 1 file has problems\n")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
@@ -16,7 +18,7 @@ from fastfeed.cli.options import (
     require_datasource,
     take_encoding,
 )
-from fastfeed.cli.reports import ExitCode, describe, failed, refused
+from fastfeed.cli.reports import ExitCode, describe, failed, refused, stopped
 from fastfeed.errors import FastfeedError, InputError
 from fastfeed.gsa.build import build
 from fastfeed.gsa.writer import FeedType
@@ -24,6 +26,9 @@ from fastfeed.progress import Progress, human_bytes, plural
 from fastfeed.sets.build import OnError
 from fastfeed.sets.writer import DEFAULT_MAX_BYTES, HARD_MAX_BYTES
 from fastfeed.thunderstone.build import build_thunderstone
+
+if TYPE_CHECKING:
+    from fastfeed.gsa.validate import Problem
 
 BUILD_HELP = f"""\
 Build GSA feed files from JSON Lines records or directories of documents.
@@ -50,10 +55,18 @@ VALIDATE_HELP = """\
 Check feed files against the gsafeed DTD and the protocol's rules (datasource name, URLs with a
 fully qualified host, pagerank range, no content in metadata-and-url or web feeds, no empty
 meta content, decodable base64 and zlib content). Prints file:line: problem for each problem
-and exits with status 1 if there is any.
+(on stderr with --json, whose summary has stdout to itself).
 
-example:
-  fastfeed validate feeds/*.xml
+Takes what `fastfeed push` takes: a feed set (a directory made by `fastfeed build`, every file
+of its manifest, checked with the datasource and feed type it will be pushed with) or files of
+one; any other feed file is checked by its own header.
+
+examples:
+  fastfeed validate feeds/
+  fastfeed validate downloaded/*.xml --json
+
+exit status: 0 all valid, 1 problems found, 2 bad command line, 3 nothing checked (a directory
+without a manifest).
 """
 
 
@@ -152,19 +165,81 @@ def build_command(
     return ExitCode.OK
 
 
-@command("validate", help=VALIDATE_HELP, short_help="check feed files")
-@click.argument("files", nargs=-1, required=True, metavar="FILE", help="a feed file")
-def validate_command(files: tuple[str, ...]) -> int:
-    from fastfeed.gsa.validate import validate_file  # lxml and the DTD, only for this command
+@command("validate", help=VALIDATE_HELP, short_help="check feed sets and feed files")
+@click.argument(
+    "paths",
+    nargs=-1,
+    required=True,
+    metavar="DIR|FILE",
+    help="feed set directory, or a feed file",
+)
+@json_option()
+def validate_command(paths: tuple[str, ...], as_json: bool) -> int:
+    # lxml and the DTD, only for this command.
+    from fastfeed.gsa.files import files_to_validate
+    from fastfeed.gsa.validate import validate_file
 
-    bad = 0
-    for file in files:
-        problems = validate_file(file)
-        for problem in problems:
-            print(problem)
-        bad += bool(problems)
+    started = time.monotonic()
+    try:
+        files = files_to_validate(paths)
+    except FastfeedError as exc:
+        return stopped("validate", exc, as_json)
+    total = sum(_size(path) for path, _ in files)
+    problems: list[Problem] = []
+    checked = bad = done = read = 0
+    with Progress().stage("validate", total) as line:
+
+        def on_read(n: int) -> None:
+            nonlocal read
+            read += n
+            line.update(
+                done + read, f"{checked:,}/{len(files):,} files checked, {bad:,} with problems"
+            )
+
+        for path, entry in files:
+            found = validate_file(
+                path,
+                datasource=entry.datasource if entry else None,
+                feedtype=entry.feedtype if entry else None,
+                kind=entry.kind if entry else None,
+                on_read=on_read if line.live else None,
+            )
+            for problem in found:
+                # With --json, stdout holds the summary alone.
+                print(problem, file=sys.stderr if as_json else sys.stdout)
+            problems += found
+            checked += 1
+            bad += bool(found)
+            # Checked, even if a problem stopped the reading before the end.
+            done, read = done + _size(path), 0
+            on_read(0)
+    seconds = time.monotonic() - started
+    if as_json:
+        result = {
+            "ok": not bad,  # as the exit status: 1 when any file has a problem
+            "files": len(files),
+            "invalid": bad,
+            "bytes": total,
+            "seconds": round(seconds, 3),
+            "problems": [
+                {"file": p.file, "line": p.line, "message": p.message, "fatal": p.fatal}
+                for p in problems
+            ],
+        }
+        sys.stdout.buffer.write(orjson.dumps(result) + b"\n")
     if bad:
-        print(f"{bad} of {plural(len(files), 'file')} have problems", file=sys.stderr)
+        have = "has" if bad == 1 else "have"
+        print(
+            f"fastfeed validate: {bad:,} of {plural(len(files), 'file')} {have} problems",
+            file=sys.stderr,
+        )
         return ExitCode.FAILED
-    print(f"{plural(len(files), 'file')} valid", file=sys.stderr)
+    print(f"fastfeed validate: {plural(len(files), 'file')} valid", file=sys.stderr)
     return ExitCode.OK
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0  # validate_file reports it

@@ -23,7 +23,7 @@ from fastfeed.delivery.settings import PushSettings, http_client
 from fastfeed.errors import FastfeedError
 from fastfeed.gsa.adminapi import AdminApi, AdminClient, FeedEntry, admin_client
 from fastfeed.gsa.backlog import fetch_backlog
-from fastfeed.progress import Progress, plural
+from fastfeed.progress import Progress, plural, stage
 from fastfeed.sets.manifest import ManifestEntry
 from fastfeed.sets.sync import Confirmation, FileCheck
 
@@ -76,6 +76,7 @@ async def _confirm(
     started = time.monotonic()
     if not files:
         return Confirmation([], 0.0)
+    line = stage(progress, "confirm", len(files), unit="files")
     async with http_client(settings) as client, admin_client(settings) as admin_http:
         admin = (
             None
@@ -119,17 +120,16 @@ async def _confirm(
                         "or wait longer with --confirm-timeout"
                     )
                     break
-                if progress is not None:
+                if line.live:
                     waiting = "?" if backlog is None else f"{backlog:,}"
-                    progress.update(
-                        f"confirming: {waiting} files in the appliance's backlog, "
-                        f"{sum(e.state.finished for e in new)} of {len(files)} in its feed log, "
-                        f"{time.monotonic() - started:.0f} s"
+                    finished = sum(e.state.finished for e in new)
+                    line.update(
+                        finished if admin is not None else max(0, len(files) - (backlog or 0)),
+                        f"{waiting} in the appliance's backlog, {finished} in its feed log",
                     )
             await asyncio.sleep(settings.backlog_interval)
         checks = await _checks(admin, files, _in_order(seen), drained=not problem)
-    if progress is not None:
-        progress.close()
+    line.close(done=not problem)
     return Confirmation(checks, time.monotonic() - started, problem)
 
 

@@ -1,5 +1,6 @@
 """Which files a push of GSA sets takes, from command-line style arguments: whole sets, or
-files of them, checked against their manifests before anything is sent."""
+files of them, checked against their manifests before anything is sent; and which files
+`fastfeed validate` checks, the same way."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from fastfeed.delivery.results import FeedFile
 from fastfeed.errors import FastfeedError, PushError
 from fastfeed.gsa.feedergate import ENDPOINTS
-from fastfeed.sets.manifest import read_manifest
+from fastfeed.sets.manifest import ManifestEntry, read_manifest
 
 
 def feed_files(paths: Iterable[str | os.PathLike[str]]) -> list[FeedFile]:
@@ -67,6 +68,40 @@ def feed_files(paths: Iterable[str | os.PathLike[str]]) -> list[FeedFile]:
                 )
         files.extend(FeedFile(directory, e) for e in entries if names is None or e.file in names)
     return files
+
+
+def files_to_validate(
+    paths: Iterable[str | os.PathLike[str]],
+) -> list[tuple[Path, ManifestEntry | None]]:
+    """The files `fastfeed validate` checks for command-line style arguments, in their order.
+
+    A feed set (a directory) and a file of one are taken as `fastfeed push` takes them
+    (`feed_files`: a directory without a manifest is refused), each with its manifest entry,
+    whose datasource, feed type and kind the rules then follow; any other file is checked as it
+    is, by its header (no entry).
+    """
+    given = [Path(p) for p in paths]
+    listed: dict[Path, set[str]] = {}
+
+    def in_set(path: Path) -> bool:
+        if path.parent not in listed:
+            try:
+                listed[path.parent] = {e.file for e in read_manifest(path.parent)}
+            except FastfeedError:
+                listed[path.parent] = set()
+        return path.name in listed[path.parent]
+
+    of_sets = [p for p in given if p.is_dir() or in_set(p)]
+    entries: dict[Path, dict[Path, ManifestEntry]] = {}
+    for feed in feed_files(of_sets):
+        entries.setdefault(feed.directory, {})[feed.path] = feed.entry
+    files: dict[Path, ManifestEntry | None] = {}
+    for path in given:
+        if path.is_dir():
+            files.update(entries.get(path, {}))
+        else:
+            files.setdefault(path, entries.get(path.parent, {}).get(path))
+    return list(files.items())
 
 
 def _looks_like_records(path: Path) -> bool:

@@ -57,7 +57,7 @@ from fastfeed.gsa.feedergate import (
 )
 from fastfeed.gsa.files import feed_files
 from fastfeed.gsa.groups import FULL_GROUPS_WARNING, full_groups
-from fastfeed.progress import Progress, human_bytes
+from fastfeed.progress import Progress, Stage, plural, stage
 from fastfeed.sets.journal import Journal
 
 
@@ -76,6 +76,8 @@ class _Job:
     result: FileResult | None = None
     #: The sha256 check, started early for the file next in line (see `_start_eligible`).
     check: asyncio.Future[None] | None = None
+    #: Bytes of the file sent by the POST under way: how far along it is.
+    sent: int = 0
 
     @property
     def replaces(self) -> bool:
@@ -119,6 +121,7 @@ class Pusher:
     ) -> None:
         self.settings = settings
         self._progress = progress
+        self._line: Stage | None = None
         self._on_result = on_result
         self._jobs: list[_Job] = []
         self._input_closed = False
@@ -127,7 +130,6 @@ class Pusher:
         self._fatal: PushError | None = None
         self._hold_until = 0.0
         self._retries = 0
-        self._wire_bytes = 0
         self._started = time.monotonic()
         self._client: httpx.AsyncClient | None = None
         # Whether the appliance answered anything yet: a connection refused before that means
@@ -175,7 +177,8 @@ class Pusher:
 
     async def run(self) -> PushSummary:
         """Pushes until every submitted file is done; raises `PushError` if told to stop."""
-        ticker = asyncio.create_task(self._tick()) if self._progress else None
+        self._line = stage(self._progress, "push")
+        ticker = asyncio.create_task(self._tick()) if self._line.live else None
         try:
             while True:
                 self._changed.clear()
@@ -193,8 +196,8 @@ class Pusher:
                 with contextlib.suppress(asyncio.CancelledError):
                     await ticker
                 self._show()
-                assert self._progress is not None
-                self._progress.close()
+            # Never a full bar for a push that stopped: the total is known once all came.
+            self._line.close(done=False)
 
     # -- scheduling -------------------------------------------------------------------------
 
@@ -309,7 +312,7 @@ class Pusher:
                 await self._wait_hold()
                 posts += 1
                 try:
-                    status, text = await self._post(feed)
+                    status, text = await self._post(job)
                 except FileChanged as exc:
                     return Outcome.FAILED, f"not sent: {exc}"
                 except httpx.HTTPError as exc:
@@ -344,9 +347,15 @@ class Pusher:
     def _count_retry(self) -> None:
         self._retries += 1
 
-    async def _post(self, feed: FeedFile) -> tuple[int, str]:
+    async def _post(self, job: _Job) -> tuple[int, str]:
         assert self._client is not None
-        body = Multipart(feed, self.settings.chunk_size, self._count_bytes)
+        feed = job.feed
+        job.sent = 0
+
+        def count(n: int) -> None:
+            job.sent += n
+
+        body = Multipart(feed, self.settings.chunk_size, count)
         answer = await exchange(
             self._client,
             "POST",
@@ -356,9 +365,6 @@ class Pusher:
             headers={"Content-Type": body.content_type, "Content-Length": str(body.length)},
         )
         return answer.status, answer.text
-
-    def _count_bytes(self, n: int) -> None:
-        self._wire_bytes += n
 
     def _hold(self, seconds: float) -> None:
         """Holds every new send: an appliance out of disk refuses every file, not just one."""
@@ -377,20 +383,27 @@ class Pusher:
             await asyncio.sleep(0.25)
 
     def _show(self) -> None:
-        assert self._progress is not None and self._gate is not None
+        """The line: the bytes of the files done with (whatever the outcome) and of those
+        under way, of all the files submitted (a total known once no more will come)."""
+        assert self._line is not None and self._gate is not None
         done = [j for j in self._jobs if j.accepted]
         records = sum(j.feed.entry.records for j in done)
-        elapsed = max(time.monotonic() - self._started, 1e-9)
-        total = f"{len(self._jobs)}" + ("" if self._input_closed else "+")
-        backlog = "n/a" if self._gate.count is None else str(self._gate.count)
+        finished = sum(j.feed.entry.bytes for j in self._jobs if j.state is _State.DONE)
+        under_way = sum(
+            min(j.sent, j.feed.entry.bytes) for j in self._jobs if j.state is _State.RUNNING
+        )
+        total = sum(j.feed.entry.bytes for j in self._jobs) if self._input_closed else None
+        files = f"{len(self._jobs):,}" + ("" if self._input_closed else "+")
+        backlog = "n/a" if self._gate.count is None else f"{self._gate.count:,}"
         if self._gate.paused:
             backlog += " (paused)"
         failed = sum(1 for j in self._jobs if _failed(j))
-        self._progress.update(
-            f"push: {len(done)}/{total} files, {records} records, "
-            f"{human_bytes(self._wire_bytes)} sent ({human_bytes(self._wire_bytes / elapsed)}/s)"
-            f", backlog {backlog}, {self._retries} retries"
-            + (f", {failed} failed" if failed else "")
+        self._line.update(
+            finished + under_way,
+            f"{len(done):,}/{files} files, {plural(records, 'record')} accepted, "
+            f"backlog {backlog}, retries {self._retries:,}"
+            + (f", {failed:,} failed" if failed else ""),
+            total=total,
         )
 
 

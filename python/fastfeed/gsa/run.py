@@ -72,7 +72,14 @@ async def build_and_push_async(
         ) as pusher:
             building = asyncio.ensure_future(
                 asyncio.to_thread(
-                    build, inputs, directory, datasource, feedtype, on_file=on_file, **build_options
+                    build,
+                    inputs,
+                    directory,
+                    datasource,
+                    feedtype,
+                    on_file=on_file,
+                    progress=progress,
+                    **build_options,
                 )
             )
             building.add_done_callback(lambda _: pusher.close_input())

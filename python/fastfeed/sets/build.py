@@ -28,7 +28,7 @@ import orjson
 
 from fastfeed import _core
 from fastfeed.errors import FastfeedError, InputError, RecordError
-from fastfeed.progress import Progress, human_bytes
+from fastfeed.progress import Progress, Stage, human_bytes, plural, stage
 from fastfeed.sets.manifest import ManifestEntry
 from fastfeed.sets.writer import HARD_MAX_BYTES, FeedWarning, SetWriter
 
@@ -276,9 +276,11 @@ def _nothing() -> None:
 class _Builder:
     """Feeds inputs to a writer, keeping what a refused record needs: its place and its bytes."""
 
-    def __init__(self, on_error: OnError, progress: Progress | None, out: Path) -> None:
+    def __init__(self, on_error: OnError, line: Stage, out: Path) -> None:
         self.on_error = on_error
-        self.progress = progress
+        self.line = line
+        #: Input bytes taken, when the line counts them (see `input_bytes`).
+        self.taken = 0
         self.rejected = _Rejected(out)
         # The chunk being written: what names its lines, and how many were already done.
         self._locate: Callable[[int], str] = str
@@ -309,6 +311,7 @@ class _Builder:
             for chunk, _ in self._one_ahead((chunk, None) for chunk in chunks):
                 first += self._take(chunk, _LineOf(name, first))
                 self._changed()
+                self.taken += len(chunk)
                 self.show()
         finally:
             self._changed = _nothing
@@ -381,15 +384,37 @@ class _Builder:
                     return self._done
                 take = functools.partial(self.writer.add_jsonl, chunk)
 
-    def show(self) -> None:
-        if self.progress is None:
+    def show(self, built: list[ManifestEntry] | None = None) -> None:
+        """Updates the line with the writer's counts, or those of the set `built` (the
+        manifest: a closed writer counts no more)."""
+        if not self.line.live:
             return
         w = self.writer
-        rate = w.records / max(self.progress.elapsed, 1e-9)
-        self.progress.update(
-            f"{w.records:,} records, {w.files} files, {human_bytes(w.bytes)}, {rate:,.0f} records/s"
-            + (f", {self.rejected.count:,} rejected" if self.rejected.count else "")
+        records, files, size = (
+            (w.records, w.files, w.bytes)
+            if built is None
+            else (sum(e.records for e in built), len(built), sum(e.bytes for e in built))
         )
+        self.line.update(
+            self.taken if self.line.unit == "bytes" else records,
+            f"{plural(records, 'record')} in {plural(files, 'file')} ({human_bytes(size)})"
+            + (f", {self.rejected.count:,} rejected" if self.rejected.count else ""),
+        )
+
+
+def input_bytes(inputs: Sequence[str]) -> int | None:
+    """The bytes of the inputs, when they are all regular files: what a build's line counts;
+    None for standard input, a pipe or a directory, whose size is not known beforehand."""
+    total = 0
+    for name in inputs:
+        try:
+            status = os.stat(name) if name != "-" else None
+        except OSError:
+            return None  # the build says what is wrong with it
+        if status is None or not stat.S_ISREG(status.st_mode):
+            return None
+        total += status.st_size
+    return total
 
 
 def check_directories(inputs: Sequence[str], base_url: str | None) -> None:
@@ -416,31 +441,33 @@ def write_set(
     started = time.monotonic()
     out = Path(out_dir)
     warned = 0
-    builder = _Builder(on_error, progress, out)
-
-    def warn(warning: FeedWarning) -> None:
-        nonlocal warned
-        warned += 1
-        message = f"{builder.where(warning.index)}: {warning}"
-        if on_warning is None:
-            print(f"warning: {message}", file=sys.stderr)
-        else:
-            on_warning(message)
-
     if out.is_dir() and any(out.iterdir()):
         raise FastfeedError(
             f"{out} is not empty: build into a new or empty directory, so that the files of two "
             "builds never mix"
         )
-    writer = make_writer(warn)
-    builder.start(writer)
-    try:
-        _feed(builder, inputs, base_url, os.fspath(out))
-    finally:
-        # Kept whatever stopped the build: the refused records are the ones to fix.
-        rejected_file = builder.rejected.close()
-    if progress is not None:
-        progress.close()
+    total = input_bytes(inputs)
+    # Input bytes when their total is known, else records, which show how far it went.
+    with stage(progress, "build", total, unit="records" if total is None else "bytes") as line:
+        builder = _Builder(on_error, line, out)
+
+        def warn(warning: FeedWarning) -> None:
+            nonlocal warned
+            warned += 1
+            message = f"{builder.where(warning.index)}: {warning}"
+            if on_warning is None:
+                print(f"warning: {message}", file=sys.stderr)
+            else:
+                on_warning(message)
+
+        writer = make_writer(warn)
+        builder.start(writer)
+        try:
+            _feed(builder, inputs, base_url, os.fspath(out))
+        finally:
+            # Kept whatever stopped the build: the refused records are the ones to fix.
+            rejected_file = builder.rejected.close()
+        builder.show(writer.manifest)
     return BuildSummary(
         out_dir=str(out),
         manifest=writer.manifest,

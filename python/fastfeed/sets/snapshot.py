@@ -23,7 +23,7 @@ import orjson
 
 from fastfeed import _core
 from fastfeed.errors import FastfeedError, InputError, RecordError
-from fastfeed.progress import Progress, human_bytes
+from fastfeed.progress import Progress, Stage, plural, stage
 from fastfeed.sets.build import MappedInput, directory_batches, mappable
 from fastfeed.sets.state import Changed, Diff, DuplicateUrl, SyncState
 
@@ -68,11 +68,11 @@ class Snapshot:
         """Fingerprints every record into the state's snapshot table, in input order."""
         state.start_snapshot()
         for name in self._inputs:
-            source = self._source(name)
-            self._sources.append(source)
-            self._read(len(self._sources) - 1, source, state, progress)
-        if progress is not None:
-            progress.close()
+            self._sources.append(self._source(name))
+        total = sum(os.stat(source.path).st_size for source in self._sources)
+        with stage(progress, "compare", total) as line:
+            for n, source in enumerate(self._sources):
+                self._read(n, source, state, line)
 
     def compare(self, state: SyncState, *, resend_all: bool = False) -> Diff:
         """The state's comparison, with a URL found twice named where the user gave it."""
@@ -124,7 +124,7 @@ class Snapshot:
                     out.write(orjson.dumps(item) + b"\n")
         return path
 
-    def _read(self, n: int, source: _Source, state: SyncState, progress: Progress | None) -> None:
+    def _read(self, n: int, source: _Source, state: SyncState, line: Stage) -> None:
         """Fingerprints a source's chunks one ahead: the core hashes chunk N+1 on its threads
         while this thread stores chunk N's rows (SQLite too runs without the GIL). One after the
         other, storing left both cores idle for a third of a sync's time."""
@@ -143,11 +143,11 @@ class Snapshot:
                     if ahead is not None:
                         self._store(ahead, n, mapped, source, state)
                     ahead = started
-                    if progress is not None:
-                        progress.update(f"compared {self.records:,} records ({human_bytes(base)})")
+                    line.update(self.bytes + base, f"{plural(self.records, 'record')} compared")
                 if ahead is not None:
                     self._store(ahead, n, mapped, source, state)
                 self.bytes += base
+                line.update(self.bytes, f"{plural(self.records, 'record')} compared")
             finally:
                 pool.shutdown(cancel_futures=True)
                 mapped.close()

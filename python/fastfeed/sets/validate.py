@@ -13,9 +13,11 @@ from __future__ import annotations
 import binascii
 import os
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from importlib import resources
+from typing import BinaryIO
 
 from lxml import etree
 
@@ -215,6 +217,7 @@ def validate_file(
     feedtype: str | None = None,
     max_problems: int = 100,
     kind: str | None = None,
+    on_read: Callable[[int], None] | None = None,
 ) -> list[Problem]:
     """Returns the problems of one feed file (empty when it is valid), at most `max_problems`
     fatal ones and as many that the appliance tolerates (`Problem.fatal`).
@@ -222,13 +225,37 @@ def validate_file(
     `datasource` and `feedtype` are those the file is (or will be) pushed with; the rules follow
     them rather than the header, as the appliance does. By default the header's are used.
     `kind` ("feed" or "groups") is what the file must be; by default its root element decides:
-    <gsafeed> for a feed, <xmlgroups> for a groups feed.
+    <gsafeed> for a feed, <xmlgroups> for a groups feed. `on_read` is given the size of each
+    block of the file as it is read (for progress).
     """
     file = os.fspath(path)
     checker = _Checker(file, max_problems, datasource, feedtype)
+    try:
+        stream = open(file, "rb")  # noqa: SIM115 - closed below, whichever way the check ends
+    except OSError as exc:
+        checker.report(None, f"cannot read: {exc.strerror}")
+        return checker.problems
+    with stream:
+        return _validate(checker, stream if on_read is None else _Counted(stream, on_read), kind)
+
+
+class _Counted:
+    """A file that tells how much of it was read."""
+
+    def __init__(self, stream: BinaryIO, on_read: Callable[[int], None]) -> None:
+        self._stream = stream
+        self._on_read = on_read
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._stream.read(size)
+        self._on_read(len(data))
+        return data
+
+
+def _validate(checker: _Checker, stream: BinaryIO | _Counted, kind: str | None) -> list[Problem]:
     expected = ROOTS.values() if kind is None else [ROOTS[kind]]
     context = etree.iterparse(
-        file,
+        stream,
         events=("start", "end"),
         resolve_entities=False,
         no_network=True,

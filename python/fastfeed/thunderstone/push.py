@@ -50,7 +50,7 @@ from fastfeed.delivery.results import FeedFile, FileResult, Outcome, PushSummary
 from fastfeed.delivery.retry import Again, gave_up, retrying, transport_problem
 from fastfeed.delivery.settings import PushSettings, http_client
 from fastfeed.errors import FastfeedError, FileChanged, PushError, ReplyError, SettingsError
-from fastfeed.progress import Progress, human_bytes
+from fastfeed.progress import Progress, Stage, stage
 from fastfeed.sets.journal import Journal
 from fastfeed.sets.manifest import ManifestEntry, read_manifest
 from fastfeed.thunderstone.recvdata import (
@@ -159,17 +159,23 @@ class _Pusher:
     """One push: the client, the running summary and the progress line."""
 
     def __init__(
-        self, url: str, settings: PushSettings, client: httpx.AsyncClient, progress: Progress | None
+        self, url: str, settings: PushSettings, client: httpx.AsyncClient, line: Stage
     ) -> None:
         self.url = url
         self.settings = settings
         self.client = client
-        self.progress = progress
+        self.line = line
         self.summary = ThunderstoneSummary(target=url)
         # Whether the appliance answered anything yet (see `transport_problem`).
         self.answered = False
-        self.total = 0
-        self.wire_bytes = 0
+        self.files = 0
+        # For the line, kept as results come (it is drawn at each block sent): the files
+        # accepted, the bytes of the files done with, and the file being sent: its bytes, its
+        # form's length and how much of that went out.
+        self.accepted = 0
+        self.done_bytes = 0
+        self.sending = (0, 1)
+        self.sent = 0
         self.started = time.monotonic()
 
     async def push_set(self, directory: Path, entries: list[ManifestEntry]) -> None:
@@ -236,7 +242,16 @@ class _Pusher:
             await asyncio.to_thread(body.measure)
         except (FileChanged, OSError) as exc:
             return FileResult(feed, Outcome.FAILED, 0, f"not sent: {exc}"), False
-        attempts, answer = await self._exchange(lambda: body, feed, body.length)
+        self.sending = (feed.entry.bytes, max(body.length, 1))
+
+        def fresh() -> FormBody:
+            self.sent = 0  # a retry sends it all again
+            return body
+
+        try:
+            attempts, answer = await self._exchange(fresh, feed, body.length)
+        finally:
+            self.sending, self.sent = (0, 1), 0
         if isinstance(answer, FileResult):
             return answer, False
         results = self._check_configuration(answer, feed)
@@ -335,24 +350,25 @@ class _Pusher:
         self.summary.retries += 1
 
     def _count(self, n: int) -> None:
-        self.wire_bytes += n
+        self.sent += n
         self._show()
 
     def _add(self, result: FileResult) -> None:
         self.summary.results.append(result)
+        if result.feed.entry.file != UPDATE_INDEXES:
+            self.accepted += result.outcome in (Outcome.ACCEPTED, Outcome.SKIPPED)
+            self.done_bytes += result.feed.entry.bytes
         self._show()
 
     def _show(self) -> None:
-        if self.progress is None:
-            return
-        files = [r for r in self.summary.results if r.feed.entry.file != UPDATE_INDEXES]
-        done = sum(1 for r in files if r.outcome in (Outcome.ACCEPTED, Outcome.SKIPPED))
-        elapsed = max(time.monotonic() - self.started, 1e-9)
+        """The line: the bytes of the files done with (whatever the outcome), and the share
+        of the one being sent."""
+        size, length = self.sending
         failed = len(self.summary.failed_items)
-        self.progress.update(
-            f"thunderstone push: {done}/{self.total} files, "
-            f"{human_bytes(self.wire_bytes)} sent ({human_bytes(self.wire_bytes / elapsed)}/s), "
-            f"{self.summary.retries} retries" + (f", {failed} items failed" if failed else "")
+        self.line.update(
+            self.done_bytes + size * min(self.sent / length, 1.0),
+            f"{self.accepted:,}/{self.files:,} files accepted, retries {self.summary.retries:,}"
+            + (f", {failed:,} items failed" if failed else ""),
         )
 
 
@@ -374,20 +390,20 @@ async def push_async(
             f"the settings are for {settings.base_url}, not {url}: see url_settings"
         )
     sets = thunderstone_sets(paths)
-    async with http_client(settings) as client:
-        pusher = _Pusher(url, settings, client, progress)
-        pusher.total = sum(len(entries) for _, entries in sets)
-        try:
-            for directory, entries in sets:
-                await pusher.push_set(directory, entries)
-        except PushError as exc:
-            exc.summary = pusher.summary
-            raise
-        finally:
-            pusher.summary.seconds = time.monotonic() - pusher.started
-            if progress is not None:
+    total = sum(e.bytes for _, entries in sets for e in entries)
+    with stage(progress, "push", total) as line:
+        async with http_client(settings) as client:
+            pusher = _Pusher(url, settings, client, line)
+            pusher.files = sum(len(entries) for _, entries in sets)
+            try:
+                for directory, entries in sets:
+                    await pusher.push_set(directory, entries)
+            except PushError as exc:
+                exc.summary = pusher.summary
+                raise
+            finally:
+                pusher.summary.seconds = time.monotonic() - pusher.started
                 pusher._show()
-                progress.close()
     return pusher.summary
 
 

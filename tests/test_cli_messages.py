@@ -140,3 +140,17 @@ def test_the_help_marks_required_options(capsys: pytest.CaptureFixture[str]) -> 
         main(["run", "docs.jsonl", "--host", "gsa"])
     assert stopped.value.code == 2
     assert "--datasource is required (or FASTFEED_DATASOURCE" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["build"], ["sync"], ["groups", "push"]])
+def test_help_fits_the_terminal_and_names_each_argument_once(
+    command: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLUMNS", "72")
+    assert main([*command, "--help"]) == 0
+    out = capsys.readouterr().out
+    prose = out.split("examples:")[0]  # examples are shown as written, to be copied
+    assert max(len(line) for line in prose.splitlines()) <= 72
+    # The argument's own line, once (click lists arguments under a heading of its own).
+    listed = [line for line in out.splitlines() if line.startswith(("  INPUT  ", "  DIR|FILE  "))]
+    assert len(listed) == 1

@@ -1,5 +1,5 @@
-"""What every fastfeed command shares, on click: help printed as written, arguments and
-options in sections, settings from FASTFEED_* and fastfeed.toml, and one place where errors
+"""What every fastfeed command shares, on click: help wrapped to the terminal with examples kept as
+written, options in sections, settings from FASTFEED_* and fastfeed.toml, and one place where errors
 become messages and exit statuses."""
 
 from __future__ import annotations
@@ -48,12 +48,19 @@ def group(name: str, **kwargs: Any) -> Callable[[Callable[..., Any]], Group]:
     return click.group(name, cls=Group, **kwargs)
 
 
-def _write_as_written(formatter: click.HelpFormatter, text: str) -> None:
-    """The help texts are laid out by hand (examples, lists): click would rewrap them."""
-    formatter.write_paragraph()
+def _write_help(formatter: click.HelpFormatter, text: str) -> None:
+    """A help text: prose paragraphs wrapped to the terminal's width; paragraphs laid out by hand
+    (examples and lists: a line indented or starting with `- `) kept as written, since
+    rewrapping them would join their lines."""
     with formatter.indentation():
-        for line in text.rstrip().splitlines():
-            formatter.write(f"{'':>{formatter.current_indent}}{line}\n" if line else "\n")
+        for paragraph in text.strip().split("\n\n"):
+            lines = paragraph.splitlines()
+            formatter.write_paragraph()
+            if any(line.startswith((" ", "- ")) for line in lines):
+                for line in lines:
+                    formatter.write(f"{'':>{formatter.current_indent}}{line}\n")
+            else:
+                formatter.write_text(" ".join(line.strip() for line in lines))
 
 
 class Command(click.Command):
@@ -67,18 +74,16 @@ class Command(click.Command):
 
     def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         if self.help:
-            _write_as_written(formatter, self.help)
+            _write_help(formatter, self.help)
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        # Arguments and the general options first, then the sections in order of appearance.
-        sections: dict[str, list[tuple[str, str]]] = {"Arguments": [], "Options": []}
+        # The general options first, then the sections in order of appearance (click lists the
+        # arguments before, under a heading of their own).
+        sections: dict[str, list[tuple[str, str]]] = {"Options": []}
         for param in self.get_params(ctx):
             record = param.get_help_record(ctx)
-            if record is not None:
-                if isinstance(param, click.Argument):
-                    title = "Arguments"
-                else:
-                    title = getattr(param, "section", None) or "Options"
+            if record is not None and not isinstance(param, click.Argument):
+                title = getattr(param, "section", None) or "Options"
                 sections.setdefault(title, []).append(record)
         for title, records in sections.items():
             if not records:
@@ -112,7 +117,7 @@ class Command(click.Command):
 
 class Group(click.Group):
     """A command with commands of its own (`fastfeed`, `fastfeed seedlist`): lists them in the
-    order they were added, which is the order of a job, and prints its help as written."""
+    order they were added, which is the order of a job, and writes its help as commands do."""
 
     command_class = Command
 
@@ -125,7 +130,7 @@ class Group(click.Group):
 
     def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         if self.help:
-            _write_as_written(formatter, self.help)
+            _write_help(formatter, self.help)
 
 
 Group.group_class = Group

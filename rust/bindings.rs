@@ -26,8 +26,8 @@ use crate::jsonl::FIELDS;
 use crate::record::{self, parse_date, AclFormat, FeedType, Timestamp};
 use crate::url::check_url;
 use crate::writer::{
-    check_datasource, BatchReport, FeedWriter, ManifestEntry, Options, SharedChunk, DEFAULT_LEVEL,
-    DEFAULT_MAX_BYTES, HARD_MAX_BYTES,
+    check_datasource, BatchReport, FeedWriter, ManifestEntry, Options, SetKind, SharedChunk,
+    DEFAULT_LEVEL, DEFAULT_MAX_BYTES, HARD_MAX_BYTES,
 };
 
 mod dict;
@@ -299,21 +299,9 @@ impl PyFeedWriter {
             workers,
             acl_format,
         };
-        let source = datasource.to_owned();
-        let writer = match kind {
-            "feed" => py.allow_threads(|| FeedWriter::new(&out_dir, &source, feedtype, opts)),
-            "groups" => {
-                py.allow_threads(|| FeedWriter::new_groups(&out_dir, &source, feedtype, opts))
-            }
-            "thunderstone" => {
-                py.allow_threads(|| FeedWriter::new_thunderstone(&out_dir, &source, opts))
-            }
-            other => {
-                return Err(FeedError::new_err(format!(
-                    "kind '{other}' is not feed, groups or thunderstone"
-                )))
-            }
-        }?;
+        let set = SetKind::parse(kind)?;
+        let writer =
+            py.allow_threads(|| FeedWriter::create(set, &out_dir, datasource, feedtype, opts))?;
         Ok(PyFeedWriter {
             inner: Some(writer),
         })

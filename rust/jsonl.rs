@@ -4,7 +4,6 @@
 //! errors name the field at fault, as a user reads it in the README.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::PathBuf;
 
@@ -76,46 +75,10 @@ impl<'de> Deserialize<'de> for RawTimestamp {
 /// What `RawTimestamp` expects, which its errors end with.
 const TIMESTAMP: &str = "a date string or a number";
 
-/// A metadata value: one string, or a list of them (the name is repeated for each).
-enum MetaValue {
-    One(String),
-    Many(Vec<String>),
-}
-
-impl<'de> Deserialize<'de> for MetaValue {
-    fn deserialize<D: serde::Deserializer<'de>>(
-        deserializer: D,
-    ) -> std::result::Result<Self, D::Error> {
-        struct Either;
-        impl<'de> serde::de::Visitor<'de> for Either {
-            type Value = MetaValue;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a string or a list of strings")
-            }
-            fn visit_str<E>(self, v: &str) -> std::result::Result<Self::Value, E> {
-                Ok(MetaValue::One(v.to_owned()))
-            }
-            fn visit_string<E>(self, v: String) -> std::result::Result<Self::Value, E> {
-                Ok(MetaValue::One(v))
-            }
-            fn visit_seq<S: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: S,
-            ) -> std::result::Result<Self::Value, S::Error> {
-                let mut values = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-                while let Some(v) = seq.next_element()? {
-                    values.push(v);
-                }
-                Ok(MetaValue::Many(values))
-            }
-        }
-        deserializer.deserialize_any(Either)
-    }
-}
-
-/// The metadata object, sorted by name. A name given twice is refused rather than letting the
-/// last value win in silence: several values of one name are given as a list.
-struct Metadata(BTreeMap<String, MetaValue>);
+/// The metadata object, as (name, value) pairs sorted by name, a name's values in their order. A
+/// name given twice is refused rather than letting the last value win in silence: several values
+/// of one name are given as a list.
+struct Metadata(Vec<(String, String)>);
 
 impl<'de> Deserialize<'de> for Metadata {
     fn deserialize<D: serde::Deserializer<'de>>(
@@ -131,20 +94,74 @@ impl<'de> Deserialize<'de> for Metadata {
                 self,
                 mut map: M,
             ) -> std::result::Result<Metadata, M::Error> {
-                let mut names = BTreeMap::new();
+                let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(0));
+                // Where each name's values start, to find a name given twice.
+                let mut firsts = Vec::new();
                 while let Some(name) = map.next_key::<String>()? {
-                    if names.contains_key(&name) {
+                    let first = pairs.len();
+                    map.next_value_seed(Values {
+                        name,
+                        pairs: &mut pairs,
+                    })?;
+                    if pairs.len() > first {
+                        firsts.push(first);
+                    }
+                }
+                if firsts.len() > 1 {
+                    firsts.sort_unstable_by(|a, b| pairs[*a].0.cmp(&pairs[*b].0));
+                    if let Some(twice) = firsts.windows(2).find(|w| pairs[w[0]].0 == pairs[w[1]].0)
+                    {
                         return Err(serde::de::Error::custom(format!(
-                            "the name '{name}' is given twice: give its values as one list"
+                            "the name '{}' is given twice: give its values as one list",
+                            pairs[twice[0]].0
                         )));
                     }
-                    let value = map.next_value::<MetaValue>()?;
-                    names.insert(name, value);
+                    pairs.sort_by(|a, b| a.0.cmp(&b.0));
                 }
-                Ok(Metadata(names))
+                Ok(Metadata(pairs))
             }
         }
         deserializer.deserialize_map(Names)
+    }
+}
+
+/// A metadata name's value: one string, or a list of them, each paired with the name.
+struct Values<'p> {
+    name: String,
+    pairs: &'p mut Vec<(String, String)>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Values<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> std::result::Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Values<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a string or a list of strings")
+    }
+    fn visit_str<E>(self, v: &str) -> std::result::Result<(), E> {
+        self.pairs.push((self.name, v.to_owned()));
+        Ok(())
+    }
+    fn visit_string<E>(self, v: String) -> std::result::Result<(), E> {
+        self.pairs.push((self.name, v));
+        Ok(())
+    }
+    fn visit_seq<S: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: S,
+    ) -> std::result::Result<(), S::Error> {
+        while let Some(v) = seq.next_element::<String>()? {
+            self.pairs.push((self.name.clone(), v));
+        }
+        Ok(())
     }
 }
 
@@ -318,11 +335,10 @@ impl<'a> RawRecord<'a> {
 fn into_record<'a>(index: usize, raw: RawRecord<'_>, apart: Apart<'a>) -> Result<Record<'a>> {
     debug_assert!(raw.content.is_none() && raw.content_base64.is_none());
     let bad = |field: &'static str, msg: String| Error::record(index, Some(field), msg);
-    let mut contents = Vec::with_capacity(1);
-    contents.extend(apart.content);
-    contents.extend(apart.content_base64.map(Content::Base64));
-    contents.extend(raw.content_path.map(Content::Path));
-    if contents.len() > 1 {
+    let content_path = raw.content_path.map(Content::Path);
+    let content_base64 = apart.content_base64.map(Content::Base64);
+    let given = [&apart.content, &content_base64, &content_path];
+    if given.iter().filter(|c| c.is_some()).count() > 1 {
         return Err(bad(
             "content",
             "give at most one of content, content_base64 and content_path".into(),
@@ -351,13 +367,6 @@ fn into_record<'a>(index: usize, raw: RawRecord<'_>, apart: Apart<'a>) -> Result
         .map(AclInput::into_acl)
         .transpose()
         .map_err(|m| bad("acl", m))?;
-    let mut metadata = Vec::new();
-    for (name, value) in raw.metadata.into_iter().flat_map(|m| m.0) {
-        match value {
-            MetaValue::One(v) => metadata.push((name, v)),
-            MetaValue::Many(vs) => metadata.extend(vs.into_iter().map(|v| (name.clone(), v))),
-        }
-    }
     Ok(Record {
         url: raw.url.unwrap_or_default(),
         action,
@@ -369,8 +378,8 @@ fn into_record<'a>(index: usize, raw: RawRecord<'_>, apart: Apart<'a>) -> Result
         pagerank: raw.pagerank,
         crawl_immediately: raw.crawl_immediately,
         crawl_once: raw.crawl_once,
-        metadata,
-        content: contents.pop(),
+        metadata: raw.metadata.map(|m| m.0).unwrap_or_default(),
+        content: apart.content.or(content_base64).or(content_path),
         acl,
         overwrite_acls: raw.overwrite_acls,
         standalone_acl,

@@ -10,6 +10,7 @@
 use std::cell::{Cell, RefCell};
 
 use pyo3::prelude::*;
+use pyo3::types::iter::{BoundDictIterator, BoundListIterator, BoundTupleIterator};
 use pyo3::types::{
     PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyStringData, PyTuple,
 };
@@ -143,9 +144,17 @@ impl<'de> de::Deserializer<'de> for Value<'_, 'de> {
         } else if let Ok(dict) = obj.downcast::<PyDict>() {
             visitor.visit_map(Map::new(&self, dict, "names"))
         } else if let Ok(list) = obj.downcast::<PyList>() {
-            visitor.visit_seq(Seq::new(&self, list.iter().collect()))
+            visitor.visit_seq(Seq {
+                items: Items::List(list.iter()),
+                at: 0,
+                batch: self.batch,
+            })
         } else if let Ok(tuple) = obj.downcast::<PyTuple>() {
-            visitor.visit_seq(Seq::new(&self, tuple.iter().collect()))
+            visitor.visit_seq(Seq {
+                items: Items::Tuple(tuple.iter()),
+                at: 0,
+                batch: self.batch,
+            })
         } else if let Ok(b) = obj.downcast::<PyBytes>() {
             let data: *const [u8] = b.as_bytes();
             self.batch.keep(self.obj);
@@ -244,13 +253,15 @@ impl<'de> de::Deserializer<'de> for Value<'_, 'de> {
 
 /// A dict's items, read in order.
 struct Map<'a, 'py> {
-    items: pyo3::types::iter::BoundDictIterator<'py>,
+    items: BoundDictIterator<'py>,
     batch: &'a Batch<'py>,
     content: Option<&'a Cell<Option<Wide<'py>>>>,
     /// What its keys are, in errors.
     keys: &'static str,
     /// The key whose value is read next.
     key: Option<Bound<'py, PyString>>,
+    /// Whether it is a record's `content`, which a str is read apart from.
+    lift: bool,
     value: Option<Bound<'py, PyAny>>,
 }
 
@@ -262,6 +273,7 @@ impl<'a, 'py> Map<'a, 'py> {
             content: of.content,
             keys,
             key: None,
+            lift: false,
             value: None,
         }
     }
@@ -290,6 +302,7 @@ impl<'de> de::MapAccess<'de> for Map<'_, 'de> {
                 self.keys
             ))
         })?;
+        self.lift = self.content.is_some() && name == "content";
         let read = seed.deserialize(name.into_deserializer())?;
         self.key = Some(key);
         self.value = Some(value);
@@ -304,12 +317,12 @@ impl<'de> de::MapAccess<'de> for Map<'_, 'de> {
             return Err(ReadError::custom("a value was asked for before its key"));
         };
         let read = || -> std::result::Result<V::Value, ReadError> {
-            if let Some(content) = self.content {
-                if let (Ok(s), Ok("content")) = (value.downcast::<PyString>(), key.to_str()) {
-                    content.set(Some(wide(s)?));
-                    self.batch.keep(value.clone());
-                    return seed.deserialize(().into_deserializer());
-                }
+            if let (true, Some(content), Ok(s)) =
+                (self.lift, self.content, value.downcast::<PyString>())
+            {
+                content.set(Some(wide(s)?));
+                self.batch.keep(value.clone());
+                return seed.deserialize(().into_deserializer());
             }
             let value = Value {
                 obj: value,
@@ -323,20 +336,15 @@ impl<'de> de::MapAccess<'de> for Map<'_, 'de> {
 }
 
 /// A list's or tuple's items.
-struct Seq<'a, 'py> {
-    items: std::vec::IntoIter<Bound<'py, PyAny>>,
-    at: usize,
-    batch: &'a Batch<'py>,
+enum Items<'py> {
+    List(BoundListIterator<'py>),
+    Tuple(BoundTupleIterator<'py>),
 }
 
-impl<'a, 'py> Seq<'a, 'py> {
-    fn new(of: &Value<'a, 'py>, items: Vec<Bound<'py, PyAny>>) -> Self {
-        Seq {
-            items: items.into_iter(),
-            at: 0,
-            batch: of.batch,
-        }
-    }
+struct Seq<'a, 'py> {
+    items: Items<'py>,
+    at: usize,
+    batch: &'a Batch<'py>,
 }
 
 impl<'de> de::SeqAccess<'de> for Seq<'_, 'de> {
@@ -346,7 +354,11 @@ impl<'de> de::SeqAccess<'de> for Seq<'_, 'de> {
         &mut self,
         seed: T,
     ) -> std::result::Result<Option<T::Value>, ReadError> {
-        let Some(obj) = self.items.next() else {
+        let next = match &mut self.items {
+            Items::List(items) => items.next(),
+            Items::Tuple(items) => items.next(),
+        };
+        let Some(obj) = next else {
             return Ok(None);
         };
         let at = self.at;
@@ -360,6 +372,9 @@ impl<'de> de::SeqAccess<'de> for Seq<'_, 'de> {
     }
 
     fn size_hint(&self) -> Option<usize> {
-        Some(self.items.len())
+        Some(match &self.items {
+            Items::List(items) => items.len(),
+            Items::Tuple(items) => items.len(),
+        })
     }
 }

@@ -10,9 +10,13 @@ fn without_position(message: &str) -> &str {
 
 /// An error of a deserializer that reads records from other objects than JSON text: what is
 /// wrong, and where (like `metadata.tags[0]`, as serde_path_to_error says it), built from the
-/// inside out as the error leaves each nested value.
+/// inside out as the error leaves each nested value. Boxed, as serde_json's errors are: every
+/// value read returns a `Result` with it, which stays one word.
 #[derive(Debug)]
-pub struct ReadError {
+pub struct ReadError(Box<Where>);
+
+#[derive(Debug)]
+struct Where {
     path: String,
     message: String,
 }
@@ -20,27 +24,34 @@ pub struct ReadError {
 impl ReadError {
     /// The error, as met in the value of `key` in a map.
     pub fn in_key(mut self, key: &str) -> Self {
-        self.path = match self.path.chars().next() {
+        let path = &mut self.0.path;
+        *path = match path.chars().next() {
             None => key.to_owned(),
-            Some('[') => format!("{key}{}", self.path),
-            Some(_) => format!("{key}.{}", self.path),
+            Some('[') => format!("{key}{path}"),
+            Some(_) => format!("{key}.{path}"),
         };
         self
     }
 
     /// The error, as met in item `at` of a list.
     pub fn in_item(mut self, at: usize) -> Self {
-        self.path = match self.path.chars().next() {
-            None | Some('[') => format!("[{at}]{}", self.path),
-            Some(_) => format!("[{at}].{}", self.path),
+        let path = &mut self.0.path;
+        *path = match path.chars().next() {
+            None | Some('[') => format!("[{at}]{path}"),
+            Some(_) => format!("[{at}].{path}"),
         };
         self
+    }
+
+    /// The refusal of the record at `index` it makes, `fields` being the record's.
+    pub(super) fn refusal(&self, index: usize, fields: &[&'static str]) -> Error {
+        refusal(index, &self.0.path, &self.0.message, fields)
     }
 }
 
 impl std::fmt::Display for ReadError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
+        f.write_str(&self.0.message)
     }
 }
 
@@ -48,17 +59,10 @@ impl std::error::Error for ReadError {}
 
 impl serde::de::Error for ReadError {
     fn custom<T: std::fmt::Display>(msg: T) -> Self {
-        ReadError {
+        ReadError(Box::new(Where {
             path: String::new(),
             message: msg.to_string(),
-        }
-    }
-}
-
-impl ReadError {
-    /// The refusal of the record at `index` it makes, `fields` being the record's.
-    pub(super) fn refusal(&self, index: usize, fields: &[&'static str]) -> Error {
-        refusal(index, &self.path, &self.message, fields)
+        }))
     }
 }
 

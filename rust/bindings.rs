@@ -14,16 +14,14 @@ use pyo3::buffer::PyBuffer;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyOSError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{
-    PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMemoryView, PyString, PyTuple,
-};
+use pyo3::types::{PyBytes, PyDict, PyList, PyMemoryView, PyTuple};
 
 use crate::encode::Compress;
 use crate::error::Error;
 use crate::fingerprint;
 use crate::guard::Guard;
 use crate::jsonl::FIELDS;
-use crate::record::{self, parse_date, AclFormat, FeedType, Timestamp};
+use crate::record::{self, parse_date, AclFormat, FeedType};
 use crate::url::check_url;
 use crate::writer::{
     check_datasource, BatchReport, FeedWriter, ManifestEntry, Options, SetKind, SharedChunk,
@@ -101,27 +99,6 @@ fn type_name(value: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
-/// `last_modified` as given: a date string or seconds since the epoch.
-fn timestamp(value: &Bound<'_, PyAny>) -> Result<Timestamp, String> {
-    if let Ok(s) = value.downcast::<PyString>() {
-        return s
-            .to_str()
-            .map(|t| Timestamp::Text(t.to_owned()))
-            .map_err(|_| "is not valid Unicode (it holds a lone surrogate)".to_owned());
-    }
-    if (value.is_instance_of::<PyInt>() || value.is_instance_of::<PyFloat>())
-        && !value.is_instance_of::<PyBool>()
-    {
-        if let Ok(secs) = value.extract::<f64>() {
-            return Ok(Timestamp::Epoch(secs));
-        }
-    }
-    Err(format!(
-        "expected a date string or seconds since the epoch, got {}",
-        type_name(value)
-    ))
-}
-
 /// The records of a chunk of JSON Lines, fingerprinted on the core's threads without the GIL:
 /// their snapshot rows (JSON), their spans and URL keys (bytes, see `fingerprint::spans` and
 /// `fingerprint::keys`), how many records and how many lines the chunk held.
@@ -179,7 +156,7 @@ fn repeated_keys(py: Python<'_>, path: PathBuf) -> PyResult<bool> {
 /// fastfeed receiver reads it; `ValueError` says why it is not a date.
 #[pyfunction]
 fn parse_last_modified(value: &Bound<'_, PyAny>) -> PyResult<f64> {
-    let ts = timestamp(value).map_err(PyValueError::new_err)?;
+    let ts = dict::timestamp(value).map_err(PyValueError::new_err)?;
     let (when, _) = parse_date(&ts).map_err(PyValueError::new_err)?;
     Ok(when.timestamp() as f64)
 }

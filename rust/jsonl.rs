@@ -75,6 +75,16 @@ impl<'de> Deserialize<'de> for RawTimestamp {
 /// What `RawTimestamp` expects, which its errors end with.
 const TIMESTAMP: &str = "a date string or a number";
 
+/// A `last_modified` value read alone, as a record's is read (for `parse_last_modified`).
+pub fn read_timestamp<'de, D>(deserializer: D) -> std::result::Result<Timestamp, String>
+where
+    D: serde::Deserializer<'de, Error = ReadError>,
+{
+    RawTimestamp::deserialize(deserializer)
+        .map(|t| t.0)
+        .map_err(|e| e.to_string().replace('`', "'"))
+}
+
 /// The metadata object, as (name, value) pairs sorted by name, a name's values in their order. A
 /// name given twice is refused rather than letting the last value win in silence: several values
 /// of one name are given as a list.

@@ -14,13 +14,15 @@ use pyo3::types::iter::{BoundDictIterator, BoundListIterator, BoundTupleIterator
 use pyo3::types::{
     PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyStringData, PyTuple,
 };
-use serde::de::{self, DeserializeSeed, Error as _, IntoDeserializer, Unexpected, Visitor};
+use serde::de::{self, DeserializeSeed, Error as _, IntoDeserializer, Visitor};
 
 use crate::jsonl::{self, ReadError};
-use crate::record::{Content, Record};
+use crate::record::{Content, Record, Timestamp};
 use crate::wide::Wide;
 
 use super::type_name;
+
+type Read<T> = std::result::Result<T, ReadError>;
 
 /// What the values read from one batch share.
 pub(super) struct Batch<'py> {
@@ -57,18 +59,28 @@ impl<'py> Batch<'py> {
     }
 }
 
+/// A `last_modified` value, read alone as a record's is.
+pub(super) fn timestamp(obj: &Bound<'_, PyAny>) -> std::result::Result<Timestamp, String> {
+    let alone = Batch::with_capacity(0);
+    jsonl::read_timestamp(Value {
+        obj: obj.clone(),
+        batch: &alone,
+        content: None,
+    })
+}
+
 const SURROGATE: &str = "is not valid Unicode (it holds a lone surrogate)";
 
 /// A str's UTF-8, borrowed. For an ASCII str it is its own storage; else Python makes it once
 /// and keeps it with the object. Either lives as long as the object.
-fn utf8<'py>(s: &Bound<'py, PyString>) -> std::result::Result<&'py str, ReadError> {
+fn utf8<'py>(s: &Bound<'py, PyString>) -> Read<&'py str> {
     let text: *const str = s.to_str().map_err(|_| ReadError::custom(SURROGATE))?;
     // SAFETY: see above; the caller keeps the object for as long as the reference is used.
     Ok(unsafe { &*text })
 }
 
 /// A str's code units, borrowed, which the encoding threads make UTF-8 without the GIL.
-fn wide<'py>(s: &Bound<'py, PyString>) -> std::result::Result<Wide<'py>, ReadError> {
+fn wide<'py>(s: &Bound<'py, PyString>) -> Read<Wide<'py>> {
     // SAFETY: reads the str's PEP 393 header as pyo3 does for CPython on little-endian
     // targets, the ones fastfeed is built for (the round-trip tests check it).
     let data =
@@ -118,10 +130,7 @@ impl<'a, 'py> Value<'a, 'py> {
 impl<'de> de::Deserializer<'de> for Value<'_, 'de> {
     type Error = ReadError;
 
-    fn deserialize_any<V: Visitor<'de>>(
-        self,
-        visitor: V,
-    ) -> std::result::Result<V::Value, ReadError> {
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Read<V::Value> {
         let obj = &self.obj;
         if let Ok(s) = obj.downcast::<PyString>() {
             let text = utf8(s)?;
@@ -171,27 +180,18 @@ impl<'de> de::Deserializer<'de> for Value<'_, 'de> {
     }
 
     /// A str for a `String`: not borrowed, so not kept.
-    fn deserialize_string<V: Visitor<'de>>(
-        self,
-        visitor: V,
-    ) -> std::result::Result<V::Value, ReadError> {
+    fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Read<V::Value> {
         match self.obj.downcast::<PyString>() {
             Ok(s) => visitor.visit_str(utf8(s)?),
             Err(_) => self.deserialize_any(visitor),
         }
     }
 
-    fn deserialize_identifier<V: Visitor<'de>>(
-        self,
-        visitor: V,
-    ) -> std::result::Result<V::Value, ReadError> {
+    fn deserialize_identifier<V: Visitor<'de>>(self, visitor: V) -> Read<V::Value> {
         self.deserialize_string(visitor)
     }
 
-    fn deserialize_option<V: Visitor<'de>>(
-        self,
-        visitor: V,
-    ) -> std::result::Result<V::Value, ReadError> {
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Read<V::Value> {
         if self.obj.is_none() {
             visitor.visit_none()
         } else {
@@ -203,7 +203,7 @@ impl<'de> de::Deserializer<'de> for Value<'_, 'de> {
         self,
         _name: &'static str,
         visitor: V,
-    ) -> std::result::Result<V::Value, ReadError> {
+    ) -> Read<V::Value> {
         visitor.visit_newtype_struct(self)
     }
 
@@ -213,7 +213,7 @@ impl<'de> de::Deserializer<'de> for Value<'_, 'de> {
         _name: &'static str,
         _fields: &'static [&'static str],
         visitor: V,
-    ) -> std::result::Result<V::Value, ReadError> {
+    ) -> Read<V::Value> {
         match self.obj.downcast::<PyDict>() {
             Ok(dict) => visitor.visit_map(Map::new(&self, dict, "field names")),
             Err(_) => Err(ReadError::custom(format!(
@@ -223,31 +223,13 @@ impl<'de> de::Deserializer<'de> for Value<'_, 'de> {
         }
     }
 
-    fn deserialize_enum<V: Visitor<'de>>(
-        self,
-        _name: &'static str,
-        _variants: &'static [&'static str],
-        visitor: V,
-    ) -> std::result::Result<V::Value, ReadError> {
-        match self.obj.downcast::<PyString>() {
-            Ok(s) => visitor.visit_enum(utf8(s)?.into_deserializer()),
-            Err(_) => Err(ReadError::invalid_type(
-                Unexpected::Other(&type_name(&self.obj)),
-                &visitor,
-            )),
-        }
-    }
-
-    fn deserialize_ignored_any<V: Visitor<'de>>(
-        self,
-        visitor: V,
-    ) -> std::result::Result<V::Value, ReadError> {
+    fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Read<V::Value> {
         visitor.visit_unit()
     }
 
     serde::forward_to_deserialize_any! {
         bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str bytes byte_buf unit
-        unit_struct seq tuple tuple_struct map
+        unit_struct seq tuple tuple_struct map enum
     }
 }
 
@@ -282,10 +264,7 @@ impl<'a, 'py> Map<'a, 'py> {
 impl<'de> de::MapAccess<'de> for Map<'_, 'de> {
     type Error = ReadError;
 
-    fn next_key_seed<K: DeserializeSeed<'de>>(
-        &mut self,
-        seed: K,
-    ) -> std::result::Result<Option<K::Value>, ReadError> {
+    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Read<Option<K::Value>> {
         let Some((key, value)) = self.items.next() else {
             return Ok(None);
         };
@@ -309,14 +288,11 @@ impl<'de> de::MapAccess<'de> for Map<'_, 'de> {
         Ok(Some(read))
     }
 
-    fn next_value_seed<V: DeserializeSeed<'de>>(
-        &mut self,
-        seed: V,
-    ) -> std::result::Result<V::Value, ReadError> {
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Read<V::Value> {
         let (Some(key), Some(value)) = (self.key.take(), self.value.take()) else {
             return Err(ReadError::custom("a value was asked for before its key"));
         };
-        let read = || -> std::result::Result<V::Value, ReadError> {
+        let read = || -> Read<V::Value> {
             if let (true, Some(content), Ok(s)) =
                 (self.lift, self.content, value.downcast::<PyString>())
             {
@@ -350,10 +326,7 @@ struct Seq<'a, 'py> {
 impl<'de> de::SeqAccess<'de> for Seq<'_, 'de> {
     type Error = ReadError;
 
-    fn next_element_seed<T: DeserializeSeed<'de>>(
-        &mut self,
-        seed: T,
-    ) -> std::result::Result<Option<T::Value>, ReadError> {
+    fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Read<Option<T::Value>> {
         let next = match &mut self.items {
             Items::List(items) => items.next(),
             Items::Tuple(items) => items.next(),

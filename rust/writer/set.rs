@@ -55,9 +55,9 @@ pub(super) type EncodeRecord =
     fn(usize, &Record<'_>, FeedKind, EncodeOptions, &mut Scratch, &mut Vec<u8>) -> Result<()>;
 
 /// Everything that differs from one kind of set to another.
-pub struct Form {
+pub(super) struct Form {
     /// Its name, in the manifest and in `FeedWriter(kind=...)`.
-    pub name: &'static str,
+    name: &'static str,
     /// What its source is called (the datasource of a feed).
     source: &'static str,
     /// Between the source and the number, in its files' names.
@@ -167,7 +167,7 @@ impl SetKind {
     const ALL: [SetKind; 3] = [SetKind::Feed, SetKind::Groups, SetKind::Thunderstone];
 
     /// What it is.
-    pub fn form(self) -> &'static Form {
+    pub(super) fn form(self) -> &'static Form {
         match self {
             SetKind::Feed => &FEED,
             SetKind::Groups => &GROUPS,
@@ -298,5 +298,30 @@ fn check_name(what: &str, name: &str) -> Result<()> {
             "{what} '{name}' is not allowed: it must start with a letter or underscore and \
              hold only letters, digits, '_' and '-'"
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kind_is_found_by_its_name_and_its_files_are_named_apart() {
+        for kind in SetKind::ALL {
+            assert_eq!(SetKind::parse(kind.as_str()).unwrap(), kind);
+        }
+        let names: Vec<_> = SetKind::ALL.map(|k| k.file_name("ds", 1)).into();
+        assert_eq!(
+            names,
+            [
+                "ds-000001.xml",
+                "ds-groups-000001.xml",
+                "ds-thunderstone-000001.xml"
+            ]
+        );
+        assert_eq!(
+            SetKind::parse("group").unwrap_err().to_string(),
+            "kind 'group' is not feed, groups or thunderstone"
+        );
     }
 }

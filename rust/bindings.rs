@@ -4,11 +4,9 @@
 //! Records cross as a list of dicts in one call: fields are read while holding the GIL, then the
 //! GIL is released for checking, encoding and writing. Contents are borrowed, not copied.
 //!
-//! Over 500 lines on purpose: it is the one place where the core meets Python, and a third of
-//! it is the dict reader, which is to give way to the serde record reader of `jsonl.rs` once
-//! that one can borrow a str's storage as this one does (issue 11).
+//! Records are read from dicts by the record schema of `jsonl.rs`, through the serde
+//! deserializer over Python objects in `dict`.
 
-use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -16,26 +14,21 @@ use pyo3::buffer::PyBuffer;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyOSError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{
-    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMemoryView, PyString,
-    PyStringData, PyTuple,
-};
+use pyo3::types::{PyBytes, PyDict, PyList, PyMemoryView, PyTuple};
 
-use crate::acl::AclInput;
 use crate::encode::Compress;
-use crate::error::{Error, RecordErrorKind};
+use crate::error::Error;
 use crate::fingerprint;
 use crate::guard::Guard;
-use crate::jsonl::{self, FIELDS};
-use crate::record::{
-    self, parse_date, AclFormat, Action, AuthMethod, Content, FeedType, Record, Timestamp,
-};
+use crate::jsonl::FIELDS;
+use crate::record::{self, parse_date, AclFormat, FeedType};
 use crate::url::check_url;
-use crate::wide::Wide;
 use crate::writer::{
-    check_datasource, BatchReport, FeedWriter, ManifestEntry, Options, SharedChunk, DEFAULT_LEVEL,
-    DEFAULT_MAX_BYTES, HARD_MAX_BYTES,
+    check_datasource, BatchReport, FeedWriter, ManifestEntry, Options, SetKind, SharedChunk,
+    DEFAULT_LEVEL, DEFAULT_MAX_BYTES, HARD_MAX_BYTES,
 };
+
+mod dict;
 
 create_exception!(
     _core,
@@ -106,278 +99,6 @@ fn type_name(value: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
-/// Reads the fields of the record at `index` of a batch.
-struct Fields<'k, 'py> {
-    index: usize,
-    /// The objects whose memory records borrow; see `borrow_str`.
-    keep: &'k mut Vec<Bound<'py, PyAny>>,
-}
-
-impl<'py> Fields<'_, 'py> {
-    fn wrong(&self, field: &'static str, expected: &str, value: &Bound<'_, PyAny>) -> Error {
-        Error::record(
-            self.index,
-            Some(field),
-            format!("expected {expected}, got {}", type_name(value)),
-        )
-    }
-
-    fn string(&self, field: &'static str, value: &Bound<'_, PyAny>) -> Result<String, Error> {
-        let s = value
-            .downcast::<PyString>()
-            .map_err(|_| self.wrong(field, "a string", value))?;
-        s.to_str().map(str::to_owned).map_err(|_| {
-            Error::record(
-                self.index,
-                Some(field),
-                "is not valid Unicode (it holds a lone surrogate)",
-            )
-        })
-    }
-
-    /// Borrows a str's UTF-8 without copying. The reference must not outlive `keep`.
-    fn borrow_str(
-        &mut self,
-        field: &'static str,
-        value: &Bound<'py, PyAny>,
-    ) -> Result<&'py str, Error> {
-        let s = value
-            .downcast::<PyString>()
-            .map_err(|_| self.wrong(field, "a string", value))?;
-        let text: *const str = s.to_str().map_err(|_| {
-            Error::record(
-                self.index,
-                Some(field),
-                "is not valid Unicode (it holds a lone surrogate)",
-            )
-        })?;
-        self.keep.push(value.clone());
-        // SAFETY: a str is immutable, and its UTF-8 form, once made, lives as long as the object;
-        // `keep` holds a reference to the object until the batch's records are dropped.
-        Ok(unsafe { &*text })
-    }
-
-    /// Borrows a str's code units, which the encoding threads make UTF-8 without the GIL. The
-    /// reference must not outlive `keep`.
-    fn borrow_wide(&mut self, value: &Bound<'py, PyString>) -> Result<Wide<'py>, Error> {
-        // SAFETY: reads the str's PEP 393 header as pyo3 does for CPython on little-endian
-        // targets, the ones fastfeed is built for (the round-trip tests check it).
-        let data = unsafe { value.data() }.map_err(|e| {
-            Error::record(self.index, Some("content"), format!("cannot be read: {e}"))
-        })?;
-        // SAFETY: a str's code units never change and live as long as the object, which `keep`
-        // holds until the batch's records are dropped.
-        let wide = unsafe {
-            match data {
-                PyStringData::Ucs1(u) => Wide::Latin1(&*(u as *const [u8])),
-                PyStringData::Ucs2(u) => Wide::Ucs2(&*(u as *const [u16])),
-                PyStringData::Ucs4(u) => Wide::Ucs4(&*(u as *const [u32])),
-            }
-        };
-        // Refused here, not when made UTF-8, so that a batch's first bad record is the one named.
-        if wide.has_surrogate() {
-            return Err(Error::record(
-                self.index,
-                Some("content"),
-                "is not valid Unicode (it holds a lone surrogate)",
-            ));
-        }
-        self.keep.push(value.clone().into_any());
-        Ok(wide)
-    }
-
-    /// Borrows a bytes object's buffer without copying. The reference must not outlive `keep`.
-    fn borrow_bytes(&mut self, value: &Bound<'py, PyBytes>) -> &'py [u8] {
-        let data: *const [u8] = value.as_bytes();
-        self.keep.push(value.clone().into_any());
-        // SAFETY: bytes are immutable and `keep` holds the object, as in `borrow_str`.
-        unsafe { &*data }
-    }
-
-    fn boolean(&self, field: &'static str, value: &Bound<'_, PyAny>) -> Result<bool, Error> {
-        value
-            .downcast::<PyBool>()
-            .map(|b| b.is_true())
-            .map_err(|_| self.wrong(field, "true or false", value))
-    }
-
-    fn metadata(
-        &self,
-        value: &Bound<'_, PyAny>,
-        out: &mut Vec<(String, String)>,
-    ) -> Result<(), Error> {
-        const FIELD: &str = "metadata";
-        let dict = value.downcast::<PyDict>().map_err(|_| {
-            self.wrong(
-                FIELD,
-                "an object of names to strings or lists of strings",
-                value,
-            )
-        })?;
-        for (name, values) in dict.iter() {
-            let name = self.string(FIELD, &name)?;
-            if let Ok(list) = values.downcast::<PyList>() {
-                for v in list.iter() {
-                    out.push((name.clone(), self.string(FIELD, &v)?));
-                }
-            } else if let Ok(tuple) = values.downcast::<PyTuple>() {
-                for v in tuple.iter() {
-                    out.push((name.clone(), self.string(FIELD, &v)?));
-                }
-            } else {
-                out.push((name.clone(), self.string(FIELD, &values)?));
-            }
-        }
-        Ok(())
-    }
-
-    fn record(&mut self, item: &Bound<'py, PyAny>) -> Result<Record<'py>, Error> {
-        let dict = item.downcast::<PyDict>().map_err(|_| {
-            Error::record(
-                self.index,
-                None,
-                format!("expected an object, got {}", type_name(item)),
-            )
-        })?;
-        let mut r = Record::default();
-        let mut contents = Vec::new();
-        for (key, value) in dict.iter() {
-            let key = key.downcast::<PyString>().ok();
-            let key = key
-                .as_ref()
-                .and_then(|k| k.to_str().ok())
-                .ok_or_else(|| Error::record(self.index, None, "field names must be strings"))?;
-            if value.is_none() {
-                continue;
-            }
-            match key {
-                "url" => r.url = self.string("url", &value)?,
-                "action" => {
-                    let action = self.string("action", &value)?;
-                    r.action = Some(Action::parse(&action).ok_or_else(|| {
-                        Error::record(self.index, Some("action"), record::action_error(&action))
-                    })?)
-                }
-                "mimetype" => r.mimetype = Some(self.string("mimetype", &value)?),
-                "displayurl" => r.displayurl = Some(self.string("displayurl", &value)?),
-                "last_modified" => {
-                    r.last_modified = Some(
-                        timestamp(&value)
-                            .map_err(|m| Error::record(self.index, Some("last_modified"), m))?,
-                    )
-                }
-                "lock" => r.lock = Some(self.boolean("lock", &value)?),
-                "crawl_immediately" => {
-                    r.crawl_immediately = Some(self.boolean("crawl_immediately", &value)?)
-                }
-                "crawl_once" => r.crawl_once = Some(self.boolean("crawl_once", &value)?),
-                "authmethod" => {
-                    let m = self.string("authmethod", &value)?;
-                    r.authmethod = Some(AuthMethod::parse(&m).ok_or_else(|| {
-                        Error::record(
-                            self.index,
-                            Some("authmethod"),
-                            format!("'{m}' is not one of none, httpbasic, ntlm, httpsso"),
-                        )
-                    })?)
-                }
-                "pagerank" => {
-                    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
-                        return Err(self.wrong("pagerank", "an integer from 68 to 100", &value));
-                    }
-                    r.pagerank = Some(value.extract::<i64>().map_err(|_| {
-                        Error::record(self.index, Some("pagerank"), "is outside 68 to 100")
-                    })?)
-                }
-                "metadata" => self.metadata(&value, &mut r.metadata)?,
-                "content" => contents.push(if let Ok(b) = value.downcast::<PyBytes>() {
-                    Content::Bytes(Cow::Borrowed(self.borrow_bytes(b)))
-                } else if let Ok(b) = value.downcast::<PyByteArray>() {
-                    // Mutable, so copied: another thread could change it while we encode.
-                    Content::Bytes(Cow::Owned(b.to_vec()))
-                } else if let Ok(s) = value.downcast::<PyString>() {
-                    Content::Wide(self.borrow_wide(s)?)
-                } else {
-                    return Err(self.wrong("content", "a string or bytes", &value));
-                }),
-                "content_base64" => contents.push(Content::Base64(Cow::Borrowed(
-                    self.borrow_str("content_base64", &value)?,
-                ))),
-                "content_path" => contents.push(Content::Path(
-                    value
-                        .extract::<PathBuf>()
-                        .map_err(|_| self.wrong("content_path", "a file path", &value))?,
-                )),
-                "acl" => {
-                    // The same serde schema as JSON Lines, read straight from the Python objects.
-                    let input: AclInput = pythonize::depythonize(&value).map_err(|e| {
-                        Error::record(self.index, Some("acl"), e.to_string().replace('`', "'"))
-                    })?;
-                    r.acl = Some(
-                        input
-                            .into_acl()
-                            .map_err(|m| Error::record(self.index, Some("acl"), m))?,
-                    );
-                }
-                "overwrite_acls" => {
-                    r.overwrite_acls = Some(self.boolean("overwrite_acls", &value)?)
-                }
-                "kind" => {
-                    r.standalone_acl = match self.string("kind", &value)?.as_str() {
-                        "document" => false,
-                        "acl" => true,
-                        other => {
-                            return Err(Error::record(
-                                self.index,
-                                Some("kind"),
-                                format!("'{other}' is not document or acl"),
-                            ))
-                        }
-                    }
-                }
-                other => {
-                    return Err(Error::refused(
-                        RecordErrorKind::UnknownField,
-                        self.index,
-                        None,
-                        jsonl::unknown_field(other, FIELDS),
-                    ))
-                }
-            }
-        }
-        if contents.len() > 1 {
-            return Err(Error::record(
-                self.index,
-                Some("content"),
-                "give at most one of content, content_base64 and content_path",
-            ));
-        }
-        r.content = contents.pop();
-        Ok(r)
-    }
-}
-
-/// `last_modified` as given: a date string or seconds since the epoch.
-fn timestamp(value: &Bound<'_, PyAny>) -> Result<Timestamp, String> {
-    if let Ok(s) = value.downcast::<PyString>() {
-        return s
-            .to_str()
-            .map(|t| Timestamp::Text(t.to_owned()))
-            .map_err(|_| "is not valid Unicode (it holds a lone surrogate)".to_owned());
-    }
-    if (value.is_instance_of::<PyInt>() || value.is_instance_of::<PyFloat>())
-        && !value.is_instance_of::<PyBool>()
-    {
-        if let Ok(secs) = value.extract::<f64>() {
-            return Ok(Timestamp::Epoch(secs));
-        }
-    }
-    Err(format!(
-        "expected a date string or seconds since the epoch, got {}",
-        type_name(value)
-    ))
-}
-
 /// The records of a chunk of JSON Lines, fingerprinted on the core's threads without the GIL:
 /// their snapshot rows (JSON), their spans and URL keys (bytes, see `fingerprint::spans` and
 /// `fingerprint::keys`), how many records and how many lines the chunk held.
@@ -435,7 +156,7 @@ fn repeated_keys(py: Python<'_>, path: PathBuf) -> PyResult<bool> {
 /// fastfeed receiver reads it; `ValueError` says why it is not a date.
 #[pyfunction]
 fn parse_last_modified(value: &Bound<'_, PyAny>) -> PyResult<f64> {
-    let ts = timestamp(value).map_err(PyValueError::new_err)?;
+    let ts = dict::timestamp(value).map_err(PyValueError::new_err)?;
     let (when, _) = parse_date(&ts).map_err(PyValueError::new_err)?;
     Ok(when.timestamp() as f64)
 }
@@ -555,21 +276,9 @@ impl PyFeedWriter {
             workers,
             acl_format,
         };
-        let source = datasource.to_owned();
-        let writer = match kind {
-            "feed" => py.allow_threads(|| FeedWriter::new(&out_dir, &source, feedtype, opts)),
-            "groups" => {
-                py.allow_threads(|| FeedWriter::new_groups(&out_dir, &source, feedtype, opts))
-            }
-            "thunderstone" => {
-                py.allow_threads(|| FeedWriter::new_thunderstone(&out_dir, &source, opts))
-            }
-            other => {
-                return Err(FeedError::new_err(format!(
-                    "kind '{other}' is not feed, groups or thunderstone"
-                )))
-            }
-        }?;
+        let set = SetKind::parse(kind)?;
+        let writer =
+            py.allow_threads(|| FeedWriter::create(set, &out_dir, datasource, feedtype, opts))?;
         Ok(PyFeedWriter {
             inner: Some(writer),
         })
@@ -584,15 +293,11 @@ impl PyFeedWriter {
         records: &Bound<'py, PyAny>,
     ) -> PyResult<(Vec<(usize, String)>, Bound<'py, PyList>)> {
         let size = records.len().unwrap_or(0);
-        // Declared before `batch`, so dropped after it: the records borrow from these objects.
-        let mut keep = Vec::with_capacity(size);
+        // Declared before `batch`, so dropped after it: the records borrow from its objects.
+        let read = dict::Batch::with_capacity(size);
         let mut batch = Vec::with_capacity(size);
         for (index, item) in records.try_iter()?.enumerate() {
-            let mut fields = Fields {
-                index,
-                keep: &mut keep,
-            };
-            batch.push(fields.record(&item?)?);
+            batch.push(read.record(index, item?)?);
         }
         let writer = self.writer()?;
         let report = py.allow_threads(|| writer.add_batch(&batch))?;

@@ -4,7 +4,6 @@
 //! errors name the field at fault, as a user reads it in the README.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::PathBuf;
 
@@ -14,6 +13,11 @@ use crate::acl::AclInput;
 use crate::error::{Error, RecordErrorKind, Result};
 use crate::lift;
 use crate::record::{action_error, Action, AuthMethod, Content, Record, Timestamp};
+
+mod refusal;
+
+use refusal::json_error;
+pub use refusal::{unknown_field, ReadError};
 
 /// The record fields, for naming them in errors with a `'static` name. Every reader of records
 /// takes its field list from here: the dict reader of the batch API, the seedlist store and
@@ -38,23 +42,53 @@ pub const FIELDS: &[&str] = &[
     "kind",
 ];
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum RawTimestamp<'a> {
-    Text(#[serde(borrow)] Cow<'a, str>),
-    Epoch(f64),
+/// `last_modified` as given: a date string or seconds since the epoch.
+struct RawTimestamp(Timestamp);
+
+impl<'de> Deserialize<'de> for RawTimestamp {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<Self, D::Error> {
+        struct Either;
+        impl serde::de::Visitor<'_> for Either {
+            type Value = RawTimestamp;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(TIMESTAMP)
+            }
+            fn visit_str<E>(self, v: &str) -> std::result::Result<Self::Value, E> {
+                Ok(RawTimestamp(Timestamp::Text(v.to_owned())))
+            }
+            fn visit_i64<E>(self, v: i64) -> std::result::Result<Self::Value, E> {
+                Ok(RawTimestamp(Timestamp::Epoch(v as f64)))
+            }
+            fn visit_u64<E>(self, v: u64) -> std::result::Result<Self::Value, E> {
+                Ok(RawTimestamp(Timestamp::Epoch(v as f64)))
+            }
+            fn visit_f64<E>(self, v: f64) -> std::result::Result<Self::Value, E> {
+                Ok(RawTimestamp(Timestamp::Epoch(v)))
+            }
+        }
+        deserializer.deserialize_any(Either)
+    }
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum MetaValue {
-    One(String),
-    Many(Vec<String>),
+/// What `RawTimestamp` expects, which its errors end with.
+const TIMESTAMP: &str = "a date string or a number";
+
+/// A `last_modified` value read alone, as a record's is read (for `parse_last_modified`).
+pub fn read_timestamp<'de, D>(deserializer: D) -> std::result::Result<Timestamp, String>
+where
+    D: serde::Deserializer<'de, Error = ReadError>,
+{
+    RawTimestamp::deserialize(deserializer)
+        .map(|t| t.0)
+        .map_err(|e| e.to_string().replace('`', "'"))
 }
 
-/// The metadata object, sorted by name. A name given twice is refused rather than letting the
-/// last value win in silence: several values of one name are given as a list.
-struct Metadata(BTreeMap<String, MetaValue>);
+/// The metadata object, as (name, value) pairs sorted by name, a name's values in their order. A
+/// name given twice is refused rather than letting the last value win in silence: several values
+/// of one name are given as a list.
+struct Metadata(Vec<(String, String)>);
 
 impl<'de> Deserialize<'de> for Metadata {
     fn deserialize<D: serde::Deserializer<'de>>(
@@ -70,20 +104,74 @@ impl<'de> Deserialize<'de> for Metadata {
                 self,
                 mut map: M,
             ) -> std::result::Result<Metadata, M::Error> {
-                let mut names = BTreeMap::new();
+                let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(0));
+                // Where each name's values start, to find a name given twice.
+                let mut firsts = Vec::new();
                 while let Some(name) = map.next_key::<String>()? {
-                    if names.contains_key(&name) {
+                    let first = pairs.len();
+                    map.next_value_seed(Values {
+                        name,
+                        pairs: &mut pairs,
+                    })?;
+                    if pairs.len() > first {
+                        firsts.push(first);
+                    }
+                }
+                if firsts.len() > 1 {
+                    firsts.sort_unstable_by(|a, b| pairs[*a].0.cmp(&pairs[*b].0));
+                    if let Some(twice) = firsts.windows(2).find(|w| pairs[w[0]].0 == pairs[w[1]].0)
+                    {
                         return Err(serde::de::Error::custom(format!(
-                            "the name '{name}' is given twice: give its values as one list"
+                            "the name '{}' is given twice: give its values as one list",
+                            pairs[twice[0]].0
                         )));
                     }
-                    let value = map.next_value::<MetaValue>()?;
-                    names.insert(name, value);
+                    pairs.sort_by(|a, b| a.0.cmp(&b.0));
                 }
-                Ok(Metadata(names))
+                Ok(Metadata(pairs))
             }
         }
         deserializer.deserialize_map(Names)
+    }
+}
+
+/// A metadata name's value: one string, or a list of them, each paired with the name.
+struct Values<'p> {
+    name: String,
+    pairs: &'p mut Vec<(String, String)>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Values<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> std::result::Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Values<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a string or a list of strings")
+    }
+    fn visit_str<E>(self, v: &str) -> std::result::Result<(), E> {
+        self.pairs.push((self.name, v.to_owned()));
+        Ok(())
+    }
+    fn visit_string<E>(self, v: String) -> std::result::Result<(), E> {
+        self.pairs.push((self.name, v));
+        Ok(())
+    }
+    fn visit_seq<S: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: S,
+    ) -> std::result::Result<(), S::Error> {
+        while let Some(v) = seq.next_element::<String>()? {
+            self.pairs.push((self.name.clone(), v));
+        }
+        Ok(())
     }
 }
 
@@ -93,15 +181,52 @@ impl<'de> Deserialize<'de> for Metadata {
 #[serde(transparent)]
 struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
 
+/// `content`: text, or bytes, which a Python dict can hold and JSON cannot.
+struct RawContent<'a>(Content<'a>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for RawContent<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<Self, D::Error> {
+        struct Either<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Either<'a> {
+            type Value = RawContent<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string, or bytes from Python")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> std::result::Result<Self::Value, E> {
+                Ok(RawContent(Content::Text(Cow::Borrowed(v))))
+            }
+            fn visit_str<E>(self, v: &str) -> std::result::Result<Self::Value, E> {
+                Ok(RawContent(Content::Text(Cow::Owned(v.to_owned()))))
+            }
+            fn visit_string<E>(self, v: String) -> std::result::Result<Self::Value, E> {
+                Ok(RawContent(Content::Text(Cow::Owned(v))))
+            }
+            fn visit_borrowed_bytes<E>(self, v: &'de [u8]) -> std::result::Result<Self::Value, E> {
+                Ok(RawContent(Content::Bytes(Cow::Borrowed(v))))
+            }
+            fn visit_bytes<E>(self, v: &[u8]) -> std::result::Result<Self::Value, E> {
+                Ok(RawContent(Content::Bytes(Cow::Owned(v.to_vec()))))
+            }
+            fn visit_byte_buf<E>(self, v: Vec<u8>) -> std::result::Result<Self::Value, E> {
+                Ok(RawContent(Content::Bytes(Cow::Owned(v))))
+            }
+        }
+        deserializer.deserialize_str(Either(std::marker::PhantomData))
+    }
+}
+
+/// A record as given, in JSON Lines or a Python dict (see `bindings::dict`): the one definition
+/// of the record schema. `FIELDS` lists its fields (a test keeps them the same).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawRecord<'a> {
+pub(crate) struct RawRecord<'a> {
     url: Option<String>,
     action: Option<Cow<'a, str>>,
     mimetype: Option<String>,
     displayurl: Option<String>,
-    #[serde(borrow)]
-    last_modified: Option<RawTimestamp<'a>>,
+    last_modified: Option<RawTimestamp>,
     lock: Option<bool>,
     authmethod: Option<Cow<'a, str>>,
     pagerank: Option<i64>,
@@ -110,7 +235,7 @@ struct RawRecord<'a> {
     // Sorted by name here already; the record keeps list order for repeated names.
     metadata: Option<Metadata>,
     #[serde(borrow)]
-    content: Option<Text<'a>>,
+    content: Option<RawContent<'a>>,
     #[serde(borrow)]
     content_base64: Option<Text<'a>>,
     content_path: Option<PathBuf>,
@@ -120,27 +245,55 @@ struct RawRecord<'a> {
     kind: Option<Cow<'a, str>>,
 }
 
-/// serde's messages end with a position inside the line, which the caller already names.
-fn without_position(message: &str) -> &str {
-    message.split(" at line ").next().unwrap_or(message)
+/// A record's contents, passed to `into_record` apart from the rest: they may have been read
+/// apart from it, where serde read `null` (see `lift`).
+struct Apart<'a> {
+    content: Option<Content<'a>>,
+    content_base64: Option<Cow<'a, str>>,
 }
 
 /// Parses one line (not blank) of a JSON Lines input; `index` names it in errors.
 pub fn parse_line(index: usize, line: &[u8]) -> Result<Record<'_>> {
     let whole = || {
         let mut raw = parse_object::<RawRecord<'_>>(index, line, FIELDS)?;
-        let (content, base64) = (raw.content.take(), raw.content_base64.take());
-        into_record(index, raw, content.map(|t| t.0), base64.map(|t| t.0))
+        let apart = raw.take_contents();
+        into_record(index, raw, apart)
     };
     let Some(lifted) = lift::lift(line) else {
         return whole();
     };
     match parse_object::<RawRecord<'_>>(index, &lifted.rest, FIELDS) {
-        Ok(raw) => into_record(index, raw, lifted.content, lifted.content_base64),
+        Ok(raw) if raw.content.is_none() && raw.content_base64.is_none() => {
+            let apart = Apart {
+                content: lifted.content.map(Content::Text),
+                content_base64: lifted.content_base64,
+            };
+            into_record(index, raw, apart)
+        }
         // The line as a whole names what is wrong where it is (a bad byte's offset in the
-        // line, not in what was left of it); errors are rare enough to parse it twice.
-        Err(_) => whole(),
+        // line, not in what was left of it), and a content left besides a lifted one is
+        // refused as two contents; errors are rare enough to parse it twice.
+        _ => whole(),
     }
+}
+
+/// A record read by another serde deserializer than JSON's (a Python dict's, see
+/// `bindings::dict`), by the same schema and checks; its errors say where they are. `apart`
+/// gives a `content` it read apart from the rest (where serde read `null`), if any.
+pub fn read_record<'de, D>(
+    index: usize,
+    deserializer: D,
+    apart: impl FnOnce() -> Option<Content<'de>>,
+) -> Result<Record<'de>>
+where
+    D: serde::Deserializer<'de, Error = ReadError>,
+{
+    let mut raw = RawRecord::deserialize(deserializer).map_err(|e| e.refusal(index, FIELDS))?;
+    let mut contents = raw.take_contents();
+    if let Some(content) = apart() {
+        contents.content = Some(content);
+    }
+    into_record(index, raw, contents)
 }
 
 /// Parses a line holding one JSON object of type `T`, whose top-level `fields` name errors.
@@ -177,115 +330,25 @@ pub(crate) fn parse_object<'a, T: Deserialize<'a>>(
     Ok(value)
 }
 
-/// What an unknown field is told: a typo is far likelier than a field of another schema, so the
-/// one meant is named when there is one; else the fields are listed.
-pub fn unknown_field(name: &str, fields: &[&'static str]) -> String {
-    match closest(name, fields) {
-        Some(meant) => format!("unknown field '{name}': did you mean '{meant}'?"),
-        None => format!("unknown field '{name}' (fields: {})", fields.join(", ")),
-    }
-}
-
-/// The field a mistyped name most likely meant: at most two edits away (one for short names).
-fn closest(name: &str, fields: &[&'static str]) -> Option<&'static str> {
-    let distance = |a: &str, b: &str| {
-        let b: Vec<char> = b.chars().collect();
-        let mut row: Vec<usize> = (0..=b.len()).collect();
-        for (i, ca) in a.chars().enumerate() {
-            let mut previous = row[0];
-            row[0] = i + 1;
-            for (j, cb) in b.iter().enumerate() {
-                let next = (previous + usize::from(ca != *cb))
-                    .min(row[j] + 1)
-                    .min(row[j + 1] + 1);
-                previous = row[j + 1];
-                row[j + 1] = next;
-            }
+impl<'a> RawRecord<'a> {
+    /// Its contents, taken out to be passed to `into_record` with any read apart.
+    fn take_contents(&mut self) -> Apart<'a> {
+        Apart {
+            content: self.content.take().map(|c| c.0),
+            content_base64: self.content_base64.take().map(|t| t.0),
         }
-        row[b.len()]
-    };
-    let allowed = if name.chars().count() <= 4 { 1 } else { 2 };
-    fields
-        .iter()
-        .map(|f| (distance(&name.to_lowercase(), f), *f))
-        .filter(|(d, _)| *d <= allowed)
-        .min()
-        .map(|(_, f)| f)
+    }
 }
 
-/// Turns serde's error at `path` (like `metadata.tags[0]`) into one naming the top field.
-fn json_error(
-    index: usize,
-    line: &[u8],
-    path: &str,
-    err: &serde_json::Error,
-    fields: &[&'static str],
-) -> Error {
-    let top = path.split(['.', '[']).next().unwrap_or("");
-    let mut message = without_position(&err.to_string())
-        .replace("expected i64", "expected an integer")
-        .replace("expected a boolean", "expected true or false")
-        .replace("expected path string", "expected a file path")
-        .replace('`', "'");
-    let mut kind = RecordErrorKind::Invalid;
-    if let Err(e) = std::str::from_utf8(line) {
-        // serde says "invalid unicode code point"; say where the bad byte is.
-        message = format!("not valid UTF-8 (byte {} of the line)", e.valid_up_to());
-        kind = RecordErrorKind::NotJson;
-    } else if let Some(unknown) = message
-        .strip_prefix("unknown field '")
-        .and_then(|rest| rest.split_once('\''))
-        .map(|(name, _)| name.to_owned())
-    {
-        message = unknown_field(&unknown, fields);
-        kind = RecordErrorKind::UnknownField;
-    } else if message.starts_with("missing field") {
-        kind = RecordErrorKind::Missing;
-    }
-    if let Some(field) = fields.iter().find(|f| **f == top) {
-        let message = if message.contains("untagged enum RawTimestamp") {
-            "expected a date string or a number".to_owned()
-        } else if message.contains("untagged enum MetaValue") {
-            format!(
-                "'{}': expected a string or a list of strings",
-                &path[top.len() + 1..]
-            )
-        } else {
-            message
-        };
-        return Error::refused(kind, index, Some(field), message);
-    }
-    if err.is_data() || std::str::from_utf8(line).is_err() {
-        return Error::refused(kind, index, None, message);
-    }
-    Error::refused(
-        RecordErrorKind::NotJson,
-        index,
-        None,
-        format!("not a JSON object: {message}"),
-    )
-}
-
-/// The record of a parsed line; its contents are passed apart, as they may have been lifted
-/// out of the line before parsing (`raw` then borrows from what was left).
-fn into_record<'a>(
-    index: usize,
-    raw: RawRecord<'_>,
-    content: Option<Cow<'a, str>>,
-    content_base64: Option<Cow<'a, str>>,
-) -> Result<Record<'a>> {
+/// The record of `raw`, checked; its contents are passed apart, as they may have been read
+/// apart from the rest (`raw` then borrows from what was left, see `lift`).
+fn into_record<'a>(index: usize, raw: RawRecord<'_>, apart: Apart<'a>) -> Result<Record<'a>> {
+    debug_assert!(raw.content.is_none() && raw.content_base64.is_none());
     let bad = |field: &'static str, msg: String| Error::record(index, Some(field), msg);
-    let mut contents = Vec::with_capacity(1);
-    if let Some(c) = content {
-        contents.push(Content::Text(c));
-    }
-    if let Some(c) = content_base64 {
-        contents.push(Content::Base64(c));
-    }
-    if let Some(p) = raw.content_path {
-        contents.push(Content::Path(p));
-    }
-    if contents.len() > 1 {
+    let content_path = raw.content_path.map(Content::Path);
+    let content_base64 = apart.content_base64.map(Content::Base64);
+    let given = [&apart.content, &content_base64, &content_path];
+    if given.iter().filter(|c| c.is_some()).count() > 1 {
         return Err(bad(
             "content",
             "give at most one of content, content_base64 and content_path".into(),
@@ -314,29 +377,19 @@ fn into_record<'a>(
         .map(AclInput::into_acl)
         .transpose()
         .map_err(|m| bad("acl", m))?;
-    let mut metadata = Vec::new();
-    for (name, value) in raw.metadata.into_iter().flat_map(|m| m.0) {
-        match value {
-            MetaValue::One(v) => metadata.push((name, v)),
-            MetaValue::Many(vs) => metadata.extend(vs.into_iter().map(|v| (name.clone(), v))),
-        }
-    }
     Ok(Record {
         url: raw.url.unwrap_or_default(),
         action,
         mimetype: raw.mimetype,
         displayurl: raw.displayurl,
-        last_modified: raw.last_modified.map(|t| match t {
-            RawTimestamp::Text(s) => Timestamp::Text(s.into_owned()),
-            RawTimestamp::Epoch(secs) => Timestamp::Epoch(secs),
-        }),
+        last_modified: raw.last_modified.map(|t| t.0),
         lock: raw.lock,
         authmethod,
         pagerank: raw.pagerank,
         crawl_immediately: raw.crawl_immediately,
         crawl_once: raw.crawl_once,
-        metadata,
-        content: contents.pop(),
+        metadata: raw.metadata.map(|m| m.0).unwrap_or_default(),
+        content: apart.content.or(content_base64).or(content_path),
         acl,
         overwrite_acls: raw.overwrite_acls,
         standalone_acl,
@@ -376,153 +429,4 @@ pub fn lines_in(chunk: &[u8], part: Range<usize>) -> (Vec<(usize, &[u8])>, usize
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn err(line: &str) -> String {
-        parse_line(0, line.as_bytes()).unwrap_err().to_string()
-    }
-
-    #[test]
-    fn parses_every_field_and_borrows_plain_strings() {
-        let line = br#"{"url":"http://a.example.com/","action":"delete","lock":true,"pagerank":80,
-            "metadata":{"b":["2","1"],"a":"x"},"content_base64":"aGk=","last_modified":1700000000}"#;
-        let r = parse_line(3, line).unwrap();
-        assert_eq!(r.url, "http://a.example.com/");
-        assert_eq!(
-            (r.action, r.lock, r.pagerank),
-            (Some(Action::Delete), Some(true), Some(80))
-        );
-        assert_eq!(
-            r.metadata,
-            [
-                ("a".into(), "x".into()),
-                ("b".into(), "2".into()),
-                ("b".into(), "1".into())
-            ]
-        );
-        assert!(matches!(
-            r.content,
-            Some(Content::Base64(Cow::Borrowed("aGk=")))
-        ));
-        assert!(matches!(r.last_modified, Some(Timestamp::Epoch(_))));
-    }
-
-    #[test]
-    fn a_metadata_name_given_twice_is_refused_not_overwritten() {
-        assert_eq!(
-            err(r#"{"url":"x","metadata":{"k":"v1","k":"v2"}}"#),
-            "record 0: field 'metadata': the name 'k' is given twice: give its values as one list"
-        );
-    }
-
-    #[test]
-    fn a_mistyped_field_is_named_with_the_one_meant() {
-        assert_eq!(
-            err(r#"{"url":"x","conent":"a"}"#),
-            "record 0: unknown field 'conent': did you mean 'content'?"
-        );
-        assert!(err(r#"{"url":"x","Mimetype":"a"}"#).contains("did you mean 'mimetype'?"));
-        assert!(err(r#"{"url":"x","zzzzzz":1}"#).contains("(fields: url, action,"));
-    }
-
-    #[test]
-    fn a_byte_order_mark_is_named() {
-        assert!(err("\u{feff}{\"url\":\"x\"}").contains("byte order mark"));
-    }
-
-    #[test]
-    fn errors_name_the_field() {
-        assert_eq!(
-            err(r#"{"url":"x","lock":"yes"}"#),
-            "record 0: field 'lock': invalid type: string \"yes\", expected true or false"
-        );
-        assert!(err(r#"{"url":"x","colour":1}"#).contains("unknown field 'colour'"));
-        assert!(err(r#"{"url":"x","metadata":{"a":5}}"#)
-            .contains("field 'metadata': 'a': expected a string or a list"));
-        assert!(err(r#"{"url":"x","last_modified":true}"#)
-            .contains("field 'last_modified': expected a date"));
-        assert!(err(r#"{"url":"x","action":"drop"}"#)
-            .contains("field 'action': 'drop' is not an action"));
-        assert!(err(r#"{"url":"x"} {}"#).contains("not a JSON object"));
-        assert_eq!(err("[1]"), "record 0: expected a JSON object, one per line");
-        assert_eq!(
-            parse_line(0, b"{\"url\":\"\xff\"}")
-                .unwrap_err()
-                .to_string(),
-            "record 0: field 'url': not valid UTF-8 (byte 8 of the line)"
-        );
-        // The same, after a long content that is read apart from the rest of the line.
-        let mut line = format!(r#"{{"content":"{}","url":""#, "x".repeat(300)).into_bytes();
-        line.extend_from_slice(b"\xff\"}");
-        assert_eq!(
-            parse_line(0, &line).unwrap_err().to_string(),
-            "record 0: field 'url': not valid UTF-8 (byte 321 of the line)"
-        );
-    }
-
-    /// The lines of a chunk, found another way.
-    fn lines(chunk: &[u8]) -> (Vec<(usize, &[u8])>, usize) {
-        let mut all: Vec<&[u8]> = chunk.split(|&b| b == b'\n').collect();
-        if chunk.is_empty() || chunk.ends_with(b"\n") {
-            all.pop();
-        }
-        let found = (all.iter().copied().enumerate())
-            .filter(|(_, line)| !line.iter().all(u8::is_ascii_whitespace))
-            .collect();
-        (found, all.len())
-    }
-
-    #[test]
-    fn lines_skip_blanks_but_count_them() {
-        let chunk = b"{}\n\n  \n{}\r\n{}";
-        let (found, count) = lines_in(chunk, 0..chunk.len());
-        assert_eq!(found.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [0, 3, 4]);
-        assert_eq!(found[2].1, b"{}");
-        assert_eq!(count, 5);
-        assert_eq!(lines_in(b"{}\n{}\n", 0..6).1, 2);
-        assert_eq!(lines_in(b"\n", 0..1).1, 1);
-        assert_eq!(lines_in(b"", 0..0).1, 0);
-    }
-
-    #[test]
-    fn the_lines_of_all_pieces_are_the_lines_of_the_chunk_once_each() {
-        let mut chunk = Vec::new();
-        for n in 0..40usize {
-            chunk.extend(std::iter::repeat_n(b'x', n * 17_001 % 300_000));
-            chunk.extend_from_slice(if n % 3 == 0 { b"\n\n" } else { b"\n" });
-        }
-        for end in [
-            chunk.len(),
-            chunk.len() - 1,
-            300_000,
-            262_144,
-            262_145,
-            4097,
-            1,
-            0,
-        ] {
-            let chunk = &chunk[..end];
-            for count in [1, 3, 16, 1000] {
-                let mut joined = Vec::new();
-                let mut total = 0;
-                for part in pieces(chunk.len(), count) {
-                    let (found, n) = lines_in(chunk, part);
-                    joined.extend(found.into_iter().map(|(i, line)| (i + total, line)));
-                    total += n;
-                }
-                assert_eq!(
-                    (joined, total),
-                    lines(chunk),
-                    "{end} bytes in {count} pieces"
-                );
-            }
-        }
-        // Short lines (a directory's files, say) are shared out too.
-        let line = br#"{"url":"http://f.example.com/lib/python3.11/json/decoder.py","content_path":"/usr/lib/python3.11/json/decoder.py"}"#;
-        let short = [&line[..], b"\n"].concat().repeat(1000);
-        let parts = pieces(short.len(), 16);
-        assert!(parts.len() >= 8);
-        assert!(parts.into_iter().all(|p| lines_in(&short, p).1 > 0));
-    }
-}
+mod tests;

@@ -12,6 +12,7 @@ pub mod groups;
 pub mod guard;
 pub mod jsonl;
 mod lift;
+pub mod limits;
 mod output;
 pub mod record;
 pub mod thunderstone;

@@ -8,6 +8,7 @@ use std::io::Read;
 
 use base64_simd::STANDARD;
 use fastfeed_core::encode::Compress;
+use fastfeed_core::writer::SetKind;
 use fastfeed_core::{Content, FeedType, FeedWriter, Options, Record};
 use proptest::prelude::*;
 use quick_xml::events::{BytesStart, Event};
@@ -357,7 +358,7 @@ proptest! {
             group: Principal { scope: Scope::Group, ..principal(&names[0], None) },
             members: names.iter().map(|n| principal(n, None)).collect(),
         };
-        let mut g = FeedWriter::new_groups(&dir.path().join("g"), "ldap", FeedType::Incremental, Options::default()).unwrap();
+        let mut g = FeedWriter::create(SetKind::Groups, &dir.path().join("g"), "ldap", FeedType::Incremental, Options::default()).unwrap();
         g.add_memberships(&[membership]).unwrap();
         let (entries, _) = g.finish().unwrap();
         let xml = std::fs::read(dir.path().join("g").join(&entries[0].file)).unwrap();

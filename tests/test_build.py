@@ -724,3 +724,25 @@ def test_the_batch_api_names_the_same_kinds(tmp_path: Path) -> None:
             with pytest.raises(RecordError) as info:
                 w.add_batch([record])  # type: ignore[list-item]
             assert info.value.kind == kind
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"url": 5},
+        {"url": "http://a.example.com/1", "lock": "yes"},
+        {"url": "http://a.example.com/1", "colour": None},
+        {"url": "http://a.example.com/1", "metadata": {"tags": ["a", 5]}},
+        {"url": "http://a.example.com/1", "last_modified": True},
+        {"url": "http://a.example.com/1", "acl": {"principals": [{"name": "a", "acess": "deny"}]}},
+        {"url": "http://a.example.com/1", "content": "x", "content_base64": "eA=="},
+    ],
+)
+def test_a_dict_is_refused_as_its_json_line_is(tmp_path: Path, record: dict[str, object]) -> None:
+    # One schema reads both: the same field, reason and kind, whichever way a record comes.
+    with FeedWriter(tmp_path / "dict", "api") as w, pytest.raises(RecordError) as as_dict:
+        w.add_batch([record])  # type: ignore[list-item]
+    with FeedWriter(tmp_path / "line", "api") as w, pytest.raises(RecordError) as as_line:
+        w.add_jsonl(orjson.dumps(record) + b"\n")
+    refusal = (as_dict.value.field, as_dict.value.reason, as_dict.value.kind)
+    assert refusal == (as_line.value.field, as_line.value.reason, as_line.value.kind)

@@ -111,7 +111,7 @@ fn read_content_file(path: &std::path::Path, buf: &mut Vec<u8>) -> std::result::
             path.display()
         ));
     }
-    let limit = crate::writer::HARD_MAX_BYTES;
+    let limit = crate::limits::HARD_MAX_BYTES;
     if meta.len() > limit {
         return Err(format!(
             "{} is {} bytes, more than a feed file can hold ({limit}): feed its URL in a web \

@@ -137,13 +137,10 @@ impl Files {
     /// Closes the last file and writes the manifest; returns the files finished by this call.
     pub(super) fn finish(&mut self) -> Result<Vec<ManifestEntry>> {
         let mut finished = Vec::new();
-        // An empty full feed still gets its one (empty) file: pushing it deletes the
-        // datasource's documents, which is what it means. Groups feeds have no empty form
-        // (`xmlgroups (membership+)`).
         if self.current.is_none()
             && self.entries.is_empty()
             && self.feedtype == FeedType::Full
-            && self.set != SetKind::Groups
+            && self.set.empty_full_file()
         {
             self.open_next()?;
         }

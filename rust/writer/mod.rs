@@ -24,7 +24,6 @@ use crate::error::{Error, Result};
 use crate::groups::Membership;
 use crate::jsonl;
 use crate::record::{EncodeOptions, FeedKind, FeedType, Record};
-use crate::thunderstone;
 
 use files::{write_files, Files, Job};
 use tasks::{
@@ -34,8 +33,7 @@ use tasks::{
 pub use set::{check_datasource, BatchReport, ManifestEntry, Options, SetKind};
 pub use tasks::SharedChunk;
 
-/// The protocol refuses feeds of 1 GB and more; no file may come closer than this.
-pub const HARD_MAX_BYTES: u64 = 950_000_000;
+pub use crate::limits::HARD_MAX_BYTES;
 /// See the README: small enough to retry cheaply and keep the feeder's backlog granular.
 pub const DEFAULT_MAX_BYTES: u64 = 50_000_000;
 pub const DEFAULT_LEVEL: u8 = 1;
@@ -65,61 +63,19 @@ pub struct FeedWriter {
 impl FeedWriter {
     /// A writer of gsafeed files for `datasource`.
     pub fn new(dir: &Path, datasource: &str, feedtype: FeedType, opts: Options) -> Result<Self> {
-        check_datasource(datasource)?;
-        if datasource == "web" && feedtype == FeedType::Full {
-            return Err(Error::Config(
-                "the 'web' datasource is a web feed, which is always incremental: use \
-                 --feedtype incremental or metadata-and-url"
-                    .into(),
-            ));
-        }
-        Self::open(dir, datasource, feedtype, SetKind::Feed, opts)
+        Self::create(SetKind::Feed, dir, datasource, feedtype, opts)
     }
 
-    /// A writer of groups feeds for `groupsource`.
-    pub fn new_groups(
-        dir: &Path,
-        groupsource: &str,
-        feedtype: FeedType,
-        opts: Options,
-    ) -> Result<Self> {
-        check_datasource(groupsource).map_err(|_| {
-            Error::Config(format!(
-                "groupsource '{groupsource}' is not allowed: it must start with a letter or \
-                 underscore and hold only letters, digits, '_' and '-'"
-            ))
-        })?;
-        if feedtype == FeedType::MetadataAndUrl {
-            return Err(Error::Config("a groups feed is full or incremental".into()));
-        }
-        Self::open(dir, groupsource, feedtype, SetKind::Groups, opts)
-    }
-
-    /// A writer of Thunderstone data for `profile`; there is no feed type (the manifest says
-    /// incremental).
-    pub fn new_thunderstone(dir: &Path, profile: &str, opts: Options) -> Result<Self> {
-        check_datasource(profile).map_err(|_| {
-            Error::Config(format!(
-                "profile '{profile}' is not allowed: it must start with a letter or underscore \
-                 and hold only letters, digits, '_' and '-'"
-            ))
-        })?;
-        Self::open(
-            dir,
-            profile,
-            FeedType::Incremental,
-            SetKind::Thunderstone,
-            opts,
-        )
-    }
-
-    fn open(
+    /// A writer of a set of `set`'s kind for `source` (its datasource, groupsource or profile:
+    /// see `SetKind`).
+    pub fn create(
+        set: SetKind,
         dir: &Path,
         source: &str,
         feedtype: FeedType,
-        set: SetKind,
         opts: Options,
     ) -> Result<Self> {
+        let kind = set.feed_kind(source, feedtype)?;
         if opts.max_bytes == 0 || opts.max_bytes > HARD_MAX_BYTES {
             return Err(Error::Config(format!(
                 "max bytes must be between 1 and {HARD_MAX_BYTES} (the protocol refuses feeds of 1 GB)"
@@ -156,7 +112,7 @@ impl FeedWriter {
             set,
             dir: dir.to_owned(),
             datasource: source.to_owned(),
-            feedtype,
+            feedtype: kind.feedtype,
             max_bytes: opts.max_bytes,
             max_records: opts.max_records,
             current: None,
@@ -175,10 +131,7 @@ impl FeedWriter {
             .map_err(|e| Error::Config(format!("cannot start the writing thread: {e}")))?;
         Ok(FeedWriter {
             set,
-            kind: FeedKind {
-                feedtype,
-                web: set == SetKind::Feed && source == "web",
-            },
+            kind,
             opts,
             limits,
             pool,
@@ -303,24 +256,15 @@ impl FeedWriter {
     /// Checks, encodes and takes a batch of records; on error nothing of the batch is
     /// written, and the error's index is the record's position in `records`.
     pub fn add_batch(&mut self, records: &[Record<'_>]) -> Result<BatchReport> {
+        let Some(encode) = self.set.form().encode_record else {
+            return Err(self.refuse("document records"));
+        };
         let indexed: Vec<(usize, &Record<'_>)> = records.iter().enumerate().collect();
-        match self.set {
-            SetKind::Feed => self.add(
-                &indexed,
-                |record| record.weight(),
-                |index, record, kind, opts, scratch, out| {
-                    record.encode_into(index, kind, opts, scratch, out)
-                },
-            ),
-            SetKind::Thunderstone => self.add(
-                &indexed,
-                |record| record.weight(),
-                |index, record, _, _, scratch, out| {
-                    thunderstone::encode_item(record, index, scratch, out)
-                },
-            ),
-            SetKind::Groups => Err(self.refuse("document records")),
-        }
+        self.add(
+            &indexed,
+            |record| record.weight(),
+            |index, record, kind, enc, scratch, out| encode(index, record, kind, enc, scratch, out),
+        )
     }
 
     /// Starts encoding a chunk of JSON Lines (whole lines only) on the encoding threads and
@@ -399,7 +343,7 @@ impl FeedWriter {
 
     /// Checks, encodes and takes a batch of group memberships, like `add_batch`.
     pub fn add_memberships(&mut self, memberships: &[Membership]) -> Result<BatchReport> {
-        if self.set != SetKind::Groups {
+        if !self.set.form().memberships {
             return Err(self.refuse("group memberships"));
         }
         let indexed: Vec<(usize, &Membership)> = memberships.iter().enumerate().collect();

@@ -1,0 +1,221 @@
+//! Tests of the record schema and of cutting chunks into lines.
+
+use super::*;
+
+fn err(line: &str) -> String {
+    parse_line(0, line.as_bytes()).unwrap_err().to_string()
+}
+
+#[test]
+fn parses_every_field_and_borrows_plain_strings() {
+    let line = br#"{"url":"http://a.example.com/","action":"delete","lock":true,"pagerank":80,
+        "metadata":{"b":["2","1"],"a":"x"},"content_base64":"aGk=","last_modified":1700000000}"#;
+    let r = parse_line(3, line).unwrap();
+    assert_eq!(r.url, "http://a.example.com/");
+    assert_eq!(
+        (r.action, r.lock, r.pagerank),
+        (Some(Action::Delete), Some(true), Some(80))
+    );
+    assert_eq!(
+        r.metadata,
+        [
+            ("a".into(), "x".into()),
+            ("b".into(), "2".into()),
+            ("b".into(), "1".into())
+        ]
+    );
+    assert!(matches!(
+        r.content,
+        Some(Content::Base64(Cow::Borrowed("aGk=")))
+    ));
+    assert!(matches!(r.last_modified, Some(Timestamp::Epoch(_))));
+}
+
+#[test]
+fn a_metadata_name_given_twice_is_refused_not_overwritten() {
+    assert_eq!(
+        err(r#"{"url":"x","metadata":{"k":"v1","k":"v2"}}"#),
+        "record 0: field 'metadata': the name 'k' is given twice: give its values as one list"
+    );
+}
+
+#[test]
+fn a_mistyped_field_is_named_with_the_one_meant() {
+    assert_eq!(
+        err(r#"{"url":"x","conent":"a"}"#),
+        "record 0: unknown field 'conent': did you mean 'content'?"
+    );
+    assert!(err(r#"{"url":"x","Mimetype":"a"}"#).contains("did you mean 'mimetype'?"));
+    assert!(err(r#"{"url":"x","zzzzzz":1}"#).contains("(fields: url, action,"));
+}
+
+#[test]
+fn a_byte_order_mark_is_named() {
+    assert!(err("\u{feff}{\"url\":\"x\"}").contains("byte order mark"));
+}
+
+#[test]
+fn errors_name_the_field() {
+    assert_eq!(
+        err(r#"{"url":"x","lock":"yes"}"#),
+        "record 0: field 'lock': invalid type: string \"yes\", expected true or false"
+    );
+    assert!(err(r#"{"url":"x","colour":1}"#).contains("unknown field 'colour'"));
+    assert!(err(r#"{"url":"x","metadata":{"a":5}}"#)
+        .contains("field 'metadata': 'a': expected a string or a list"));
+    assert!(err(r#"{"url":"x","last_modified":true}"#)
+        .contains("field 'last_modified': expected a date"));
+    assert!(
+        err(r#"{"url":"x","action":"drop"}"#).contains("field 'action': 'drop' is not an action")
+    );
+    assert!(err(r#"{"url":"x"} {}"#).contains("not a JSON object"));
+    assert_eq!(err("[1]"), "record 0: expected a JSON object, one per line");
+    assert_eq!(
+        parse_line(0, b"{\"url\":\"\xff\"}")
+            .unwrap_err()
+            .to_string(),
+        "record 0: field 'url': not valid UTF-8 (byte 8 of the line)"
+    );
+    // The same, after a long content that is read apart from the rest of the line.
+    let mut line = format!(r#"{{"content":"{}","url":""#, "x".repeat(300)).into_bytes();
+    line.extend_from_slice(b"\xff\"}");
+    assert_eq!(
+        parse_line(0, &line).unwrap_err().to_string(),
+        "record 0: field 'url': not valid UTF-8 (byte 321 of the line)"
+    );
+}
+
+/// The lines of a chunk, found another way.
+fn lines(chunk: &[u8]) -> (Vec<(usize, &[u8])>, usize) {
+    let mut all: Vec<&[u8]> = chunk.split(|&b| b == b'\n').collect();
+    if chunk.is_empty() || chunk.ends_with(b"\n") {
+        all.pop();
+    }
+    let found = (all.iter().copied().enumerate())
+        .filter(|(_, line)| !line.iter().all(u8::is_ascii_whitespace))
+        .collect();
+    (found, all.len())
+}
+
+#[test]
+fn lines_skip_blanks_but_count_them() {
+    let chunk = b"{}\n\n  \n{}\r\n{}";
+    let (found, count) = lines_in(chunk, 0..chunk.len());
+    assert_eq!(found.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [0, 3, 4]);
+    assert_eq!(found[2].1, b"{}");
+    assert_eq!(count, 5);
+    assert_eq!(lines_in(b"{}\n{}\n", 0..6).1, 2);
+    assert_eq!(lines_in(b"\n", 0..1).1, 1);
+    assert_eq!(lines_in(b"", 0..0).1, 0);
+}
+
+#[test]
+fn the_lines_of_all_pieces_are_the_lines_of_the_chunk_once_each() {
+    let mut chunk = Vec::new();
+    for n in 0..40usize {
+        chunk.extend(std::iter::repeat_n(b'x', n * 17_001 % 300_000));
+        chunk.extend_from_slice(if n % 3 == 0 { b"\n\n" } else { b"\n" });
+    }
+    for end in [
+        chunk.len(),
+        chunk.len() - 1,
+        300_000,
+        262_144,
+        262_145,
+        4097,
+        1,
+        0,
+    ] {
+        let chunk = &chunk[..end];
+        for count in [1, 3, 16, 1000] {
+            let mut joined = Vec::new();
+            let mut total = 0;
+            for part in pieces(chunk.len(), count) {
+                let (found, n) = lines_in(chunk, part);
+                joined.extend(found.into_iter().map(|(i, line)| (i + total, line)));
+                total += n;
+            }
+            assert_eq!(
+                (joined, total),
+                lines(chunk),
+                "{end} bytes in {count} pieces"
+            );
+        }
+    }
+    // Short lines (a directory's files, say) are shared out too.
+    let line = br#"{"url":"http://f.example.com/lib/python3.11/json/decoder.py","content_path":"/usr/lib/python3.11/json/decoder.py"}"#;
+    let short = [&line[..], b"\n"].concat().repeat(1000);
+    let parts = pieces(short.len(), 16);
+    assert!(parts.len() >= 8);
+    assert!(parts.into_iter().all(|p| lines_in(&short, p).1 > 0));
+}
+
+/// The fields of a struct as its derived `Deserialize` knows them: serde hands them to the
+/// deserializer, which here keeps them and stops.
+fn serde_fields<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
+    #[derive(Debug)]
+    struct Found(&'static [&'static str]);
+    impl std::fmt::Display for Found {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("not a struct")
+        }
+    }
+    impl std::error::Error for Found {}
+    impl serde::de::Error for Found {
+        fn custom<T: std::fmt::Display>(_: T) -> Self {
+            Found(&[])
+        }
+    }
+    struct Probe;
+    impl<'de> serde::Deserializer<'de> for Probe {
+        type Error = Found;
+        fn deserialize_any<V: serde::de::Visitor<'de>>(
+            self,
+            _: V,
+        ) -> std::result::Result<V::Value, Found> {
+            Err(Found(&[]))
+        }
+        fn deserialize_struct<V: serde::de::Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> std::result::Result<V::Value, Found> {
+            Err(Found(fields))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+            option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+            ignored_any
+        }
+    }
+    T::deserialize(Probe).map_or_else(|found| found.0, |_| &[])
+}
+
+#[test]
+fn the_field_list_is_the_schema_s() {
+    // Every reader takes its fields from FIELDS (the batch API, the seedlist store, the
+    // `Record` TypedDict): a field added to the schema must be added there.
+    assert_eq!(FIELDS, serde_fields::<RawRecord<'_>>());
+}
+
+#[test]
+fn a_short_content_besides_a_long_one_is_refused_not_dropped() {
+    // The long one is read apart from the line (see `lift`), the short one with the rest.
+    let line = format!(
+        r#"{{"url":"http://a.example.com/","content":"{}","content_base64":"aGk="}}"#,
+        "x".repeat(300)
+    );
+    assert_eq!(
+        err(&line),
+        "record 0: field 'content': give at most one of content, content_base64 and content_path"
+    );
+}
+
+#[test]
+fn a_mistyped_field_inside_a_field_is_named_with_the_one_meant_there() {
+    assert_eq!(
+        err(r#"{"url":"x","acl":{"principals":[{"name":"a","scope":"user","acess":"permit"}]}}"#),
+        "record 0: field 'acl': unknown field 'acess': did you mean 'access'?"
+    );
+}

@@ -502,6 +502,11 @@ def _feed(builder: _Builder, inputs: Sequence[str], base_url: str | None, out: s
                     mapped = MappedInput(stream)
                     try:
                         builder.jsonl(mapped.chunks(), name, changed=mapped.changed)
+                    except BaseException:
+                        # The chunk started ahead may still be encoding: aborting waits for it,
+                        # and it reads the mapping, which must stay guarded until then.
+                        builder.writer.abort()
+                        raise
                     finally:
                         mapped.close()
 

@@ -100,22 +100,19 @@ def _write_frame(job: PartitionedBuild, frame: Any, index: int) -> Partition:
 
 def _frame_records(frame: Any) -> Iterator[Record]:
     """The rows of a partition as records, a slice at a time (a partition's records are never
-    all in memory at once). A missing value (None, NaN, NaT, NA) is an absent field."""
+    all in memory at once). A missing value (None, NaN, NaT, NA: what pandas calls missing)
+    is an absent field."""
     for start in range(0, len(frame), BATCH):
-        for row in frame.iloc[start : start + BATCH].to_dict("records"):
-            yield {str(name): value for name, value in row.items() if not _missing(value)}  # type: ignore[misc]
-
-
-def _missing(value: object) -> bool:
-    import pandas
-
-    # By identity: NA compared with == is NA, whose truth is an error.
-    return (
-        value is None
-        or value is pandas.NaT
-        or value is pandas.NA
-        or (isinstance(value, float) and value != value)
-    )
+        part = frame.iloc[start : start + BATCH]
+        rows = part.to_dict("records")
+        missing = part.isna()
+        gaps = list(part.columns[missing.any()])
+        if gaps:
+            for row, absent in zip(rows, missing[gaps].itertuples(index=False), strict=True):
+                for name, gone in zip(gaps, absent, strict=True):
+                    if gone:
+                        del row[name]
+        yield from rows
 
 
 def _is_dataframe(collection: object) -> bool:

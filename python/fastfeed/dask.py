@@ -9,11 +9,10 @@ the parts into one set that `fastfeed push OUT` pushes like any other.
 
 from __future__ import annotations
 
-import functools
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,30 +71,50 @@ def build(
         on_error=on_error,
     )
     started = time.monotonic()
+    # Each partition is written in the task that makes it (fused with it), where it is: its
+    # records are never sent to another worker nor kept waiting in a worker's memory. Named,
+    # to be told apart on the dashboard; unique, so that no earlier result is reused.
+    token = f"fastfeed-partition-{uuid.uuid4().hex}"
     if isinstance(collection, bag.Bag):
-        write: Callable[[Any, int], Partition] = job.write
+        indexes = bag.from_sequence(
+            range(collection.npartitions), npartitions=collection.npartitions
+        )
+        written = bag.map_partitions(_write_records, job, collection, indexes, token=token)
     elif _is_dataframe(collection):
-        write = functools.partial(_write_frame, job)
+        written = collection.map_partitions(
+            _write_frame,
+            job,
+            meta=("partition", object),
+            token=token,
+            enforce_metadata=False,
+        )
     else:
         raise FastfeedError(
             f"fastfeed.dask.build takes a Dask DataFrame or bag of records, not "
             f"{type(collection).__name__}"
         )
-    delayed = collection.to_delayed()
     with job:
-        # Named, to be told apart on the dashboard; unique, so that no result is reused.
-        name = f"fastfeed-partition-{uuid.uuid4().hex}"
-        tasks = [
-            dask.delayed(write)(part, i, dask_key_name=(name, i)) for i, part in enumerate(delayed)
-        ]
-        parts = list(dask.compute(*tasks))
+        (parts,) = dask.compute(written)
+        parts = list(parts)
         if not parts:  # a collection of no partitions is an empty set
             parts = [job.write([], 0)]
         return job.merge(parts, started=started, on_warning=on_warning)
 
 
-def _write_frame(job: PartitionedBuild, frame: Any, index: int) -> Partition:
-    return job.write(_frame_records(frame), index)
+def _write_records(
+    job: PartitionedBuild, records: Iterable[Record], index: Iterable[int]
+) -> list[Partition]:
+    """Writes a partition of a bag; `index` is the partition's number, as a partition."""
+    (number,) = index
+    return [job.write(records, number)]
+
+
+def _write_frame(frame: Any, job: PartitionedBuild, partition_info: dict[str, Any]) -> Any:
+    """Writes a partition of a data frame, as a series of one `Partition`."""
+    import pandas
+
+    written = job.write(_frame_records(frame), partition_info["number"])
+    return pandas.Series([written], dtype=object)
 
 
 def _frame_records(frame: Any) -> Iterator[Record]:

@@ -38,20 +38,8 @@ PARTITIONS = 16
 ROUNDS = 3
 # The workers do not import this module: its functions travel whole.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-WORDS = [
-    "the",
-    "search",
-    "appliance",
-    "feeds",
-    "content",
-    "metadata",
-    "crawler",
-    "index",
-    "of",
-    "and",
-    "é",
-    "ü",
-]
+#: Words of one to eight letters, some not ASCII.
+WORDS = [("abcdéfgh" * 2)[i : i + n] for i in range(8) for n in range(1, 9)]
 
 
 def partition(index: int) -> pandas.DataFrame:

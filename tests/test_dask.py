@@ -172,6 +172,10 @@ def test_an_empty_full_set_is_refused_unless_allowed(sync_scheduler: None, tmp_p
 
     summary = build(empty, tmp_path / "allowed", "docs", "full", allow_empty_full=True)
     assert [(e.feedtype, e.records) for e in summary.manifest] == [("full", 0)]
+    none = dask.bag.from_delayed([])  # no partitions at all
+    with pytest.raises(EmptyFullFeed):
+        build(none, tmp_path / "none", "docs", "full")
+    assert build(none, tmp_path / "nothing", "docs").manifest == []
 
 
 def test_records_refused_in_any_partition_are_saved_in_partition_order(

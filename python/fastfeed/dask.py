@@ -76,10 +76,11 @@ def build(
     # to be told apart on the dashboard; unique, so that no earlier result is reused.
     token = f"fastfeed-partition-{uuid.uuid4().hex}"
     if isinstance(collection, bag.Bag):
-        indexes = bag.from_sequence(
-            range(collection.npartitions), npartitions=collection.npartitions
-        )
-        written = bag.map_partitions(_write_records, job, collection, indexes, token=token)
+        count = collection.npartitions
+        # A bag of no partitions (`from_delayed([])`) is an empty set: one empty partition.
+        indexes = bag.from_sequence(range(max(count, 1)), npartitions=max(count, 1))
+        records = collection if count else bag.from_sequence([], npartitions=1)
+        written = bag.map_partitions(_write_records, job, records, indexes, token=token)
     elif _is_dataframe(collection):
         written = collection.map_partitions(
             _write_frame,
@@ -95,10 +96,7 @@ def build(
         )
     with job:
         (parts,) = dask.compute(written)
-        parts = list(parts)
-        if not parts:  # a collection of no partitions is an empty set
-            parts = [job.write([], 0)]
-        return job.merge(parts, started=started, on_warning=on_warning)
+        return job.merge(list(parts), started=started, on_warning=on_warning)
 
 
 def _write_records(

@@ -13,7 +13,6 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
 from typing import Any
 
 from fastfeed.errors import FastfeedError
@@ -58,7 +57,7 @@ def build(
     """
     dask, bag = _import_dask()
     job = PartitionedBuild(
-        os.fspath(Path(out_dir).absolute()),
+        out_dir,
         datasource,
         feedtype,
         max_bytes=max_bytes,

@@ -63,6 +63,10 @@ class PartitionedBuild:
     allow_empty_full: bool = False
     on_error: OnError = "stop"
 
+    def __post_init__(self) -> None:
+        # The workers may not share this process's working directory.
+        object.__setattr__(self, "out_dir", os.path.abspath(self.out_dir))
+
     def start(self) -> None:
         """Checks the settings and readies `out_dir` (new or empty) on the driver, before any
         partition is sent to a worker."""

@@ -70,10 +70,6 @@ class Partition:
     rejected: int = 0
     warnings: list[str] = field(default_factory=list)
 
-    @property
-    def records(self) -> int:
-        return sum(e.records for e in self.manifest)
-
 
 def write_partition(
     records: Iterable[Record],
@@ -97,7 +93,7 @@ def write_partition(
     except FileNotFoundError:
         raise FastfeedError(
             f"{staging} does not exist: the build of {out_dir} was not started "
-            "(start_partitions) or has ended"
+            "(PartitionedBuild.start, or its with block) or has ended"
         ) from None
     warned: list[str] = []
     rejected: list[tuple[str, bytes, str]] = []

@@ -17,7 +17,14 @@ import dask.dataframe
 import distributed
 import pandas
 import pytest
-from fastfeed import EmptyFullFeed, FastfeedError, InputError, PartitionedBuild, read_manifest
+from fastfeed import (
+    EmptyFullFeed,
+    FastfeedError,
+    InputError,
+    PartitionedBuild,
+    read_manifest,
+    validate_file,
+)
 from fastfeed.dask import build
 from fastfeed.delivery.settings import PushSettings
 from fastfeed.emulator import Emulator
@@ -229,6 +236,7 @@ def test_the_merge_takes_every_partition_once_and_only_the_copy_reported(
     ]
     header = (out / "docs-000003.xml").read_bytes()[:300]
     assert b"<feedtype>incremental</feedtype>" in header
+    assert [validate_file(out / e.file) for e in summary.manifest] == [[]] * 4
     assert sorted(os.listdir(out)) == [e.file for e in summary.manifest] + ["manifest.jsonl"]
 
 

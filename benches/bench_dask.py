@@ -1,7 +1,8 @@
 """Builds on Dask: two single-threaded workers against one, same corpus, same run.
 
 Run: `pytest benches/bench_dask.py -o python_files='bench_*.py' -s` (FASTFEED_BENCH_DASK_RECORDS
-sets the corpus, default 240,000 records of 1 to 6 KB of text in 16 partitions).
+sets the corpus, default 240,000 records of 1 to 6 KB of text in 16 partitions;
+FASTFEED_BENCH_DASK_ROUNDS the rounds, default 3).
 
 Each worker process is pinned to a core of its own (a Dask worker per core, as deployed), runs
 one task at a time, and its partition writer one encoding thread. The corpus is CPU-bound:
@@ -35,7 +36,7 @@ from fastfeed.dask import build
 
 RECORDS = int(os.environ.get("FASTFEED_BENCH_DASK_RECORDS", "240000"))
 PARTITIONS = 16
-ROUNDS = 3
+ROUNDS = int(os.environ.get("FASTFEED_BENCH_DASK_ROUNDS", "3"))
 # The workers do not import this module: its functions travel whole.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 #: Words of one to eight letters, some not ASCII.

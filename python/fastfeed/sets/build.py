@@ -401,6 +401,15 @@ def check_directories(inputs: Sequence[str], base_url: str | None) -> None:
             )
 
 
+def check_out_dir(out: Path) -> None:
+    """A build goes into a new or empty directory, so that the files of two builds never mix."""
+    if out.is_dir() and any(out.iterdir()):
+        raise FastfeedError(
+            f"{out} is not empty: build into a new or empty directory, so that the files of two "
+            "builds never mix"
+        )
+
+
 def write_set(
     inputs: Sequence[str],
     out_dir: str | os.PathLike[str],
@@ -434,7 +443,7 @@ def write_set(
         _feed(builder, inputs, base_url, os.fspath(out))
     finally:
         # Kept whatever stopped the build: the refused records are the ones to fix.
-        rejected_file = save_rejected(out, builder.rejected) if builder.rejected else None
+        rejected_file = _save_rejected(out, builder.rejected) if builder.rejected else None
     if progress is not None:
         progress.close()
     return BuildSummary(
@@ -475,17 +484,7 @@ def _feed(builder: _Builder, inputs: Sequence[str], base_url: str | None, out: s
                         mapped.close()
 
 
-def check_out_dir(out: Path) -> None:
-    """A build goes into a new or empty directory, so that the files of two builds never mix."""
-    if out.is_dir() and any(out.iterdir()):
-        raise FastfeedError(
-            f"{out} is not empty: build into a new or empty directory, so that the files of two "
-            "builds never mix"
-        )
-
-
-def save_rejected(out: Path, rejected: list[tuple[str, bytes, str]]) -> str:
-    """Saves refused records byte for byte to OUT/rejected.jsonl, and why to rejected.log."""
+def _save_rejected(out: Path, rejected: list[tuple[str, bytes, str]]) -> str:
     path = out / REJECTED
     with path.open("wb") as lines, (out / REJECTED_LOG).open("w", encoding="utf-8") as log:
         for location, raw, reason in rejected:

@@ -33,14 +33,7 @@ from pathlib import Path
 import orjson
 
 from fastfeed.errors import EmptyFullFeed, FastfeedError, InputError, RecordError
-from fastfeed.sets.build import (
-    REJECTED,
-    REJECTED_LOG,
-    BuildSummary,
-    OnError,
-    check_out_dir,
-    save_rejected,
-)
+from fastfeed.sets.build import REJECTED, REJECTED_LOG, BuildSummary, OnError, check_out_dir
 from fastfeed.sets.manifest import MANIFEST, ManifestEntry, read_manifest
 from fastfeed.sets.records import Record
 from fastfeed.sets.writer import FeedWarning, RecordWriter
@@ -112,7 +105,7 @@ def write_partition(
             entries = [retype(work, entries[0], "incremental"), *entries[1:]]
             _write_manifest(work, entries)
         if rejected:
-            save_rejected(work, rejected)
+            _save_rejected(work, rejected)
         os.rename(work, staging / name)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
@@ -155,6 +148,15 @@ def _add(
 def _raw(record: object) -> bytes:
     """A refused record as a line of JSON Lines, to be fixed and fed again."""
     return orjson.dumps(record, default=str, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _save_rejected(directory: Path, rejected: list[tuple[str, bytes, str]]) -> None:
+    """A partition's refused records, as a build saves them: byte for byte in rejected.jsonl,
+    where and why in rejected.log."""
+    with (directory / REJECTED).open("wb") as lines:
+        lines.writelines(raw + b"\n" for _, raw, _ in rejected)
+    with (directory / REJECTED_LOG).open("w", encoding="utf-8") as log:
+        log.writelines(f"{location}: {reason}\n" for location, _, reason in rejected)
 
 
 def _write_manifest(directory: Path, entries: Sequence[ManifestEntry]) -> None:

@@ -436,7 +436,11 @@ def write_set(
         else:
             on_warning(message)
 
-    check_out_dir(out)
+    if out.is_dir() and any(out.iterdir()):
+        raise FastfeedError(
+            f"{out} is not empty: build into a new or empty directory, so that the files of two "
+            "builds never mix"
+        )
     writer = make_writer(warn)
     builder.start(writer)
     try:

@@ -175,8 +175,8 @@ def merge_partitions(
     feedtype: str,
     retype: Retype,
     *,
+    started: float,
     refuse_empty: str | None = None,
-    started: float | None = None,
     on_warning: Callable[[str], None] | None = None,
 ) -> BuildSummary:
     """Merges the partitions written into `out_dir` (every index from 0, each once) into one
@@ -188,8 +188,8 @@ def merge_partitions(
     indexes = [p.index for p in parts]
     if indexes != list(range(len(parts))):
         raise FastfeedError(
-            f"partitions {indexes} are not every partition once (0 to {len(parts) - 1}): give "
-            "merge_partitions what write_partition returned for each partition of the collection"
+            f"partitions {indexes} are not every partition once (0 to {len(parts) - 1}): merge "
+            "what `write` returned for each partition of the collection, once each"
         )
     # The manifest on disk, not the one reported: it is the one that matches the files.
     found = [(p, read_manifest(staging / p.directory)) for p in parts]
@@ -224,7 +224,7 @@ def merge_partitions(
         rejected=sum(p.rejected for p in parts),
         warnings=len(warnings),
         bytes=sum(e.bytes for e in manifest),
-        seconds=time.monotonic() - started if started is not None else 0.0,
+        seconds=time.monotonic() - started,
         rejected_file=rejected_file,
     )
 

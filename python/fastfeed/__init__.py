@@ -32,6 +32,7 @@ from fastfeed.errors import (
 )
 from fastfeed.gsa.build import build
 from fastfeed.gsa.groups import GroupsWriter, Membership, build_groups
+from fastfeed.gsa.partitions import PartitionedBuild
 from fastfeed.gsa.writer import FeedWriter
 from fastfeed.sets.build import BuildSummary
 from fastfeed.sets.manifest import ManifestEntry, read_manifest
@@ -93,6 +94,7 @@ __all__ = [
     "MassDelete",
     "Membership",
     "Outcome",
+    "PartitionedBuild",
     "Principal",
     "Problem",
     "PushError",

@@ -426,6 +426,15 @@ def check_directories(inputs: Sequence[str], base_url: str | None) -> None:
             )
 
 
+def check_out_dir(out: Path) -> None:
+    """A build goes into a new or empty directory, so that the files of two builds never mix."""
+    if out.is_dir() and any(out.iterdir()):
+        raise FastfeedError(
+            f"{out} is not empty: build into a new or empty directory, so that the files of two "
+            "builds never mix"
+        )
+
+
 def write_set(
     inputs: Sequence[str],
     out_dir: str | os.PathLike[str],

@@ -1,0 +1,148 @@
+"""Feed sets built on Dask: `build(collection, out_dir, datasource, feedtype)` writes one part
+of the set per partition of a Dask DataFrame or bag of records, on the workers, then merges
+the parts into one set that `fastfeed push OUT` pushes like any other.
+
+`out_dir` must be a directory the workers and this process share (a local disk for a
+`LocalCluster`, a network file system for a cluster of machines). Needs the `dask` extra:
+`pip install 'fastfeed[dask]'`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from fastfeed.errors import FastfeedError
+from fastfeed.gsa.partitions import PartitionedBuild
+from fastfeed.gsa.writer import AclFormat, Compress, FeedType
+from fastfeed.sets.build import BuildSummary, OnError
+from fastfeed.sets.partitions import BATCH, Partition
+from fastfeed.sets.records import Record
+from fastfeed.sets.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES
+
+__all__ = ["build"]
+
+
+def build(
+    collection: Any,
+    out_dir: str | os.PathLike[str],
+    datasource: str,
+    feedtype: FeedType = "incremental",
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_records: int = 0,
+    compress: Compress = "auto",
+    level: int = DEFAULT_LEVEL,
+    workers: int = 1,
+    acl_format: AclFormat = "per-url",
+    allow_empty_full: bool = False,
+    on_error: OnError = "stop",
+    on_warning: Callable[[str], None] | None = None,
+) -> BuildSummary:
+    """Builds a feed set from a Dask DataFrame (a row per record, a column per field of the
+    record schema; a missing value is an absent field) or a Dask bag of record dicts, one part
+    per partition on the Dask workers (the active `distributed.Client`, else Dask's default
+    scheduler), into `out_dir`, and returns what was written, counters summed.
+
+    As `fastfeed.build`: a `full` set's first file is full and the rest incremental, in
+    partition order; a full set with no records raises `EmptyFullFeed` unless
+    `allow_empty_full`; with `on_error="stop"` the first refused record fails the job, and with
+    `"skip"` refused records are saved to OUT/rejected.jsonl. A failed job leaves no manifest,
+    so nothing half-built can be pushed; a partition Dask runs again (a worker lost) is pushed
+    once. `workers` is each partition writer's encoding threads: Dask's workers are the
+    parallelism.
+    """
+    dask, bag = _import_dask()
+    job = PartitionedBuild(
+        out_dir,
+        datasource,
+        feedtype,
+        max_bytes=max_bytes,
+        max_records=max_records,
+        compress=compress,
+        level=level,
+        workers=workers,
+        acl_format=acl_format,
+        allow_empty_full=allow_empty_full,
+        on_error=on_error,
+    )
+    started = time.monotonic()
+    # Each partition is written in the task that makes it (fused with it), where it is: its
+    # records are never sent to another worker nor kept waiting in a worker's memory. Named,
+    # to be told apart on the dashboard; unique, so that no earlier result is reused.
+    token = f"fastfeed-partition-{uuid.uuid4().hex}"
+    if isinstance(collection, bag.Bag):
+        count = collection.npartitions
+        # A bag of no partitions (`from_delayed([])`) is an empty set: one empty partition.
+        indexes = bag.from_sequence(range(max(count, 1)), npartitions=max(count, 1))
+        records = collection if count else bag.from_sequence([], npartitions=1)
+        written = bag.map_partitions(_write_records, job, records, indexes, token=token)
+    elif _is_dataframe(collection):
+        written = collection.map_partitions(
+            _write_frame,
+            job,
+            meta=("partition", object),
+            token=token,
+            enforce_metadata=False,
+        )
+    else:
+        raise FastfeedError(
+            f"fastfeed.dask.build takes a Dask DataFrame or bag of records, not "
+            f"{type(collection).__name__}"
+        )
+    with job:
+        (parts,) = dask.compute(written)
+        return job.merge(list(parts), started=started, on_warning=on_warning)
+
+
+def _write_records(
+    job: PartitionedBuild, records: Iterable[Record], index: Iterable[int]
+) -> list[Partition]:
+    """Writes a partition of a bag; `index` is the partition's number, as a partition."""
+    (number,) = index
+    return [job.write(records, number)]
+
+
+def _write_frame(frame: Any, job: PartitionedBuild, partition_info: dict[str, Any]) -> Any:
+    """Writes a partition of a data frame, as a series of one `Partition`."""
+    import pandas
+
+    written = job.write(_frame_records(frame), partition_info["number"])
+    return pandas.Series([written], dtype=object)
+
+
+def _frame_records(frame: Any) -> Iterator[Record]:
+    """The rows of a partition as records, a slice at a time (a partition's records are never
+    all in memory at once). A missing value (None, NaN, NaT, NA: what pandas calls missing)
+    is an absent field."""
+    for start in range(0, len(frame), BATCH):
+        part = frame.iloc[start : start + BATCH]
+        rows = part.to_dict("records")
+        missing = part.isna()
+        gaps = list(part.columns[missing.any()])
+        if gaps:
+            for row, absent in zip(rows, missing[gaps].itertuples(index=False), strict=True):
+                for name, gone in zip(gaps, absent, strict=True):
+                    if gone:
+                        del row[name]
+        yield from rows
+
+
+def _is_dataframe(collection: object) -> bool:
+    import dask.dataframe
+
+    return isinstance(collection, dask.dataframe.DataFrame)
+
+
+def _import_dask() -> tuple[Any, Any]:
+    try:
+        import dask
+        import dask.bag
+    except ImportError as exc:
+        raise FastfeedError(
+            f"building on Dask needs dask ({exc}): pip install 'fastfeed[dask]'"
+        ) from None
+    return dask, dask.bag

@@ -1,0 +1,166 @@
+"""`PartitionedBuild`: a GSA feed set built in parts, one per partition of a distributed
+collection, on the workers, then merged into one set; how the parts are kept apart and merged
+is `fastfeed.sets.partitions`'s. Dask drives it in `fastfeed.dask`; Spark, or any scheduler
+that runs a function per partition, drives it itself."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import TracebackType
+
+from fastfeed.errors import FastfeedError
+from fastfeed.gsa.writer import AclFormat, Compress, FeedType, FeedWriter
+from fastfeed.sets import partitions
+from fastfeed.sets.build import BuildSummary, OnError
+from fastfeed.sets.manifest import ManifestEntry
+from fastfeed.sets.partitions import Partition
+from fastfeed.sets.records import Record
+from fastfeed.sets.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES, FeedWarning, RecordWriter
+
+#: A feed file's header (declaration, doctype, datasource, feed type) fits in this many bytes.
+_HEAD = 64 * 1024
+_BLOCK = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionedBuild:
+    """A feed set built from the partitions of a collection, each written where it is (a
+    worker), into `out_dir`, a directory the workers and this process share::
+
+        with PartitionedBuild("/shared/feeds", "docs", "full") as job:   # on the driver
+            parts = [job.write(records, i) for i, records in partitions]  # on the workers
+            summary = job.merge(parts)                                    # on the driver
+
+    `write` takes the records of partition `i` (from 0, in the collection's order) and returns
+    a small `Partition` for `merge`; the object travels to the workers by pickle. A partition
+    written twice (a retried task) is merged once, from the copy whose `Partition` `merge` is
+    given. `merge` writes OUT/manifest.jsonl last; leaving the block without it (an error)
+    removes every partition, so nothing half-built can be pushed.
+
+    The settings are `FeedWriter`'s, with `workers` the encoding threads of each partition's
+    writer (the scheduler's workers are the parallelism). As in a single build, a `full` set's
+    first file is full and the rest incremental, in partition order; a full set with no
+    records is refused (`EmptyFullFeed`) unless `allow_empty_full`; with `on_error="skip"`
+    refused records are gathered into OUT/rejected.jsonl, with `"stop"` the first one raises
+    `InputError`.
+    """
+
+    out_dir: str | os.PathLike[str]
+    datasource: str
+    feedtype: FeedType = "incremental"
+    max_bytes: int = DEFAULT_MAX_BYTES
+    max_records: int = 0
+    compress: Compress = "auto"
+    level: int = DEFAULT_LEVEL
+    workers: int = 1
+    acl_format: AclFormat = "per-url"
+    allow_empty_full: bool = False
+    on_error: OnError = "stop"
+
+    def __post_init__(self) -> None:
+        # The workers may not share this process's working directory.
+        object.__setattr__(self, "out_dir", os.path.abspath(self.out_dir))
+
+    def start(self) -> None:
+        """Checks the settings and readies `out_dir` (new or empty) on the driver, before any
+        partition is sent to a worker."""
+        with tempfile.TemporaryDirectory() as directory:
+            self._open(Path(directory), lambda _: None).abort()
+        partitions.start_partitions(self.out_dir)
+
+    def write(self, records: Iterable[Record], index: int) -> Partition:
+        """Writes the records of partition `index` into a directory of its own under `out_dir`
+        and returns what `merge` needs of it."""
+        return partitions.write_partition(
+            records, self.out_dir, index, self.feedtype, self._open, retype, on_error=self.on_error
+        )
+
+    def merge(
+        self,
+        parts: Iterable[Partition],
+        *,
+        started: float | None = None,
+        on_warning: Callable[[str], None] | None = None,
+    ) -> BuildSummary:
+        """Merges the partitions (every index from 0, once) into one feed set in `out_dir`,
+        which `fastfeed push OUT` pushes like any other, and returns what was written."""
+        refuse = (
+            f"a full feed with no records would remove every document of {self.datasource!r}; "
+            "nothing was written. If that is what you want, build it with allow_empty_full=True"
+        )
+        return partitions.merge_partitions(
+            self.out_dir,
+            parts,
+            self.feedtype,
+            retype,
+            refuse_empty=None if self.allow_empty_full else refuse,
+            started=time.monotonic() if started is None else started,
+            on_warning=on_warning,
+        )
+
+    def discard(self) -> None:
+        """Removes what the partitions wrote and no merge took (after a failed job)."""
+        partitions.discard_partitions(self.out_dir)
+
+    def __enter__(self) -> PartitionedBuild:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.discard()
+
+    def _open(self, directory: Path, on_warning: Callable[[FeedWarning], None]) -> RecordWriter:
+        # An empty partition is no empty feed: whether the whole set is empty is the merge's
+        # to judge.
+        return FeedWriter(
+            directory,
+            self.datasource,
+            self.feedtype,
+            max_bytes=self.max_bytes,
+            max_records=self.max_records,
+            compress=self.compress,
+            level=self.level,
+            workers=self.workers,
+            acl_format=self.acl_format,
+            allow_empty_full=True,
+            on_warning=on_warning,
+        )
+
+
+def retype(directory: Path, entry: ManifestEntry, feedtype: str) -> ManifestEntry:
+    """Rewrites the feed file `entry` of `directory` with `feedtype` in its header (the
+    records stay byte for byte); returns its new manifest entry. The writer leaves room for
+    either header under the size cap."""
+    path = directory / entry.file
+    old = f"<feedtype>{entry.feedtype}</feedtype>".encode()
+    new = f"<feedtype>{feedtype}</feedtype>".encode()
+    tmp = path.with_name(f"{path.name}.retype")
+    digest = hashlib.sha256()
+    size = 0
+    with path.open("rb") as source, tmp.open("wb") as target:
+        head = source.read(_HEAD)
+        end = head.find(b"</header>")
+        if end < 0 or head.count(old, 0, end) != 1:
+            tmp.unlink()
+            raise FastfeedError(f"{path} is not a {entry.feedtype} feed file fastfeed wrote")
+        block = head.replace(old, new, 1)
+        while block:
+            digest.update(block)
+            target.write(block)
+            size += len(block)
+            block = source.read(_BLOCK)
+        target.flush()
+        os.fsync(target.fileno())
+    os.replace(tmp, path)
+    return dataclasses.replace(entry, feedtype=feedtype, bytes=size, sha256=digest.hexdigest())

@@ -1,0 +1,273 @@
+"""Feed sets built on Dask (`fastfeed.dask.build`), on a real two-process cluster, merged and
+pushed to the emulator over HTTPS; the partition writer and merge behind it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import dask
+import dask.bag
+import dask.dataframe
+import distributed
+import pandas
+import pytest
+from fastfeed import (
+    EmptyFullFeed,
+    FastfeedError,
+    InputError,
+    PartitionedBuild,
+    read_manifest,
+    validate_file,
+)
+from fastfeed.dask import build
+from fastfeed.delivery.settings import PushSettings
+from fastfeed.emulator import Emulator
+from fastfeed.errors import PushError
+from fastfeed.gsa.push import push
+from fastfeed.sets.partitions import STAGING
+
+Settings = Callable[..., PushSettings]
+
+# The workers import fastfeed from PYTHONPATH, but not this module: its functions travel whole.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def records(n: int, start: int = 0) -> list[dict[str, Any]]:
+    return [
+        {"url": f"http://docs.example.com/{i}", "content": f"document {i} \u00e9"}
+        for i in range(start, start + n)
+    ]
+
+
+def index_of(emulator: Emulator) -> dict[str, bytes | None]:
+    emulator.wait_idle()
+    return {url: doc.content for url, doc in emulator.documents("docs").items()}
+
+
+def expected(rows: list[dict[str, Any]]) -> dict[str, bytes | None]:
+    return {r["url"]: r["content"].encode() for r in rows}
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[distributed.Client]:
+    with (
+        distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            scheduler_kwargs={"dashboard": False},
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        yield client
+
+
+@pytest.fixture
+def sync_scheduler() -> Iterator[None]:
+    with dask.config.set(scheduler="sync"):
+        yield
+
+
+def test_a_cluster_builds_a_full_set_whose_push_makes_the_index_equal_the_input(
+    client: distributed.Client,
+    emulator: Emulator,
+    push_settings: Settings,
+    tmp_path: Path,
+) -> None:
+    settings = push_settings(emulator)
+    # A document the source no longer has: the full set must remove it.
+    stale = tmp_path / "stale"
+    with dask.config.set(scheduler="sync"):
+        build(dask.bag.from_sequence(records(1, 999), npartitions=1), stale, "docs", "full")
+    push(stale, settings)
+    rows = records(120)
+    frame = dask.dataframe.from_pandas(pandas.DataFrame(rows), npartitions=4)
+
+    summary = build(frame, tmp_path / "feeds", "docs", "full", max_records=10)
+
+    manifest = read_manifest(tmp_path / "feeds")
+    assert summary.records == 120 and summary.manifest == manifest
+    assert [e.file for e in manifest] == [f"docs-{i:06}.xml" for i in range(1, 13)]
+    assert [e.feedtype for e in manifest] == ["full"] + ["incremental"] * 11
+    assert summary.bytes == sum((tmp_path / "feeds" / e.file).stat().st_size for e in manifest)
+    assert sorted(os.listdir(tmp_path / "feeds")) == [e.file for e in manifest] + ["manifest.jsonl"]
+    assert push(tmp_path / "feeds", settings).ok
+    assert index_of(emulator) == expected(rows)
+
+
+def test_a_partition_run_again_after_its_worker_is_killed_is_pushed_once(
+    client: distributed.Client,
+    emulator: Emulator,
+    push_settings: Settings,
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "killed"
+    attempts = tmp_path / "attempts"
+
+    def die_once(partition: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        with attempts.open("a") as f:
+            f.write(partition[0]["url"] + "\n")
+        # The first worker to hold a written partition dies at its next one, losing both:
+        # Dask runs them again on the other worker.
+        written = [k for k in distributed.get_worker().data if "fastfeed-partition" in str(k)]
+        if written and not marker.exists():
+            marker.touch()
+            os._exit(1)
+        return partition
+
+    rows = records(120)
+    collection = dask.bag.from_sequence(rows, npartitions=6).map_partitions(die_once)
+
+    summary = build(collection, tmp_path / "feeds", "docs", "full", max_records=7)
+
+    runs = attempts.read_text().splitlines()
+    assert marker.exists() and len(runs) >= 8  # the partition killed, and one written before
+    manifest = read_manifest(tmp_path / "feeds")
+    assert summary.records == sum(e.records for e in manifest) == 120
+    assert not (tmp_path / "feeds" / STAGING).exists()
+    result = push(tmp_path / "feeds", push_settings(emulator))
+    assert result.ok and result.records_sent == 120
+    assert index_of(emulator) == expected(rows)
+
+
+def test_a_failing_partition_fails_the_job_and_leaves_nothing_to_push(
+    client: distributed.Client,
+    emulator: Emulator,
+    push_settings: Settings,
+    tmp_path: Path,
+) -> None:
+    rows = records(40)
+    rows[25]["url"] = "http://unqualified/25"
+
+    with pytest.raises(InputError, match=r"partition 2, record 5: url: host 'unqualified'"):
+        build(dask.bag.from_sequence(rows, npartitions=4), tmp_path / "feeds", "docs", "full")
+
+    assert os.listdir(tmp_path / "feeds") == []
+    with pytest.raises(PushError, match="not a finished feed set"):
+        push(tmp_path / "feeds", push_settings(emulator))
+    assert emulator.pushes() == []
+
+
+def test_a_set_whose_first_partitions_are_empty_starts_with_its_first_record_as_full(
+    sync_scheduler: None, emulator: Emulator, push_settings: Settings, tmp_path: Path
+) -> None:
+    rows = records(60)
+    frame = dask.dataframe.from_pandas(pandas.DataFrame(rows), npartitions=6)
+    # A filter empties the first two partitions.
+    kept = frame[frame.url.str.extract(r"/(\d+)$", expand=False).astype(int) >= 20]
+
+    summary = build(kept, tmp_path / "feeds", "docs", "full", max_records=5)
+
+    assert [e.feedtype for e in summary.manifest] == ["full"] + ["incremental"] * 7
+    assert push(tmp_path / "feeds", push_settings(emulator)).ok
+    assert index_of(emulator) == expected(rows[20:])
+
+
+def test_an_empty_full_set_is_refused_unless_allowed(sync_scheduler: None, tmp_path: Path) -> None:
+    empty = dask.bag.from_sequence([], npartitions=1).filter(bool)
+
+    with pytest.raises(EmptyFullFeed, match="every document of 'docs'"):
+        build(empty, tmp_path / "refused", "docs", "full")
+    assert os.listdir(tmp_path / "refused") == []
+
+    summary = build(empty, tmp_path / "allowed", "docs", "full", allow_empty_full=True)
+    assert [(e.feedtype, e.records) for e in summary.manifest] == [("full", 0)]
+    none = dask.bag.from_delayed([])  # no partitions at all
+    with pytest.raises(EmptyFullFeed):
+        build(none, tmp_path / "none", "docs", "full")
+    assert build(none, tmp_path / "nothing", "docs").manifest == []
+
+
+def test_records_refused_in_any_partition_are_saved_in_partition_order(
+    sync_scheduler: None, tmp_path: Path
+) -> None:
+    rows = records(30)
+    rows[3]["url"] = "not a url"
+    rows[27]["pagerank"] = 7
+    # A missing value in a column is an absent field, not a refused one.
+    frame = pandas.DataFrame(rows)
+    frame.loc[frame.index % 2 == 0, "displayurl"] = "http://shown.example.com/"
+
+    summary = build(
+        dask.dataframe.from_pandas(frame, npartitions=3),
+        tmp_path / "feeds",
+        "docs",
+        on_error="skip",
+    )
+
+    assert (summary.records, summary.rejected) == (28, 2)
+    assert summary.rejected_file == str(tmp_path / "feeds" / "rejected.jsonl")
+    lines = (tmp_path / "feeds" / "rejected.jsonl").read_text().splitlines()
+    assert ['"url":"not a url"' in lines[0], '"pagerank":7' in lines[1]] == [True, True]
+    log = (tmp_path / "feeds" / "rejected.log").read_text().splitlines()
+    assert log[0].startswith("partition 0, record 3: url:")
+    assert log[1].startswith("partition 2, record 7: pagerank:")
+
+
+def test_the_merge_takes_every_partition_once_and_only_the_copy_reported(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "feeds"
+    with PartitionedBuild(out, "docs", "full", max_records=4) as job:
+        first = job.write(records(6), 0)
+        lost = job.write(records(6, 6), 1)  # a copy whose worker was lost
+        second = job.write(records(6, 6), 1)
+
+        with pytest.raises(FastfeedError, match=r"partitions \[0, 1, 1\] are not every"):
+            job.merge([first, lost, second])
+        with pytest.raises(FastfeedError, match=r"partitions \[1\] are not every partition"):
+            job.merge([second])
+        summary = job.merge([second, first])
+
+    assert lost.directory != second.directory
+    assert summary.records == 12
+    assert [(e.file, e.feedtype, e.records) for e in summary.manifest] == [
+        ("docs-000001.xml", "full", 4),
+        ("docs-000002.xml", "incremental", 2),
+        ("docs-000003.xml", "incremental", 4),
+        ("docs-000004.xml", "incremental", 2),
+    ]
+    header = (out / "docs-000003.xml").read_bytes()[:300]
+    assert b"<feedtype>incremental</feedtype>" in header
+    assert [validate_file(out / e.file) for e in summary.manifest] == [[]] * 4
+    assert sorted(os.listdir(out)) == [e.file for e in summary.manifest] + ["manifest.jsonl"]
+
+
+def test_an_attempt_left_running_by_a_failed_job_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "feeds"
+    with pytest.raises(RuntimeError), PartitionedBuild(out, "docs") as job:
+        raise RuntimeError("a partition failed")
+
+    with pytest.raises(FastfeedError, match="was not started .* or has ended"):
+        job.write(records(3), 2)
+    assert os.listdir(out) == []
+
+
+def test_settings_are_checked_before_any_partition_is_sent(
+    sync_scheduler: None, tmp_path: Path
+) -> None:
+    with pytest.raises(FastfeedError, match="web feed, which is always incremental"):
+        build(dask.bag.from_sequence(records(2)), tmp_path / "feeds", "web", "full")
+    assert not (tmp_path / "feeds").exists()
+
+
+def test_fastfeed_works_without_dask_and_says_how_to_install_it() -> None:
+    script = (
+        "import sys; sys.modules['dask'] = None\n"
+        "import fastfeed, fastfeed.dask\n"
+        "try:\n"
+        "    fastfeed.dask.build([], 'out', 'docs')\n"
+        "except fastfeed.FastfeedError as exc:\n"
+        "    print(exc)\n"
+    )
+    shown = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout
+    assert "pip install 'fastfeed[dask]'" in shown

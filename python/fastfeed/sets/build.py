@@ -281,7 +281,7 @@ class _Builder:
         self.line = line
         #: Input bytes taken, when the line counts them (see `input_bytes`).
         self.taken = 0
-        self.rejected = _Rejected(out)
+        self.rejected = Rejected(out)
         # The chunk being written: what names its lines, and how many were already done.
         self._locate: Callable[[int], str] = str
         self._done = 0
@@ -450,11 +450,7 @@ def write_set(
     started = time.monotonic()
     out = Path(out_dir)
     warned = 0
-    if out.is_dir() and any(out.iterdir()):
-        raise FastfeedError(
-            f"{out} is not empty: build into a new or empty directory, so that the files of two "
-            "builds never mix"
-        )
+    check_out_dir(out)
     total = input_bytes(inputs)
     # Input bytes when their total is known, else records, which show how far it went.
     with stage(progress, "build", total, unit="records" if total is None else "bytes") as line:
@@ -520,7 +516,7 @@ def _feed(builder: _Builder, inputs: Sequence[str], base_url: str | None, out: s
                         mapped.close()
 
 
-class _Rejected:
+class Rejected:
     """Refused records, written to `rejected.jsonl` (byte for byte) and `rejected.log` (where and
     why) as they are refused: a build that refuses millions of records stays flat in memory."""
 

@@ -33,7 +33,14 @@ from pathlib import Path
 import orjson
 
 from fastfeed.errors import EmptyFullFeed, FastfeedError, InputError, RecordError
-from fastfeed.sets.build import REJECTED, REJECTED_LOG, BuildSummary, OnError, check_out_dir
+from fastfeed.sets.build import (
+    REJECTED,
+    REJECTED_LOG,
+    BuildSummary,
+    OnError,
+    Rejected,
+    check_out_dir,
+)
 from fastfeed.sets.manifest import MANIFEST, ManifestEntry, read_manifest
 from fastfeed.sets.records import Record
 from fastfeed.sets.writer import FeedWarning, RecordWriter
@@ -89,7 +96,7 @@ def write_partition(
             "(PartitionedBuild.start, or its with block) or has ended"
         ) from None
     warned: list[str] = []
-    rejected: list[tuple[str, bytes, str]] = []
+    rejected = Rejected(work)
     done = 0  # records of the partition taken or refused so far, to name a record
 
     def warn(warning: FeedWarning) -> None:
@@ -104,13 +111,13 @@ def write_partition(
         if feedtype == "full" and index > 0 and entries[0].records:
             entries = [retype(work, entries[0], "incremental"), *entries[1:]]
             _write_manifest(work, entries)
-        if rejected:
-            _save_rejected(work, rejected)
+        rejected.close()
         os.rename(work, staging / name)
     except BaseException:
+        rejected.close()
         shutil.rmtree(work, ignore_errors=True)
         raise
-    return Partition(index, name, entries, len(rejected), warned)
+    return Partition(index, name, entries, rejected.count, warned)
 
 
 def _batches(records: Iterable[Record]) -> Iterable[list[Record]]:
@@ -125,7 +132,7 @@ def _add(
     partition: int,
     done: int,
     on_error: OnError,
-    rejected: list[tuple[str, bytes, str]],
+    rejected: Rejected,
 ) -> int:
     """Gives a batch to the writer; a refused record stops the partition or, with "skip", is
     set aside and the rest of the batch written. Returns `done` plus the batch's length."""
@@ -138,7 +145,7 @@ def _add(
             reason = f"{exc.field}: {exc.reason}" if exc.field else exc.reason
             if on_error == "stop":
                 raise InputError(location, reason) from None
-            rejected.append((location, _raw(batch[exc.index]), reason))
+            rejected.add(location, _raw(batch[exc.index]), reason)
             writer.add_batch(batch[: exc.index])
             batch = batch[exc.index + 1 :]
             done += exc.index + 1
@@ -148,15 +155,6 @@ def _add(
 def _raw(record: object) -> bytes:
     """A refused record as a line of JSON Lines, to be fixed and fed again."""
     return orjson.dumps(record, default=str, option=orjson.OPT_SERIALIZE_NUMPY)
-
-
-def _save_rejected(directory: Path, rejected: list[tuple[str, bytes, str]]) -> None:
-    """A partition's refused records, as a build saves them: byte for byte in rejected.jsonl,
-    where and why in rejected.log."""
-    with (directory / REJECTED).open("wb") as lines:
-        lines.writelines(raw + b"\n" for _, raw, _ in rejected)
-    with (directory / REJECTED_LOG).open("w", encoding="utf-8") as log:
-        log.writelines(f"{location}: {reason}\n" for location, _, reason in rejected)
 
 
 def _write_manifest(directory: Path, entries: Sequence[ManifestEntry]) -> None:

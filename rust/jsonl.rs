@@ -40,21 +40,21 @@ pub const FIELDS: &[&str] = &[
 
 #[derive(Deserialize)]
 #[serde(untagged)]
-enum RawTimestamp<'a> {
+pub(crate) enum RawTimestamp<'a> {
     Text(#[serde(borrow)] Cow<'a, str>),
     Epoch(f64),
 }
 
 #[derive(Deserialize)]
 #[serde(untagged)]
-enum MetaValue {
+pub(crate) enum MetaValue {
     One(String),
     Many(Vec<String>),
 }
 
 /// The metadata object, sorted by name. A name given twice is refused rather than letting the
 /// last value win in silence: several values of one name are given as a list.
-struct Metadata(BTreeMap<String, MetaValue>);
+pub(crate) struct Metadata(pub(crate) BTreeMap<String, MetaValue>);
 
 impl<'de> Deserialize<'de> for Metadata {
     fn deserialize<D: serde::Deserializer<'de>>(
@@ -73,9 +73,7 @@ impl<'de> Deserialize<'de> for Metadata {
                 let mut names = BTreeMap::new();
                 while let Some(name) = map.next_key::<String>()? {
                     if names.contains_key(&name) {
-                        return Err(serde::de::Error::custom(format!(
-                            "the name '{name}' is given twice: give its values as one list"
-                        )));
+                        return Err(serde::de::Error::custom(given_twice(&name)));
                     }
                     let value = map.next_value::<MetaValue>()?;
                     names.insert(name, value);
@@ -87,37 +85,42 @@ impl<'de> Deserialize<'de> for Metadata {
     }
 }
 
+pub(crate) fn given_twice(name: &str) -> String {
+    format!("the name '{name}' is given twice: give its values as one list")
+}
+
 /// A string borrowed from the input when it has no escapes (serde's `borrow` does not reach
 /// through `Option<Cow>` by itself).
 #[derive(Deserialize)]
 #[serde(transparent)]
-struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+pub(crate) struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
 
-#[derive(Deserialize)]
+/// A record as read, before its values are checked (the Arrow reader makes them too).
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawRecord<'a> {
-    url: Option<String>,
-    action: Option<Cow<'a, str>>,
-    mimetype: Option<String>,
-    displayurl: Option<String>,
+pub(crate) struct RawRecord<'a> {
+    pub(crate) url: Option<String>,
+    pub(crate) action: Option<Cow<'a, str>>,
+    pub(crate) mimetype: Option<String>,
+    pub(crate) displayurl: Option<String>,
     #[serde(borrow)]
-    last_modified: Option<RawTimestamp<'a>>,
-    lock: Option<bool>,
-    authmethod: Option<Cow<'a, str>>,
-    pagerank: Option<i64>,
-    crawl_immediately: Option<bool>,
-    crawl_once: Option<bool>,
+    pub(crate) last_modified: Option<RawTimestamp<'a>>,
+    pub(crate) lock: Option<bool>,
+    pub(crate) authmethod: Option<Cow<'a, str>>,
+    pub(crate) pagerank: Option<i64>,
+    pub(crate) crawl_immediately: Option<bool>,
+    pub(crate) crawl_once: Option<bool>,
     // Sorted by name here already; the record keeps list order for repeated names.
-    metadata: Option<Metadata>,
+    pub(crate) metadata: Option<Metadata>,
     #[serde(borrow)]
-    content: Option<Text<'a>>,
+    pub(crate) content: Option<Text<'a>>,
     #[serde(borrow)]
-    content_base64: Option<Text<'a>>,
-    content_path: Option<PathBuf>,
+    pub(crate) content_base64: Option<Text<'a>>,
+    pub(crate) content_path: Option<PathBuf>,
     #[serde(borrow)]
-    acl: Option<AclInput<'a>>,
-    overwrite_acls: Option<bool>,
-    kind: Option<Cow<'a, str>>,
+    pub(crate) acl: Option<AclInput<'a>>,
+    pub(crate) overwrite_acls: Option<bool>,
+    pub(crate) kind: Option<Cow<'a, str>>,
 }
 
 /// serde's messages end with a position inside the line, which the caller already names.
@@ -130,13 +133,23 @@ pub fn parse_line(index: usize, line: &[u8]) -> Result<Record<'_>> {
     let whole = || {
         let mut raw = parse_object::<RawRecord<'_>>(index, line, FIELDS)?;
         let (content, base64) = (raw.content.take(), raw.content_base64.take());
-        into_record(index, raw, content.map(|t| t.0), base64.map(|t| t.0))
+        into_record(
+            index,
+            raw,
+            content.map(|t| Content::Text(t.0)),
+            base64.map(|t| t.0),
+        )
     };
     let Some(lifted) = lift::lift(line) else {
         return whole();
     };
     match parse_object::<RawRecord<'_>>(index, &lifted.rest, FIELDS) {
-        Ok(raw) => into_record(index, raw, lifted.content, lifted.content_base64),
+        Ok(raw) => into_record(
+            index,
+            raw,
+            lifted.content.map(Content::Text),
+            lifted.content_base64,
+        ),
         // The line as a whole names what is wrong where it is (a bad byte's offset in the
         // line, not in what was left of it); errors are rare enough to parse it twice.
         Err(_) => whole(),
@@ -267,17 +280,17 @@ fn json_error(
 }
 
 /// The record of a parsed line; its contents are passed apart, as they may have been lifted
-/// out of the line before parsing (`raw` then borrows from what was left).
-fn into_record<'a>(
+/// out of the line before parsing (`raw` then borrows from what was left), or be bytes (Arrow).
+pub(crate) fn into_record<'a>(
     index: usize,
     raw: RawRecord<'_>,
-    content: Option<Cow<'a, str>>,
+    content: Option<Content<'a>>,
     content_base64: Option<Cow<'a, str>>,
 ) -> Result<Record<'a>> {
     let bad = |field: &'static str, msg: String| Error::record(index, Some(field), msg);
     let mut contents = Vec::with_capacity(1);
     if let Some(c) = content {
-        contents.push(Content::Text(c));
+        contents.push(c);
     }
     if let Some(c) = content_base64 {
         contents.push(Content::Base64(c));

@@ -304,21 +304,29 @@ impl FeedWriter {
     /// written, and the error's index is the record's position in `records`.
     pub fn add_batch(&mut self, records: &[Record<'_>]) -> Result<BatchReport> {
         let indexed: Vec<(usize, &Record<'_>)> = records.iter().enumerate().collect();
+        self.add_records(&indexed, |r| r.weight(), |_, r, encode| encode(r))
+    }
+
+    /// Like `add_batch`, for records made on the encoding threads from `items`, each with the
+    /// index that names it in errors: `with_record` makes an item's record and gives it to
+    /// `encode` (rows of Arrow data, read in place). `weight` says about how much work an item is.
+    pub fn add_records<T: Sync>(
+        &mut self,
+        items: &[(usize, T)],
+        weight: impl Fn(&T) -> usize,
+        with_record: impl Fn(usize, &T, &mut dyn FnMut(&Record<'_>) -> Result<()>) -> Result<()> + Sync,
+    ) -> Result<BatchReport> {
         match self.set {
-            SetKind::Feed => self.add(
-                &indexed,
-                |record| record.weight(),
-                |index, record, kind, opts, scratch, out| {
+            SetKind::Feed => self.add(items, weight, |index, item, kind, opts, scratch, out| {
+                with_record(index, item, &mut |record| {
                     record.encode_into(index, kind, opts, scratch, out)
-                },
-            ),
-            SetKind::Thunderstone => self.add(
-                &indexed,
-                |record| record.weight(),
-                |index, record, _, _, scratch, out| {
+                })
+            }),
+            SetKind::Thunderstone => self.add(items, weight, |index, item, _, _, scratch, out| {
+                with_record(index, item, &mut |record| {
                     thunderstone::encode_item(record, index, scratch, out)
-                },
-            ),
+                })
+            }),
             SetKind::Groups => Err(self.refuse("document records")),
         }
     }

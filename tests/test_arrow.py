@@ -249,6 +249,24 @@ def test_null_in_an_optional_column_is_an_absent_field(tmp_path: Path) -> None:
     assert by_arrow(tmp_path / "arrow", table) == by_batch(tmp_path / "dicts", rows)
 
 
+def test_struct_fields_of_the_null_type_are_absent(tmp_path: Path) -> None:
+    """What pyarrow and Polars infer from values that are all None."""
+    acl = {"principals": [{"name": "eng", "scope": "group", "access": "permit"}]}
+    table = pa.table(
+        {
+            "url": [url(0)],
+            "content": ["x"],
+            "metadata": [{"a": None, "b": "x"}],
+            "acl": [
+                {"principals": [acl["principals"][0] | {"namespace": None}], "inherit_from": None}
+            ],
+        }
+    )
+    assert table.schema.field("metadata").type.field("a").type == pa.null()
+    rows = [{"url": url(0), "content": "x", "metadata": {"b": "x"}, "acl": acl}]
+    assert by_arrow(tmp_path / "arrow", table) == by_batch(tmp_path / "dicts", rows)
+
+
 @pytest.mark.parametrize(
     "text, binary",
     [

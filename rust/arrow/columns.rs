@@ -58,45 +58,36 @@ pub(super) type Value<'a, T> = Result<Option<T>, &'static str>;
 impl Bytes {
     /// The column's reader, and whether it holds text (UTF-8); `None` for another type.
     pub(super) fn new(array: &dyn Array) -> Option<(Bytes, bool)> {
-        Some(match array.data_type() {
-            DataType::Utf8 => (
-                Self::offsets(array.as_string::<i32>().clone().into_parts()),
-                true,
-            ),
-            DataType::LargeUtf8 => (
-                Self::offsets(array.as_string::<i64>().clone().into_parts()),
-                true,
-            ),
-            DataType::Binary => (
-                Self::offsets(array.as_binary::<i32>().clone().into_parts()),
-                false,
-            ),
-            DataType::LargeBinary => (
-                Self::offsets(array.as_binary::<i64>().clone().into_parts()),
-                false,
-            ),
-            DataType::Utf8View => {
-                let (views, buffers, nulls) = array.as_string_view().clone().into_parts();
-                (Bytes::Views(views, buffers, nulls), true)
-            }
-            DataType::BinaryView => {
-                let (views, buffers, nulls) = array.as_binary_view().clone().into_parts();
-                (Bytes::Views(views, buffers, nulls), false)
-            }
+        let text = matches!(
+            array.data_type(),
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+        );
+        let bytes = match array.data_type() {
+            DataType::Utf8 => Self::offsets(array.as_string::<i32>().clone().into_parts()),
+            DataType::LargeUtf8 => Self::offsets(array.as_string::<i64>().clone().into_parts()),
+            DataType::Binary => Self::offsets(array.as_binary::<i32>().clone().into_parts()),
+            DataType::LargeBinary => Self::offsets(array.as_binary::<i64>().clone().into_parts()),
+            DataType::Utf8View => Self::views(array.as_string_view().clone().into_parts()),
+            DataType::BinaryView => Self::views(array.as_binary_view().clone().into_parts()),
             DataType::Dictionary(_, _) => {
                 let dictionary = array.as_any_dictionary();
                 let keys = Ints::new(dictionary.keys())?;
                 let (values, text) = Bytes::new(dictionary.values().as_ref())?;
-                (Bytes::Dictionary(Box::new(keys), Box::new(values)), text)
+                return Some((Bytes::Dictionary(Box::new(keys), Box::new(values)), text));
             }
             _ => return None,
-        })
+        };
+        Some((bytes, text))
     }
 
-    fn offsets<O: Into<OffsetsOf>>(
-        (offsets, data, nulls): (O, Buffer, Option<NullBuffer>),
+    fn offsets<O: Into<Offsets>>((offsets, data, nulls): (O, Buffer, Option<NullBuffer>)) -> Bytes {
+        Bytes::Offsets(offsets.into(), data, nulls)
+    }
+
+    fn views(
+        (views, buffers, nulls): (ScalarBuffer<u128>, Arc<[Buffer]>, Option<NullBuffer>),
     ) -> Bytes {
-        Bytes::Offsets(offsets.into().0, data, nulls)
+        Bytes::Views(views, buffers, nulls)
     }
 
     pub(super) fn get(&self, row: usize) -> Value<'_, &[u8]> {
@@ -148,17 +139,15 @@ impl Bytes {
 }
 
 /// Offsets of either width, from `into_parts` of a string or binary array.
-struct OffsetsOf(Offsets);
-
-impl From<OffsetBuffer<i32>> for OffsetsOf {
+impl From<OffsetBuffer<i32>> for Offsets {
     fn from(o: OffsetBuffer<i32>) -> Self {
-        OffsetsOf(Offsets::Small(o))
+        Offsets::Small(o)
     }
 }
 
-impl From<OffsetBuffer<i64>> for OffsetsOf {
+impl From<OffsetBuffer<i64>> for Offsets {
     fn from(o: OffsetBuffer<i64>) -> Self {
-        OffsetsOf(Offsets::Large(o))
+        Offsets::Large(o)
     }
 }
 

@@ -232,10 +232,88 @@ impl Rows {
 }
 
 fn unknown_column(name: &str) -> String {
-    let message = unknown_field(name, FIELDS);
-    // "unknown field 'x'": a column here.
-    format!(
-        "{}: select the record's columns only",
-        message.replacen("field", "column", 1)
-    )
+    // "unknown field 'x': did you mean...": a column, here.
+    unknown_field(name, FIELDS).replacen("field", "column", 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{ArrayRef, BinaryArray, Int64Array, StringArray};
+    use arrow_buffer::Buffer;
+    use arrow_data::ArrayData;
+
+    use super::*;
+
+    fn batch(columns: Vec<(&str, ArrayRef)>) -> RecordBatch {
+        RecordBatch::try_from_iter(columns).unwrap()
+    }
+
+    #[test]
+    fn a_row_borrows_its_content_from_the_arrow_buffers() {
+        let content = BinaryArray::from(vec![Some(&b"\x00\xff"[..]), None]);
+        let b = batch(vec![
+            (
+                "url",
+                Arc::new(StringArray::from(vec![
+                    "http://a.example.com/",
+                    "http://b.example.com/",
+                ])),
+            ),
+            ("content", Arc::new(content.clone())),
+            ("pagerank", Arc::new(Int64Array::from(vec![Some(80), None]))),
+        ]);
+        let rows = Rows::new(&b).unwrap();
+        let r = rows.record(0, 7).unwrap();
+        assert_eq!(
+            (r.url.as_str(), r.pagerank),
+            ("http://a.example.com/", Some(80))
+        );
+        match r.content {
+            Some(Content::Bytes(Cow::Borrowed(bytes))) => {
+                assert_eq!(bytes.as_ptr(), content.value(0).as_ptr())
+            }
+            other => panic!("not borrowed: {other:?}"),
+        }
+        let r = rows.record(1, 8).unwrap();
+        assert!(r.content.is_none() && r.pagerank.is_none());
+    }
+
+    #[test]
+    fn an_offset_out_of_bounds_refuses_the_row_instead_of_reading_astray() {
+        // Offsets past the end of the values, as a broken producer could export them.
+        let data = ArrayData::builder(DataType::Utf8)
+            .len(1)
+            .add_buffer(Buffer::from_slice_ref([0i32, 1000]))
+            .add_buffer(Buffer::from_slice_ref(b"abc"));
+        // SAFETY: deliberately invalid, as data from the C data interface is not validated.
+        let urls = StringArray::from(unsafe { data.build_unchecked() });
+        let rows = Rows::new(&batch(vec![("url", Arc::new(urls))])).unwrap();
+        let err = rows.record(0, 3).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "record 3: field 'url': the Arrow data is malformed (an offset or index out of bounds)"
+        );
+    }
+
+    #[test]
+    fn columns_are_refused_by_name_and_type_before_any_row() {
+        let err = |columns| match Rows::new(&batch(columns)) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("accepted"),
+        };
+        let urls: ArrayRef = Arc::new(StringArray::from(vec!["http://a.example.com/"]));
+        assert_eq!(
+            err(vec![("url", urls.clone()), ("mimetpye", urls.clone())]),
+            "unknown column 'mimetpye': did you mean 'mimetype'?"
+        );
+        assert_eq!(
+            err(vec![
+                ("url", urls),
+                ("lock", Arc::new(Int64Array::from(vec![1])))
+            ]),
+            "column 'lock' is int64: expected bool"
+        );
+    }
 }

@@ -165,8 +165,11 @@ impl Meta {
                 let mut names: Vec<String> = Vec::new();
                 let mut values = Vec::new();
                 for (field, column) in fields.iter().zip(columns.columns()) {
-                    if names.contains(field.name()) {
+                    if fields.iter().filter(|f| f.name() == field.name()).count() > 1 {
                         return Err(given_twice(field.name()));
+                    }
+                    if column.data_type() == &DataType::Null {
+                        continue; // a name without values
                     }
                     names.push(field.name().clone());
                     let path = format!("metadata.{}", field.name());
@@ -262,7 +265,8 @@ pub(super) struct AclFields {
 }
 
 /// The fields of the struct column `path`, each given to `take` with its name, which refuses
-/// a field it does not know by returning `None`; `known` lists those it knows.
+/// a field it does not know by returning `None`; `known` lists those it knows. A field of the
+/// null type (all null) is absent.
 fn fields_of(
     path: &str,
     array: &dyn Array,
@@ -273,10 +277,15 @@ fn fields_of(
         return Err(wrong_type(path, array, &format!("a struct of {known}")));
     };
     for (field, column) in columns.fields().iter().zip(columns.columns()) {
-        take(field.name(), column.as_ref()).unwrap_or_else(|| {
+        let name = field.name().as_str();
+        let taken = if column.data_type() == &DataType::Null {
+            known.split(", ").any(|k| k == name).then_some(Ok(()))
+        } else {
+            take(name, column.as_ref())
+        };
+        taken.unwrap_or_else(|| {
             Err(format!(
-                "column '{path}' has a field '{}', which is not one of {known}",
-                field.name()
+                "column '{path}' has a field '{name}', which is not one of {known}"
             ))
         })?;
     }

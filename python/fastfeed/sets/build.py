@@ -273,11 +273,8 @@ class _LineOf:
 
 
 @dataclass(frozen=True)
-class _RowOf:
+class _RowOf(_LineOf):
     """Names row `i` of a batch that starts at row `first` (from 0) of file `name`."""
-
-    name: str
-    first: int
 
     def __call__(self, i: int) -> str:
         return f"{self.name}, row {self.first + i}"

@@ -453,3 +453,19 @@ def test_what_is_not_arrow_data_is_refused_naming_what_it_is(tmp_path: Path) -> 
     assert "expected Arrow data" in message and "got list" in message
     message = refused(tmp_path, pa.array([1, 2]))
     assert "int64 is not a table" in message
+
+
+def test_a_stream_that_fails_midway_is_an_error_not_a_shorter_input(tmp_path: Path) -> None:
+    schema = pa.schema([("url", pa.string())])
+
+    def batches() -> Any:
+        yield pa.record_batch([pa.array([url(0), url(1)])], schema=schema)
+        raise ValueError("the export broke")
+
+    reader = pa.RecordBatchReader.from_batches(schema, batches())
+    with pytest.raises(FeedError) as caught, FeedWriter(tmp_path / "out", "ds") as w:
+        w.add_arrow(reader)
+    assert "cannot read the Arrow data" in str(caught.value)
+    assert "the export broke" in str(caught.value)
+    assert w.records == 2  # the rows read before it are written, as before a refused row
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()

@@ -463,9 +463,11 @@ def test_a_stream_that_fails_midway_is_an_error_not_a_shorter_input(tmp_path: Pa
         raise ValueError("the export broke")
 
     reader = pa.RecordBatchReader.from_batches(schema, batches())
-    with pytest.raises(FeedError) as caught, FeedWriter(tmp_path / "out", "ds") as w:
-        w.add_arrow(reader)
+    writer = FeedWriter(tmp_path / "out", "ds")
+    with pytest.raises(FeedError) as caught:
+        writer.add_arrow(reader)
     assert "cannot read the Arrow data" in str(caught.value)
     assert "the export broke" in str(caught.value)
-    assert w.records == 2  # the rows read before it are written, as before a refused row
+    assert writer.records == 2  # the rows read before it are written, as before a refused row
+    writer.abort()
     assert not (tmp_path / "out" / "manifest.jsonl").exists()

@@ -19,7 +19,7 @@ use arrow_schema::{DataType, TimeUnit};
 /// Why a row cannot be read: the Arrow data is not what its type says.
 pub(super) const MALFORMED: &str = "the Arrow data is malformed (an offset or index out of bounds)";
 
-fn valid(nulls: &Option<NullBuffer>, row: usize) -> bool {
+pub(super) fn valid(nulls: &Option<NullBuffer>, row: usize) -> bool {
     nulls.as_ref().is_none_or(|n| n.is_valid(row))
 }
 

@@ -12,11 +12,7 @@ use arrow_schema::DataType;
 use crate::acl::{AclInput, PrincipalInput};
 use crate::jsonl::{given_twice, MetaValue, Metadata};
 
-use super::columns::{Bytes, Offsets};
-
-fn valid(nulls: &Option<NullBuffer>, row: usize) -> bool {
-    nulls.as_ref().is_none_or(|n| n.is_valid(row))
-}
+use super::columns::{valid, Bytes, Offsets};
 
 /// Why the column `path` (`metadata.tags`) is refused, being of the wrong type.
 pub(super) fn wrong_type(path: &str, array: &dyn Array, expected: &str) -> String {
@@ -71,10 +67,10 @@ pub(super) struct List<T> {
 
 impl<T> List<T> {
     /// A list column's offsets, nulls and items (`None` for another type).
-    fn new<U>(
+    fn new(
         array: &dyn Array,
-        items: impl FnOnce(&dyn Array) -> Result<U, String>,
-    ) -> Option<Result<List<U>, String>> {
+        items: impl FnOnce(&dyn Array) -> Result<T, String>,
+    ) -> Option<Result<List<T>, String>> {
         let (offsets, nulls, values) = match array.data_type() {
             DataType::List(_) => {
                 let list = array.as_list::<i32>();
@@ -118,7 +114,7 @@ pub(super) enum Values {
 
 impl Values {
     fn new(path: &str, array: &dyn Array) -> Result<Values, String> {
-        match List::<Bytes>::new(array, |items| text_column(&format!("{path}[]"), items)) {
+        match List::new(array, |items| text_column(&format!("{path}[]"), items)) {
             Some(list) => list.map(Values::Many),
             None => Bytes::new(array)
                 .and_then(|(bytes, text)| text.then_some(Values::One(bytes)))
@@ -312,7 +308,7 @@ impl Acl {
             "principals, inheritance_type, inherit_from",
             |name, column| {
                 Some(match name {
-                    "principals" => List::<Principals>::new(column, principals_of)
+                    "principals" => List::new(column, principals_of)
                         .unwrap_or_else(|| {
                             Err(wrong_type("acl.principals", column, "a list of structs"))
                         })

@@ -10,12 +10,16 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use arrow_array::ffi::{from_ffi, FFI_ArrowArray, FFI_ArrowSchema};
+use arrow_array::ffi_stream::{FFI_ArrowArrayStream, RecordBatchStreamReader};
+use arrow_array::{RecordBatch, RecordBatchReader, StructArray};
 use pyo3::buffer::PyBuffer;
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyOSError, PyValueError};
+use pyo3::exceptions::{PyException, PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyMemoryView, PyTuple};
+use pyo3::types::{PyBytes, PyCapsule, PyDict, PyList, PyMemoryView, PyTuple};
 
+use crate::arrow::{add_batches, Rows};
 use crate::encode::Compress;
 use crate::error::Error;
 use crate::fingerprint;
@@ -224,6 +228,75 @@ fn shared_chunk(py: Python<'_>, chunk: &Bound<'_, PyAny>) -> PyResult<SharedChun
     })
 }
 
+/// Arrow data read in place, as record batches.
+type Batches = Box<dyn Iterator<Item = Result<RecordBatch, arrow_schema::ArrowError>>>;
+
+/// The capsule `value` should be, by its name in the Arrow PyCapsule interface.
+fn capsule<'py>(value: Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, PyCapsule>> {
+    let capsule = value.downcast_into::<PyCapsule>()?;
+    if capsule.name()?.and_then(|n| n.to_str().ok()) != Some(name) {
+        return Err(PyTypeError::new_err(format!(
+            "expected a capsule named {name}"
+        )));
+    }
+    Ok(capsule)
+}
+
+/// The record batches of what exports the Arrow PyCapsule interface: a stream
+/// (`__arrow_c_stream__`), else an array of structs (`__arrow_c_array__`).
+fn arrow_batches(data: &Bound<'_, PyAny>) -> PyResult<Batches> {
+    let failed = |e: arrow_schema::ArrowError| {
+        FeedError::new_err(format!("cannot read the Arrow data: {e}"))
+    };
+    if data.hasattr("__arrow_c_stream__")? {
+        let stream = capsule(
+            data.call_method0("__arrow_c_stream__")?,
+            "arrow_array_stream",
+        )?;
+        // SAFETY: a capsule of that name holds an ArrowArrayStream; `from_raw` moves it out and
+        // leaves it released, which the capsule's destructor then skips.
+        let reader = unsafe {
+            RecordBatchStreamReader::from_raw(stream.pointer() as *mut FFI_ArrowArrayStream)
+        }
+        .map_err(failed)?;
+        // The columns are checked before any row is read, so that an empty stream is too.
+        Rows::new(&RecordBatch::new_empty(reader.schema()))?;
+        return Ok(Box::new(reader));
+    }
+    if data.hasattr("__arrow_c_array__")? {
+        let (schema, array): (Bound<'_, PyAny>, Bound<'_, PyAny>) =
+            data.call_method0("__arrow_c_array__")?.extract()?;
+        let (schema, array) = (
+            capsule(schema, "arrow_schema")?,
+            capsule(array, "arrow_array")?,
+        );
+        // SAFETY: capsules of those names hold an ArrowSchema and an ArrowArray; the array is
+        // moved out (and left released), the schema only read.
+        let array = unsafe {
+            from_ffi(
+                FFI_ArrowArray::from_raw(array.pointer() as *mut FFI_ArrowArray),
+                &*(schema.pointer() as *const FFI_ArrowSchema),
+            )
+        }
+        .map_err(failed)?;
+        if !matches!(array.data_type(), arrow_schema::DataType::Struct(_)) || array.null_count() > 0
+        {
+            return Err(FeedError::new_err(format!(
+                "Arrow data of type {} is not a table: give a table, a record batch or an \
+                 array of structs without nulls",
+                crate::arrow::type_name(array.data_type())
+            )));
+        }
+        let batch = RecordBatch::from(StructArray::from(array));
+        return Ok(Box::new(std::iter::once(Ok(batch))));
+    }
+    Err(PyTypeError::new_err(format!(
+        "expected Arrow data (an object with __arrow_c_stream__ or __arrow_c_array__, such as a \
+         pyarrow Table, RecordBatch or RecordBatchReader, or a Polars DataFrame), got {}",
+        type_name(data)
+    )))
+}
+
 /// A chunk's warnings, the files it finished and its number of lines.
 type JsonlReport<'py> = (Vec<(usize, String)>, Bound<'py, PyList>, usize);
 
@@ -303,6 +376,26 @@ impl PyFeedWriter {
         let report = py.allow_threads(|| writer.add_batch(&batch))?;
         drop(batch);
         Ok((report.warnings, entries_list(py, &report.finished)?))
+    }
+
+    /// Checks, encodes and writes Arrow data (see `arrow_batches`), its rows numbered from 0
+    /// across it. Returns as `add_batch`, plus the `RecordError` that stopped it, if any: the
+    /// rows before the refused one are written then (and reported), and none after it.
+    #[allow(clippy::type_complexity)]
+    fn add_arrow<'py>(
+        &mut self,
+        py: Python<'py>,
+        data: &Bound<'py, PyAny>,
+    ) -> PyResult<(Vec<(usize, String)>, Bound<'py, PyList>, Option<PyObject>)> {
+        let batches = arrow_batches(data)?;
+        let writer = self.writer()?;
+        let (report, error) = add_batches(writer, batches, |encode| py.allow_threads(encode));
+        let error = match error {
+            None => None,
+            Some(e @ Error::Record { .. }) => Some(PyErr::from(e).into_value(py).into_any()),
+            Some(e) => return Err(e.into()),
+        };
+        Ok((report.warnings, entries_list(py, &report.finished)?, error))
     }
 
     /// Parses, checks, encodes and writes a chunk of JSON Lines (whole lines), ahead of the

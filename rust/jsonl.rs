@@ -43,7 +43,7 @@ pub const FIELDS: &[&str] = &[
 ];
 
 /// `last_modified` as given: a date string or seconds since the epoch.
-struct RawTimestamp(Timestamp);
+pub(crate) struct RawTimestamp(pub(crate) Timestamp);
 
 impl<'de> Deserialize<'de> for RawTimestamp {
     fn deserialize<D: serde::Deserializer<'de>>(
@@ -88,7 +88,7 @@ where
 /// The metadata object, as (name, value) pairs sorted by name, a name's values in their order. A
 /// name given twice is refused rather than letting the last value win in silence: several values
 /// of one name are given as a list.
-struct Metadata(Vec<(String, String)>);
+pub(crate) struct Metadata(pub(crate) Vec<(String, String)>);
 
 impl<'de> Deserialize<'de> for Metadata {
     fn deserialize<D: serde::Deserializer<'de>>(
@@ -121,10 +121,7 @@ impl<'de> Deserialize<'de> for Metadata {
                     firsts.sort_unstable_by(|a, b| pairs[*a].0.cmp(&pairs[*b].0));
                     if let Some(twice) = firsts.windows(2).find(|w| pairs[w[0]].0 == pairs[w[1]].0)
                     {
-                        return Err(serde::de::Error::custom(format!(
-                            "the name '{}' is given twice: give its values as one list",
-                            pairs[twice[0]].0
-                        )));
+                        return Err(serde::de::Error::custom(given_twice(&pairs[twice[0]].0)));
                     }
                     pairs.sort_by(|a, b| a.0.cmp(&b.0));
                 }
@@ -133,6 +130,11 @@ impl<'de> Deserialize<'de> for Metadata {
         }
         deserializer.deserialize_map(Names)
     }
+}
+
+/// Why a metadata name was refused (JSON Lines, dicts and Arrow data alike).
+pub(crate) fn given_twice(name: &str) -> String {
+    format!("the name '{name}' is given twice: give its values as one list")
 }
 
 /// A metadata name's value: one string, or a list of them, each paired with the name.
@@ -179,10 +181,10 @@ impl<'de> serde::de::Visitor<'de> for Values<'_> {
 /// through `Option<Cow>` by itself).
 #[derive(Deserialize)]
 #[serde(transparent)]
-struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+pub(crate) struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
 
 /// `content`: text, or bytes, which a Python dict can hold and JSON cannot.
-struct RawContent<'a>(Content<'a>);
+pub(crate) struct RawContent<'a>(Content<'a>);
 
 impl<'de: 'a, 'a> Deserialize<'de> for RawContent<'a> {
     fn deserialize<D: serde::Deserializer<'de>>(
@@ -219,37 +221,37 @@ impl<'de: 'a, 'a> Deserialize<'de> for RawContent<'a> {
 
 /// A record as given, in JSON Lines or a Python dict (see `bindings::dict`): the one definition
 /// of the record schema. `FIELDS` lists its fields (a test keeps them the same).
-#[derive(Deserialize)]
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawRecord<'a> {
-    url: Option<String>,
-    action: Option<Cow<'a, str>>,
-    mimetype: Option<String>,
-    displayurl: Option<String>,
-    last_modified: Option<RawTimestamp>,
-    lock: Option<bool>,
-    authmethod: Option<Cow<'a, str>>,
-    pagerank: Option<i64>,
-    crawl_immediately: Option<bool>,
-    crawl_once: Option<bool>,
+    pub(crate) url: Option<String>,
+    pub(crate) action: Option<Cow<'a, str>>,
+    pub(crate) mimetype: Option<String>,
+    pub(crate) displayurl: Option<String>,
+    pub(crate) last_modified: Option<RawTimestamp>,
+    pub(crate) lock: Option<bool>,
+    pub(crate) authmethod: Option<Cow<'a, str>>,
+    pub(crate) pagerank: Option<i64>,
+    pub(crate) crawl_immediately: Option<bool>,
+    pub(crate) crawl_once: Option<bool>,
     // Sorted by name here already; the record keeps list order for repeated names.
-    metadata: Option<Metadata>,
+    pub(crate) metadata: Option<Metadata>,
     #[serde(borrow)]
-    content: Option<RawContent<'a>>,
+    pub(crate) content: Option<RawContent<'a>>,
     #[serde(borrow)]
-    content_base64: Option<Text<'a>>,
-    content_path: Option<PathBuf>,
+    pub(crate) content_base64: Option<Text<'a>>,
+    pub(crate) content_path: Option<PathBuf>,
     #[serde(borrow)]
-    acl: Option<AclInput<'a>>,
-    overwrite_acls: Option<bool>,
-    kind: Option<Cow<'a, str>>,
+    pub(crate) acl: Option<AclInput<'a>>,
+    pub(crate) overwrite_acls: Option<bool>,
+    pub(crate) kind: Option<Cow<'a, str>>,
 }
 
 /// A record's contents, passed to `into_record` apart from the rest: they may have been read
 /// apart from it, where serde read `null` (see `lift`).
-struct Apart<'a> {
-    content: Option<Content<'a>>,
-    content_base64: Option<Cow<'a, str>>,
+pub(crate) struct Apart<'a> {
+    pub(crate) content: Option<Content<'a>>,
+    pub(crate) content_base64: Option<Cow<'a, str>>,
 }
 
 /// Parses one line (not blank) of a JSON Lines input; `index` names it in errors.
@@ -342,7 +344,11 @@ impl<'a> RawRecord<'a> {
 
 /// The record of `raw`, checked; its contents are passed apart, as they may have been read
 /// apart from the rest (`raw` then borrows from what was left, see `lift`).
-fn into_record<'a>(index: usize, raw: RawRecord<'_>, apart: Apart<'a>) -> Result<Record<'a>> {
+pub(crate) fn into_record<'a>(
+    index: usize,
+    raw: RawRecord<'_>,
+    apart: Apart<'a>,
+) -> Result<Record<'a>> {
     debug_assert!(raw.content.is_none() && raw.content_base64.is_none());
     let bad = |field: &'static str, msg: String| Error::record(index, Some(field), msg);
     let content_path = raw.content_path.map(Content::Path);

@@ -4,6 +4,7 @@
 //! that knows about Python.
 
 pub mod acl;
+pub mod arrow;
 pub mod encode;
 pub mod error;
 pub mod escape;

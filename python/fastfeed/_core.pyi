@@ -68,6 +68,9 @@ class FeedWriter:
     def add_batch(
         self, records: Iterable[Mapping[str, Any]]
     ) -> tuple[list[tuple[int, str]], list[dict[str, Any]]]: ...
+    def add_arrow(
+        self, data: object
+    ) -> tuple[list[tuple[int, str]], list[dict[str, Any]], RecordError | None]: ...
     def add_jsonl(
         self, chunk: bytes | memoryview
     ) -> tuple[list[tuple[int, str]], list[dict[str, Any]], int]: ...

@@ -256,15 +256,27 @@ impl FeedWriter {
     /// Checks, encodes and takes a batch of records; on error nothing of the batch is
     /// written, and the error's index is the record's position in `records`.
     pub fn add_batch(&mut self, records: &[Record<'_>]) -> Result<BatchReport> {
+        let indexed: Vec<(usize, &Record<'_>)> = records.iter().enumerate().collect();
+        self.add_records(&indexed, |r| r.weight(), |_, r, encode| encode(r))
+    }
+
+    /// Like `add_batch`, for records made on the encoding threads from `items`, each with the
+    /// index that names it in errors: `with_record` makes an item's record and gives it to
+    /// `encode` (rows of Arrow data, read in place). `weight` says about how much work an item is.
+    pub fn add_records<T: Sync>(
+        &mut self,
+        items: &[(usize, T)],
+        weight: impl Fn(&T) -> usize,
+        with_record: impl Fn(usize, &T, &mut dyn FnMut(&Record<'_>) -> Result<()>) -> Result<()> + Sync,
+    ) -> Result<BatchReport> {
         let Some(encode) = self.set.form().encode_record else {
             return Err(self.refuse("document records"));
         };
-        let indexed: Vec<(usize, &Record<'_>)> = records.iter().enumerate().collect();
-        self.add(
-            &indexed,
-            |record| record.weight(),
-            |index, record, kind, enc, scratch, out| encode(index, record, kind, enc, scratch, out),
-        )
+        self.add(items, weight, |index, item, kind, enc, scratch, out| {
+            with_record(index, item, &mut |record| {
+                encode(index, record, kind, enc, scratch, out)
+            })
+        })
     }
 
     /// Starts encoding a chunk of JSON Lines (whole lines only) on the encoding threads and

@@ -31,10 +31,13 @@ if TYPE_CHECKING:
     from fastfeed.gsa.validate import Problem
 
 BUILD_HELP = f"""\
-Build GSA feed files from JSON Lines records or directories of documents.
+Build GSA feed files from JSON Lines records, Parquet or Arrow tables, or directories of
+documents.
 
 Each INPUT is a JSON Lines file (one record per line, see the README for the fields), `-` for
-standard input, or a directory whose files become records (with --base-url). The output
+standard input, a Parquet (.parquet) or Arrow IPC (.arrow, .feather, .ipc) file whose columns
+are the record's fields (needs pip install 'fastfeed[parquet]'), a quoted glob of files
+('exports/*.parquet'), or a directory whose files become records (with --base-url). The output
 directory receives numbered feed files, each a complete, valid feed under --max-bytes, and
 manifest.jsonl, which lists them in the order they must be pushed.
 
@@ -44,6 +47,7 @@ file is `full`; the others are `incremental`, so that they add to it instead of 
 examples:
   fastfeed build docs.jsonl --datasource docs --feedtype full --out feeds/
   cat changes.jsonl | fastfeed build - --datasource docs --out feeds-$(date +%s)/
+  fastfeed build 'exports/*.parquet' --datasource docs --feedtype full --out feeds/
   fastfeed build /srv/share --base-url http://files.example.com/share/ \\
       --datasource share --feedtype full --out feeds/
 
@@ -76,7 +80,7 @@ without a manifest).
     nargs=-1,
     required=True,
     metavar="INPUT",
-    help="JSON Lines file, - (stdin) or directory",
+    help="JSON Lines, Parquet or Arrow file, glob, - (stdin) or directory",
 )
 @option("--out", required=True, metavar="DIR", help="new or empty output directory")
 @record_options()

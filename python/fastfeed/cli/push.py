@@ -141,7 +141,7 @@ def _push(
     nargs=-1,
     required=True,
     metavar="INPUT",
-    help="JSON Lines file, - (stdin) or directory",
+    help="JSON Lines, Parquet or Arrow file, glob, - (stdin) or directory",
 )
 @record_options(BUILDING, gsa_only=True)
 @option(

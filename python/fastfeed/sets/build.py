@@ -1,6 +1,7 @@
 """The build pipeline every set shares: inputs to a set of files on disk (`write_set`).
 
-Inputs are JSON Lines files, standard input, or directories of documents. JSON Lines are read
+Inputs are JSON Lines files, standard input, directories of documents, or Parquet and Arrow
+files (`tables`, read a batch of rows at a time into `add_arrow`). JSON Lines are read
 here in newline-aligned chunks and parsed by the Rust core on its worker threads: parsing on
 this thread, under the GIL, would bound the whole build to one core. Chunks and batches are
 bounded in bytes, which keeps memory flat whatever the corpus size, and a refused record is
@@ -10,6 +11,7 @@ reported with its file and line.
 from __future__ import annotations
 
 import functools
+import glob
 import json
 import mmap
 import os
@@ -27,10 +29,11 @@ from urllib.parse import quote
 import orjson
 
 from fastfeed import _core
-from fastfeed.errors import FastfeedError, InputError, RecordError
+from fastfeed.errors import FastfeedError, FeedError, InputError, RecordError
 from fastfeed.progress import Progress, Stage, human_bytes, plural, stage
+from fastfeed.sets import tables
 from fastfeed.sets.manifest import ManifestEntry
-from fastfeed.sets.writer import HARD_MAX_BYTES, FeedWarning, SetWriter
+from fastfeed.sets.writer import HARD_MAX_BYTES, FeedWarning, RecordWriter, SetWriter
 
 OnError = Literal["stop", "skip"]
 T = TypeVar("T")
@@ -269,6 +272,14 @@ class _LineOf:
         return f"{self.name}:{self.first + i}"
 
 
+@dataclass(frozen=True)
+class _RowOf(_LineOf):
+    """Names row `i` of a batch that starts at row `first` (from 0) of file `name`."""
+
+    def __call__(self, i: int) -> str:
+        return f"{self.name}, row {self.first + i}"
+
+
 def _nothing() -> None:
     pass
 
@@ -342,6 +353,30 @@ class _Builder:
             self._take(chunk, paths.__getitem__)
             self.show()
 
+    def table(self, name: str) -> None:
+        """Takes the rows of a Parquet or Arrow file, a batch at a time, read one batch ahead on
+        a thread of its own while the last one is encoded."""
+        writer = self.writer
+        if not isinstance(writer, RecordWriter):
+            raise InputError(name, "Parquet and Arrow files hold document records: give JSON Lines")
+        first = 0
+        for batch in _ahead(tables.batches(name)):
+            self._locate, self._done = _RowOf(name, first), 0
+            rows, first = batch, first + batch.num_rows
+            while True:
+                try:
+                    writer.add_arrow(rows)
+                    break
+                except RecordError as exc:
+                    # The rows before the refused one are written: go on after it.
+                    reason = f"{exc.field}: {exc.reason}" if exc.field else exc.reason
+                    self.refuse(self.where(exc.index), tables.row_json(rows, exc.index), reason)
+                    self._done += exc.index + 1
+                    rows = rows.slice(exc.index + 1)
+                except FeedError as exc:  # a column that is no record field
+                    raise InputError(name, str(exc)) from None
+            self.show()
+
     def _one_ahead(self, chunks: Iterator[tuple[Chunk, T]]) -> Iterator[tuple[Chunk, T]]:
         """Starts each chunk on the writer's threads, then yields the one before it to be
         taken: the threads encode the next chunk while Python takes the last and reads on."""
@@ -403,10 +438,13 @@ class _Builder:
 
 
 def input_bytes(inputs: Sequence[str]) -> int | None:
-    """The bytes of the inputs, when they are all regular files: what a build's line counts;
-    None for standard input, a pipe or a directory, whose size is not known beforehand."""
+    """The bytes of the inputs, when they are all regular files of JSON Lines: what a build's
+    line counts; None for standard input, a pipe or a directory, whose size is not known
+    beforehand, and for Parquet or Arrow files, whose bytes are not read in order."""
     total = 0
     for name in inputs:
+        if tables.is_table(name):
+            return None
         try:
             status = os.stat(name) if name != "-" else None
         except OSError:
@@ -417,9 +455,24 @@ def input_bytes(inputs: Sequence[str]) -> int | None:
     return total
 
 
-def check_directories(inputs: Sequence[str], base_url: str | None) -> None:
+def expand(inputs: Sequence[str]) -> list[str]:
+    """The inputs with their globs (`data/*.parquet`, quoted from the shell) expanded, in name
+    order; a glob that matches nothing is an error, not an empty input."""
+    names = []
     for name in inputs:
-        if name != "-" and Path(name).is_dir() and not base_url:
+        if name == "-" or os.path.lexists(name) or not glob.has_magic(name):
+            names.append(name)
+            continue
+        found = sorted(glob.glob(name))
+        if not found:
+            raise FastfeedError(f"{name} matches no file")
+        names.extend(found)
+    return names
+
+
+def check_directories(inputs: Sequence[str], base_url: str | None) -> None:
+    for name in expand(inputs):
+        if name != "-" and Path(name).is_dir() and not base_url and not tables.is_table(name):
             raise FastfeedError(
                 f"{name} is a directory: give --base-url to map its files to URLs "
                 "(e.g. --base-url http://docs.example.com/share/)"
@@ -451,6 +504,7 @@ def write_set(
     out = Path(out_dir)
     warned = 0
     check_out_dir(out)
+    inputs = expand(inputs)
     total = input_bytes(inputs)
     # Input bytes when their total is known, else records, which show how far it went.
     with stage(progress, "build", total, unit="records" if total is None else "bytes") as line:
@@ -493,6 +547,8 @@ def _feed(builder: _Builder, inputs: Sequence[str], base_url: str | None, out: s
             path = Path(name)
             if name == "-":
                 builder.jsonl(stream_chunks(sys.stdin.buffer, "<stdin>"), "<stdin>")
+            elif tables.is_table(name):
+                builder.table(name)
             elif path.is_dir():
                 builder.directory(path, base_url or "", out)
             else:

@@ -7,6 +7,7 @@ import os
 import warnings
 from collections.abc import Callable, Iterable
 from types import TracebackType
+from typing import Protocol
 
 from fastfeed import _core
 from fastfeed.errors import EmptyFullFeed
@@ -16,6 +17,26 @@ from fastfeed.sets.records import Record
 DEFAULT_MAX_BYTES: int = _core.DEFAULT_MAX_BYTES
 HARD_MAX_BYTES: int = _core.HARD_MAX_BYTES
 DEFAULT_LEVEL: int = _core.DEFAULT_LEVEL
+
+
+class ArrowStream(Protocol):
+    """What exports an Arrow stream through the PyCapsule interface (a pyarrow Table or
+    RecordBatchReader, a Polars DataFrame, a DuckDB result...)."""
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object: ...
+
+
+class ArrowArray(Protocol):
+    """What exports one Arrow array through the PyCapsule interface (a pyarrow RecordBatch or
+    StructArray)."""
+
+    def __arrow_c_array__(
+        self, requested_schema: object | None = None
+    ) -> tuple[object, object]: ...
+
+
+#: Tables to take as records, read in place (see `RecordWriter.add_arrow`).
+ArrowData = ArrowStream | ArrowArray
 
 
 class FeedWarning(UserWarning):
@@ -140,3 +161,16 @@ class RecordWriter(SetWriter):
         batch = records if isinstance(records, (list, tuple)) else list(records)
         problems, finished = self._core.add_batch(batch)
         self._report(problems, finished)
+
+    def add_arrow(self, data: ArrowData) -> None:
+        """Adds the rows of Arrow data, whose columns are record fields by name, read in place
+        by the Rust core without pyarrow: anything with `__arrow_c_stream__` or
+        `__arrow_c_array__` (a pyarrow Table, RecordBatch or RecordBatchReader, a Polars
+        DataFrame...). A bad row raises `RecordError` whose `.index` counts rows across the
+        whole input: the rows before it are written, none after it, so
+        `add_arrow(table.slice(error.index + 1))` goes on after it. A column of an unknown name
+        or of a type that cannot hold its field raises `FeedError` before any row is written."""
+        problems, finished, error = self._core.add_arrow(data)
+        self._report(problems, finished)
+        if error is not None:
+            raise error

@@ -1,0 +1,162 @@
+"""Arrow benchmarks: `add_arrow` against `add_batch`, and a Parquet build against the JSON
+Lines build of the same records, side by side in one run, rounds alternating (this VM's speed
+moves by 10% within minutes).
+
+Run: `pytest benches/bench_arrow.py -o python_files='bench_*.py' -s` (FASTFEED_BENCH_MB sets
+the corpus size, default 200). Each test prints the ratio it measured.
+
+Targets (issue 13): `add_arrow` 7x `add_batch` for 1 KB text records (2 million records/s on
+two cores); a Parquet build within 1.3x the JSON Lines build's time. The first is not met:
+its assert guards what is (see PERFORMANCE.md for the figures and what limits them).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+from bench_build import CORPUS_MB, _kb_records, make_corpus
+from fastfeed import FeedWriter, read_manifest
+from fastfeed.gsa.build import build
+from peak import run_measuring_peak
+
+ROUNDS = 5
+
+
+def timed(fn: Callable[[], object]) -> tuple[float, float]:
+    """Seconds taken, and CPU seconds of every thread of the process: other engineers' work on
+    the shared machine moves the first, much less the second."""
+    start, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - start, time.process_time() - cpu
+
+
+def ratios(slow: list[tuple[float, float]], fast: list[tuple[float, float]]) -> tuple[float, float]:
+    """How many times `fast` beats `slow`, by their best rounds: in time, and in CPU time."""
+    return min(s[0] for s in slow) / min(f[0] for f in fast), min(s[1] for s in slow) / min(
+        f[1] for f in fast
+    )
+
+
+#: The records of make_corpus as a table.
+SCHEMA = pa.schema(
+    [
+        ("url", pa.string()),
+        ("metadata", pa.struct([("author", pa.string()), ("tags", pa.list_(pa.string()))])),
+        ("content", pa.string()),
+        ("content_base64", pa.string()),
+        ("mimetype", pa.string()),
+    ]
+)
+
+
+def to_parquet(src: Path, dest: Path, group_bytes: int = 16_000_000) -> None:
+    """JSON Lines to Parquet (snappy, pyarrow's defaults), a row group of about 16 MB at a
+    time."""
+    with pq.ParquetWriter(dest, SCHEMA) as writer, src.open("rb") as lines:
+        rows: list[dict[str, object]] = []
+        size = 0
+        for line in lines:
+            rows.append(orjson.loads(line))
+            size += len(line)
+            if size >= group_bytes:
+                writer.write_table(pa.Table.from_pylist(rows, schema=SCHEMA))
+                rows, size = [], 0
+        if rows:
+            writer.write_table(pa.Table.from_pylist(rows, schema=SCHEMA))
+
+
+def test_add_arrow_against_add_batch(tmp_path: Path) -> None:
+    """The same 1 KB text records, as a pyarrow Table (made once: Arrow data is what a
+    pipeline already holds) and as dicts in batches of 10,000 (new ones each round: CPython
+    caches a str's UTF-8 form, and a pipeline hands over new strings every time)."""
+    n = 200_000
+    table = pa.Table.from_pylist(_kb_records(n, seed=1))
+    runs = iter(range(1000))
+    arrow, dicts = [], []
+
+    def write(add: Callable[[FeedWriter], None]) -> tuple[float, float]:
+        with FeedWriter(tmp_path / f"r{next(runs)}", "api") as w:
+            return timed(lambda: add(w))
+
+    for seed in range(ROUNDS):
+        arrow.append(write(lambda w: w.add_arrow(table)))
+        records = _kb_records(n, seed=seed + 2)
+        batches = [records[i : i + 10_000] for i in range(0, n, 10_000)]
+
+        def add_batches(w: FeedWriter, batches: list[list[dict[str, object]]] = batches) -> None:
+            for batch in batches:
+                w.add_batch(batch)  # type: ignore[arg-type]
+
+        dicts.append(write(add_batches))
+    ratio, cpu = ratios(dicts, arrow)
+    best = min(a[0] for a in arrow)
+    print(
+        f"\nadd_arrow {n / best:,.0f} records/s, add_batch {n / min(d[0] for d in dicts):,.0f} "
+        f"records/s -> {ratio:.1f}x ({cpu:.1f}x in CPU time)"
+    )
+    # The 7x target is not met: both calls are bound by the same encoding and hashing (see
+    # PERFORMANCE.md); this guards what add_arrow saves, reading rows without Python. In CPU
+    # time, which the other work on the shared machine moves far less than the time.
+    assert cpu >= 1.4
+
+
+def test_parquet_build_against_json_lines(tmp_path: Path) -> None:
+    """The mixed corpus of bench_build (half text, half binary in base64, by bytes) as JSON
+    Lines and as Parquet, built by `fastfeed build`."""
+    src = tmp_path / "mixed.jsonl"
+    make_corpus(src, CORPUS_MB * 1_000_000)
+    to_parquet(src, tmp_path / "mixed.parquet")
+    runs = iter(range(1000))
+
+    sha256: dict[str, set[tuple[str, ...]]] = {"jsonl": set(), "parquet": set()}
+
+    def fastfeed(path: Path) -> tuple[float, float]:
+        out = tmp_path / f"o{next(runs)}"
+        seconds = timed(lambda: build([str(path)], out, "bench", "incremental"))
+        sha256[path.suffix[1:]].add(tuple(e.sha256 for e in read_manifest(out)))
+        return seconds
+
+    jsonl, parquet = [], []
+    for _ in range(ROUNDS):
+        jsonl.append(fastfeed(src))
+        parquet.append(fastfeed(tmp_path / "mixed.parquet"))
+    assert sha256["parquet"] == sha256["jsonl"]  # the same feed files
+    ratio, cpu = ratios(parquet, jsonl)
+    size = (tmp_path / "mixed.parquet").stat().st_size / 1e6
+    print(
+        f"\nmixed {CORPUS_MB} MB: JSON Lines {min(j[0] for j in jsonl):.2f} s, Parquet "
+        f"({size:.0f} MB) {min(p[0] for p in parquet):.2f} s -> {ratio:.2f}x "
+        f"({cpu:.2f}x in CPU time)"
+    )
+    # Parquet's decoding (snappy, copying the values out of its pages) is CPU the JSON Lines
+    # build does not spend, on cores the encoding already fills: on an idle machine the time
+    # goes as the CPU time, which the other work on the shared machine moves far less.
+    assert cpu <= 1.3
+
+
+def test_memory_flat_on_a_large_parquet_file(tmp_path: Path) -> None:
+    """Peak RSS building a Parquet file of FASTFEED_BENCH_MEMORY_MB (default 1000) against
+    building a quarter of it: what grows with the file is a leak, the rest is a row group's
+    reading (pyarrow's decoders and its allocator's caches) and the batches in flight."""
+    total = int(os.environ.get("FASTFEED_BENCH_MEMORY_MB", "1000")) * 1_000_000
+    peaks = []
+    for size in (total // 4, total):
+        src = tmp_path / f"{size}.jsonl"
+        make_corpus(src, size, seed=11)
+        to_parquet(src, tmp_path / f"{size}.parquet")
+        src.unlink()
+        command = [sys.executable, "-m", "fastfeed", "build", str(tmp_path / f"{size}.parquet")]
+        command += ["--datasource", "big", "--out", str(tmp_path / f"o{size}")]
+        peaks.append(run_measuring_peak(command) / 1e6)
+    print(
+        f"\nbuilding {total / 4e9:.2f} GB of Parquet: peak RSS {peaks[0]:.0f} MB; "
+        f"{total / 1e9:.1f} GB: {peaks[1]:.0f} MB"
+    )
+    assert peaks[1] < 1.25 * peaks[0]

@@ -1,0 +1,96 @@
+"""Parquet and Arrow IPC (Feather) files as build inputs, read a batch of rows at a time so
+that memory stays flat whatever the file's size; the rows go to `RecordWriter.add_arrow`.
+Reading them takes pyarrow, the `parquet` extra; `add_arrow` itself does not."""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from fastfeed.errors import FastfeedError, InputError
+
+#: The inputs read as tables, by the end of their name; a directory is a tree of documents.
+SUFFIXES = (".parquet", ".arrow", ".feather", ".ipc")
+
+#: Rows of a Parquet file are read in batches of about this many bytes (uncompressed), and at
+#: most MAX_ROWS rows: pyarrow's reading takes several times a batch's size in memory (0.7 GB
+#: of Parquet built at 380 MB peak RSS with 16 MB batches, 300 MB with 4 MB).
+BATCH_BYTES = 4 * 1024 * 1024
+MAX_ROWS = 65_536
+
+
+def is_table(name: str) -> bool:
+    return name.lower().endswith(SUFFIXES)
+
+
+def _pyarrow() -> Any:
+    try:
+        import pyarrow
+        import pyarrow.ipc
+        import pyarrow.parquet
+    except ImportError:
+        raise FastfeedError(
+            "reading Parquet and Arrow files needs pyarrow: pip install 'fastfeed[parquet]'"
+        ) from None
+    return pyarrow
+
+
+def batches(name: str) -> Iterator[Any]:
+    """The record batches of the Parquet or Arrow IPC file `name`. Whatever stops the reading
+    (a truncated or corrupt file) raises `InputError` naming the file: a file read in part
+    would make a feed of part of it."""
+    pa = _pyarrow()
+    if os.path.isdir(name):
+        raise InputError(
+            name,
+            "is a directory (a dataset of several files?): give its files, as "
+            f"'{os.path.join(name, '*' + os.path.splitext(name)[1])}'",
+        )
+    try:
+        if name.lower().endswith(".parquet"):
+            yield from _parquet(pa, name)
+        else:
+            yield from _ipc(pa, name)
+    except (pa.ArrowException, OSError) as exc:
+        raise InputError(name, f"cannot be read whole: {exc}") from None
+
+
+def _parquet(pa: Any, name: str) -> Iterator[Any]:
+    # Checksums are verified where the writer put them. Pre-buffering would read every row
+    # group's columns at once (1 GB peak RSS for 0.7 GB of Parquet); pyarrow's threads add
+    # memory and take the cores from the encoding for no gain.
+    parquet = pa.parquet.ParquetFile(name, page_checksum_verification=True, pre_buffer=False)
+    meta = parquet.metadata
+    row_bytes = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    size = max(1, min(MAX_ROWS, BATCH_BYTES * max(meta.num_rows, 1) // max(row_bytes, 1)))
+    yield from parquet.iter_batches(batch_size=size, use_threads=False)
+
+
+def _ipc(pa: Any, name: str) -> Iterator[Any]:
+    # Read, not mapped: a mapped file that shrinks while it is read kills the process.
+    with pa.OSFile(name) as source:
+        try:
+            reader = pa.ipc.open_file(source)
+        except pa.ArrowInvalid:
+            # Not the file format: the stream format, which has no footer.
+            source.seek(0)
+            yield from pa.ipc.open_stream(source)
+            return
+        for i in range(reader.num_record_batches):
+            yield reader.get_batch(i)
+
+
+def row_json(batch: Any, index: int) -> bytes:
+    """A refused row as a JSON Lines record, for `rejected.jsonl`: null fields left out,
+    binary content as `content_base64`, a map's pairs as an object (unless a name repeats)."""
+    row = {k: v for k, v in batch.slice(index, 1).to_pylist()[0].items() if v is not None}
+    if isinstance(row.get("content"), bytes):
+        row["content_base64"] = base64.b64encode(row.pop("content")).decode()
+    pairs = row.get("metadata")
+    if isinstance(pairs, list) and len({k for k, _ in pairs}) == len(pairs):
+        row["metadata"] = dict(pairs)
+    return orjson.dumps(row, default=str, option=orjson.OPT_NON_STR_KEYS) + b"\n"

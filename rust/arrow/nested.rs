@@ -1,0 +1,433 @@
+//! Readers of the nested columns: `metadata` (a struct or a map of names to strings or lists
+//! of strings) and `acl` (a struct shaped like the JSON object, or that object as JSON text).
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, BooleanArray};
+use arrow_buffer::NullBuffer;
+use arrow_schema::DataType;
+
+use crate::acl::{AclInput, PrincipalInput};
+use crate::jsonl::{given_twice, Metadata};
+
+use super::columns::{valid, Bytes, Offsets};
+
+/// Why the column `path` (`metadata.tags`) is refused, being of the wrong type.
+pub(super) fn wrong_type(path: &str, array: &dyn Array, expected: &str) -> String {
+    format!(
+        "column '{path}' is {}: expected {expected}",
+        type_name(array.data_type())
+    )
+}
+
+/// A type as pyarrow and Polars users read it (`double`, `list<string>`), not as Rust's
+/// `Debug` writes it (`Float64`, `List(Utf8)`).
+pub fn type_name(t: &DataType) -> String {
+    let name = match t {
+        DataType::Boolean => "bool",
+        DataType::Float16 => "halffloat",
+        DataType::Float32 => "float",
+        DataType::Float64 => "double",
+        DataType::Utf8 => "string",
+        DataType::LargeUtf8 => "large_string",
+        DataType::Utf8View => "string_view",
+        DataType::LargeBinary => "large_binary",
+        DataType::BinaryView => "binary_view",
+        DataType::Struct(_) => "struct",
+        DataType::Map(_, _) => "map",
+        DataType::List(item) | DataType::LargeList(item) => {
+            return format!("list<{}>", type_name(item.data_type()))
+        }
+        DataType::Dictionary(_, values) => return format!("dictionary<{}>", type_name(values)),
+        other => return format!("{other:?}").to_lowercase(),
+    };
+    name.to_owned()
+}
+
+/// A text column's reader, or why the column `path` is not one.
+pub(super) fn text_column(path: &str, array: &dyn Array) -> Result<Bytes, String> {
+    match Bytes::new(array) {
+        Some((bytes, true)) => Ok(bytes),
+        _ => Err(wrong_type(
+            path,
+            array,
+            "strings (string, large_string, string_view, or a dictionary of them)",
+        )),
+    }
+}
+
+/// The items of a list column, read by `items`.
+pub(super) struct List<T> {
+    offsets: Offsets,
+    nulls: Option<NullBuffer>,
+    items: T,
+}
+
+impl<T> List<T> {
+    /// A list column's offsets, nulls and items (`None` for another type).
+    fn new(
+        array: &dyn Array,
+        items: impl FnOnce(&dyn Array) -> Result<T, String>,
+    ) -> Option<Result<List<T>, String>> {
+        let (offsets, nulls, values) = match array.data_type() {
+            DataType::List(_) => {
+                let list = array.as_list::<i32>();
+                (
+                    Offsets::Small(list.offsets().clone()),
+                    list.nulls().cloned(),
+                    list.values(),
+                )
+            }
+            DataType::LargeList(_) => {
+                let list = array.as_list::<i64>();
+                (
+                    Offsets::Large(list.offsets().clone()),
+                    list.nulls().cloned(),
+                    list.values(),
+                )
+            }
+            _ => return None,
+        };
+        Some(items(values.as_ref()).map(|items| List {
+            offsets,
+            nulls,
+            items,
+        }))
+    }
+
+    /// The positions of a row's items among `items`, `None` when the row is null.
+    fn range(&self, row: usize) -> Result<Option<std::ops::Range<usize>>, &'static str> {
+        if !valid(&self.nulls, row) {
+            return Ok(None);
+        }
+        self.offsets.range(row).map(Some)
+    }
+}
+
+/// A metadata value: one string, or a list of them.
+pub(super) enum Values {
+    One(Bytes),
+    Many(List<Bytes>),
+}
+
+/// A metadata name's values in a row.
+enum MetaValue {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Values {
+    fn new(path: &str, array: &dyn Array) -> Result<Values, String> {
+        match List::new(array, |items| text_column(&format!("{path}[]"), items)) {
+            Some(list) => list.map(Values::Many),
+            None => Bytes::new(array)
+                .and_then(|(bytes, text)| text.then_some(Values::One(bytes)))
+                .ok_or_else(|| wrong_type(path, array, "strings or lists of strings")),
+        }
+    }
+
+    /// The value of a name at `row` (`None` when null: the name is absent).
+    fn get(&self, name: &str, row: usize) -> Result<Option<MetaValue>, String> {
+        Ok(match self {
+            Values::One(bytes) => bytes.text(row)?.map(|v| MetaValue::One(v.to_owned())),
+            Values::Many(list) => match list.range(row)? {
+                None => None,
+                Some(items) => Some(MetaValue::Many(
+                    items
+                        .map(|i| match list.items.text(i)? {
+                            Some(v) => Ok(v.to_owned()),
+                            None => Err(format!("'{name}' holds a null in its list of values")),
+                        })
+                        .collect::<Result<_, String>>()?,
+                )),
+            },
+        })
+    }
+}
+
+/// The `metadata` column.
+pub(super) enum Meta {
+    /// A field per name; a null value leaves the name out.
+    Struct {
+        names: Vec<String>,
+        values: Vec<Values>,
+        nulls: Option<NullBuffer>,
+    },
+    /// Names and values per row.
+    Map(Box<List<(Bytes, Values)>>),
+}
+
+impl Meta {
+    pub(super) fn new(array: &dyn Array) -> Result<Meta, String> {
+        match array.data_type() {
+            DataType::Struct(fields) => {
+                let columns = array.as_struct();
+                let mut names: Vec<String> = Vec::new();
+                let mut values = Vec::new();
+                for (field, column) in fields.iter().zip(columns.columns()) {
+                    if fields.iter().filter(|f| f.name() == field.name()).count() > 1 {
+                        return Err(given_twice(field.name()));
+                    }
+                    if column.data_type() == &DataType::Null {
+                        continue; // a name without values
+                    }
+                    names.push(field.name().clone());
+                    let path = format!("metadata.{}", field.name());
+                    values.push(Values::new(&path, column.as_ref())?);
+                }
+                Ok(Meta::Struct {
+                    names,
+                    values,
+                    nulls: columns.nulls().cloned(),
+                })
+            }
+            DataType::Map(_, _) => {
+                let map = array.as_map();
+                let entries = List {
+                    offsets: Offsets::Small(map.offsets().clone()),
+                    nulls: map.nulls().cloned(),
+                    items: (
+                        text_column("metadata.keys", map.keys().as_ref())?,
+                        Values::new("metadata.values", map.values().as_ref())?,
+                    ),
+                };
+                Ok(Meta::Map(Box::new(entries)))
+            }
+            _ => Err(wrong_type(
+                "metadata",
+                array,
+                "a struct or a map of names to strings or lists of strings",
+            )),
+        }
+    }
+
+    pub(super) fn get(&self, row: usize) -> Result<Option<Metadata>, String> {
+        let mut out = BTreeMap::new();
+        match self {
+            Meta::Struct {
+                names,
+                values,
+                nulls,
+            } => {
+                if !valid(nulls, row) {
+                    return Ok(None);
+                }
+                for (name, values) in names.iter().zip(values) {
+                    if let Some(v) = values.get(name, row)? {
+                        out.insert(name.clone(), v);
+                    }
+                }
+            }
+            Meta::Map(entries) => {
+                let Some(range) = entries.range(row)? else {
+                    return Ok(None);
+                };
+                let (keys, values) = &entries.items;
+                for i in range {
+                    let name = keys.text(i)?.ok_or("a name is null")?;
+                    if out.contains_key(name) {
+                        return Err(given_twice(name));
+                    }
+                    if let Some(v) = values.get(name, i)? {
+                        out.insert(name.to_owned(), v);
+                    }
+                }
+            }
+        }
+        // The record's form: (name, value) pairs sorted by name, a name's values in order.
+        let pairs = out
+            .into_iter()
+            .flat_map(|(name, value)| match value {
+                MetaValue::One(v) => vec![(name, v)],
+                MetaValue::Many(vs) => vs.into_iter().map(|v| (name.clone(), v)).collect(),
+            })
+            .collect();
+        Ok(Some(Metadata(pairs)))
+    }
+}
+
+/// A principal's fields; `None` where the struct has no such field.
+#[derive(Default)]
+pub(super) struct Principals {
+    nulls: Option<NullBuffer>,
+    name: Option<Bytes>,
+    scope: Option<Bytes>,
+    access: Option<Bytes>,
+    namespace: Option<Bytes>,
+    case_sensitive: Option<BooleanArray>,
+    principal_type: Option<Bytes>,
+}
+
+/// The `acl` column.
+pub(super) enum Acl {
+    /// The JSON object, as text.
+    Json(Bytes),
+    Struct(Box<AclFields>),
+}
+
+pub(super) struct AclFields {
+    nulls: Option<NullBuffer>,
+    principals: Option<List<Principals>>,
+    inheritance_type: Option<Bytes>,
+    inherit_from: Option<Bytes>,
+}
+
+/// The fields of the struct column `path`, each given to `take` with its name, which refuses
+/// a field it does not know by returning `None`; `known` lists those it knows. A field of the
+/// null type (all null) is absent.
+fn fields_of(
+    path: &str,
+    array: &dyn Array,
+    known: &str,
+    mut take: impl FnMut(&str, &dyn Array) -> Option<Result<(), String>>,
+) -> Result<Option<NullBuffer>, String> {
+    let Some(columns) = array.as_struct_opt() else {
+        return Err(wrong_type(path, array, &format!("a struct of {known}")));
+    };
+    for (field, column) in columns.fields().iter().zip(columns.columns()) {
+        let name = field.name().as_str();
+        let taken = if column.data_type() == &DataType::Null {
+            known.split(", ").any(|k| k == name).then_some(Ok(()))
+        } else {
+            take(name, column.as_ref())
+        };
+        taken.unwrap_or_else(|| {
+            Err(format!(
+                "column '{path}' has a field '{name}', which is not one of {known}"
+            ))
+        })?;
+    }
+    Ok(columns.nulls().cloned())
+}
+
+impl Acl {
+    pub(super) fn new(array: &dyn Array) -> Result<Acl, String> {
+        if let Some((bytes, true)) = Bytes::new(array) {
+            return Ok(Acl::Json(bytes));
+        }
+        if array.as_struct_opt().is_none() {
+            return Err(wrong_type(
+                "acl",
+                array,
+                "a struct shaped like the JSON acl object, or that object as JSON text",
+            ));
+        }
+        let (mut principals, mut inheritance_type, mut inherit_from) = (None, None, None);
+        let text = |name: &str, a: &dyn Array| text_column(&format!("acl.{name}"), a);
+        let nulls = fields_of(
+            "acl",
+            array,
+            "principals, inheritance_type, inherit_from",
+            |name, column| {
+                Some(match name {
+                    "principals" => List::new(column, principals_of)
+                        .unwrap_or_else(|| {
+                            Err(wrong_type("acl.principals", column, "a list of structs"))
+                        })
+                        .map(|p| principals = Some(p)),
+                    "inheritance_type" => text(name, column).map(|t| inheritance_type = Some(t)),
+                    "inherit_from" => text(name, column).map(|t| inherit_from = Some(t)),
+                    _ => return None,
+                })
+            },
+        )?;
+        Ok(Acl::Struct(Box::new(AclFields {
+            nulls,
+            principals,
+            inheritance_type,
+            inherit_from,
+        })))
+    }
+
+    pub(super) fn get<'a>(&'a self, row: usize) -> Result<Option<AclInput<'a>>, String> {
+        let AclFields {
+            nulls,
+            principals,
+            inheritance_type,
+            inherit_from,
+        } = match self {
+            Acl::Json(bytes) => {
+                return match bytes.text(row)? {
+                    None => Ok(None),
+                    Some(text) => serde_json::from_str(text)
+                        .map(Some)
+                        .map_err(|e| e.to_string().replace('`', "'")),
+                }
+            }
+            Acl::Struct(fields) => fields.as_ref(),
+        };
+        if !valid(nulls, row) {
+            return Ok(None);
+        }
+        let text = |column: &'a Option<Bytes>, i: usize| match column {
+            Some(c) => c.text(i),
+            None => Ok(None),
+        };
+        let mut acl = AclInput {
+            inheritance_type: text(inheritance_type, row)?.map(str::to_owned),
+            inherit_from: text(inherit_from, row)?.map(str::to_owned),
+            ..AclInput::default()
+        };
+        if let Some(list) = principals {
+            for (n, i) in list.range(row)?.into_iter().flatten().enumerate() {
+                let p = &list.items;
+                let what = |m: &str| format!("principals[{n}]: {m}");
+                if !valid(&p.nulls, i) {
+                    return Err(what("is null"));
+                }
+                let required = |column, field| {
+                    text(column, i)?.ok_or_else(|| what(&format!("{field} is required")))
+                };
+                acl.principals.push(PrincipalInput {
+                    name: required(&p.name, "name")?.to_owned(),
+                    scope: Cow::Borrowed(required(&p.scope, "scope")?),
+                    access: text(&p.access, i)?.map(Cow::Borrowed),
+                    namespace: text(&p.namespace, i)?.map(str::to_owned),
+                    case_sensitive: p
+                        .case_sensitive
+                        .as_ref()
+                        .and_then(|c| c.is_valid(i).then(|| c.value(i))),
+                    principal_type: text(&p.principal_type, i)?.map(Cow::Borrowed),
+                });
+            }
+        }
+        Ok(Some(acl))
+    }
+}
+
+fn principals_of(array: &dyn Array) -> Result<Principals, String> {
+    let mut p = Principals::default();
+    // `[]` in every row makes a list of the null type.
+    if array.data_type() == &DataType::Null {
+        p.nulls = Some(NullBuffer::new_null(array.len()));
+        return Ok(p);
+    }
+    let path = |name: &str| format!("acl.principals[].{name}");
+    let nulls = fields_of(
+        "acl.principals[]",
+        array,
+        "name, scope, access, namespace, case_sensitive, principal_type",
+        |name, column| {
+            let text = || text_column(&path(name), column).map(Some);
+            Some(match name {
+                "name" => text().map(|t| p.name = t),
+                "scope" => text().map(|t| p.scope = t),
+                "access" => text().map(|t| p.access = t),
+                "namespace" => text().map(|t| p.namespace = t),
+                "principal_type" => text().map(|t| p.principal_type = t),
+                "case_sensitive" => match column.as_boolean_opt() {
+                    Some(b) => {
+                        p.case_sensitive = Some(b.clone());
+                        Ok(())
+                    }
+                    None => Err(wrong_type(&path(name), column, "bool")),
+                },
+                _ => return None,
+            })
+        },
+    )?;
+    p.nulls = nulls;
+    Ok(p)
+}

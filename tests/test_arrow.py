@@ -1,0 +1,473 @@
+"""`add_arrow`: Arrow tables as records, read in place, meaning what the same dicts mean."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from fastfeed import FeedError, FeedWriter, RecordError, ThunderstoneWriter
+from fastfeed.gsa.validate import validate_file
+from feeds import decode_set
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_roundtrip import records
+
+Rows = list[dict[str, Any]]
+
+
+def files(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+
+
+def by_batch(out: Path, rows: Rows, **options: Any) -> dict[str, bytes]:
+    with FeedWriter(out, "ds", **options) as w:
+        w.add_batch([{k: v for k, v in r.items() if v is not None} for r in rows])
+    return files(out)
+
+
+def by_arrow(out: Path, *tables: Any, **options: Any) -> dict[str, bytes]:
+    with FeedWriter(out, "ds", **options) as w:
+        for table in tables:
+            w.add_arrow(table)
+    return files(out)
+
+
+def url(i: int) -> str:
+    return f"http://docs.example.com/{i}"
+
+
+META = pa.map_(pa.string(), pa.list_(pa.string()))
+
+
+def as_tables(batch: Rows) -> list[pa.Table]:
+    """The records as tables, a table per run of records whose content is of one form (an Arrow
+    column has one type: text or bytes); metadata as a map of names to lists of strings."""
+    runs: list[tuple[str, Rows]] = []
+    for rec in batch:
+        form = next((k for k in ("content", "content_base64") if k in rec), "none")
+        if form == "content":
+            form = "text" if isinstance(rec["content"], str) else "bytes"
+        if not runs or runs[-1][0] != form:
+            runs.append((form, []))
+        runs[-1][1].append(rec)
+    tables = []
+    for form, recs in runs:
+        columns: dict[str, pa.Array] = {
+            "url": pa.array([r["url"] for r in recs]),
+            "displayurl": pa.array([r.get("displayurl") for r in recs], pa.string()),
+            "metadata": pa.array(
+                [
+                    [(k, [v] if isinstance(v, str) else v) for k, v in r["metadata"].items()]
+                    for r in recs
+                ],
+                META,
+            ),
+        }
+        if form in ("text", "bytes"):
+            kind = pa.string() if form == "text" else pa.binary()
+            columns["content"] = pa.array([r["content"] for r in recs], kind)
+        elif form == "content_base64":
+            columns["content_base64"] = pa.array([r["content_base64"] for r in recs])
+        tables.append(pa.table(columns))
+    return tables
+
+
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(batch=records(), compress=st.sampled_from(["auto", "always", "never"]))
+def test_feed_files_are_the_same_bytes_as_from_dicts(tmp_path_factory, batch, compress) -> None:  # type: ignore[no-untyped-def]
+    """Hostile Unicode, bytes, controls and `]]>`: the same records make the same files."""
+    work = Path(tmp_path_factory.mktemp("arrow"))
+    options = {"max_bytes": 3000, "compress": compress}
+    expected = by_batch(work / "dicts", batch, **options)
+    assert by_arrow(work / "arrow", *as_tables(batch), **options) == expected
+    for name in expected:
+        if name.endswith(".xml"):
+            assert validate_file(work / "arrow" / name) == []
+
+
+def test_every_field_means_what_it_means_in_a_dict(tmp_path: Path) -> None:
+    acl = {
+        "principals": [
+            {"name": "CORP\\eng", "scope": "group", "access": "permit", "case_sensitive": False},
+            {"name": "mallory", "scope": "user", "access": "deny", "namespace": "Default"},
+        ],
+        "inheritance_type": "child-overrides",
+        "inherit_from": "http://docs.example.com/",
+    }
+    rows = [
+        {
+            "url": url(0),
+            "action": "add",
+            "mimetype": "text/html",
+            "displayurl": "http://show.example.com/0",
+            "last_modified": "Tue, 6 Nov 2007 12:45:26 GMT",
+            "lock": True,
+            "authmethod": "httpbasic",
+            "pagerank": 90,
+            "metadata": {"author": "Ann", "tags": ["a", "b"]},
+            "content": "<p>hello</p>",
+            "acl": acl,
+            "overwrite_acls": False,
+        },
+        {"url": url(1), "action": "delete"},
+        {"url": url(2), "content": b"\x00\xff binary", "last_modified": "2024-05-01T12:00:00Z"},
+        {"url": url(3), "content_base64": base64.b64encode(b"\x01\x02").decode()},
+        {"kind": "acl", "url": "http://docs.example.com/dir/", "acl": acl},
+    ]
+    principal = pa.struct(
+        [
+            ("name", pa.string()),
+            ("scope", pa.string()),
+            ("access", pa.string()),
+            ("namespace", pa.string()),
+            ("case_sensitive", pa.bool_()),
+        ]
+    )
+    acl_type = pa.struct(
+        [
+            ("principals", pa.list_(principal)),
+            ("inheritance_type", pa.string()),
+            ("inherit_from", pa.string()),
+        ]
+    )
+    meta_type = pa.struct([("author", pa.string()), ("tags", pa.list_(pa.string()))])
+
+    def column(name: str, kind: pa.DataType | None = None) -> pa.Array:
+        return pa.array([r.get(name) for r in rows], kind)
+
+    # A table without the `content` column: bytes and text differ in type.
+    common = {
+        name: column(name)
+        for name in ("url", "action", "mimetype", "displayurl", "last_modified", "lock")
+    } | {
+        "authmethod": column("authmethod"),
+        "pagerank": column("pagerank", pa.int8()),
+        "metadata": column("metadata", meta_type),
+        "content_base64": column("content_base64", pa.string()),
+        "acl": column("acl", acl_type),
+        "overwrite_acls": column("overwrite_acls", pa.bool_()),
+        "kind": column("kind", pa.string()),
+    }
+    text = pa.table(
+        common | {"content": pa.array([r.get("content") for r in rows[:1]] + [None] * 4)}
+    )
+    binary = pa.table(
+        common | {"content": pa.array([None, None, rows[2]["content"], None, None], pa.binary())}
+    )
+    # Rows 0 and 1 from the text table, the rest from the binary one.
+    arrow = by_arrow(tmp_path / "arrow", text.slice(0, 2), binary.slice(2))
+    assert arrow == by_batch(tmp_path / "dicts", rows)
+    assert validate_file(tmp_path / "arrow" / "ds-000001.xml") == []
+    fed = decode_set(tmp_path / "arrow")
+    assert fed[2].content == b"\x00\xff binary"
+
+
+def test_a_polars_or_duckdb_like_object_is_read_without_pyarrow_types(tmp_path: Path) -> None:
+    """Only the PyCapsule protocol is used: any object exporting a stream or an array will do."""
+    table = pa.table({"url": [url(0), url(1)], "content": ["a", "b"]})
+
+    class Stream:
+        def __arrow_c_stream__(self, requested_schema: object = None) -> object:
+            return table.__arrow_c_stream__(requested_schema)
+
+    class Array:
+        def __arrow_c_array__(self, requested_schema: object = None) -> tuple[object, object]:
+            return table.to_batches()[0].__arrow_c_array__(requested_schema)
+
+    expected = by_batch(tmp_path / "dicts", table.to_pylist())
+    assert by_arrow(tmp_path / "stream", Stream()) == expected
+    assert by_arrow(tmp_path / "array", Array()) == expected
+    reader = pa.RecordBatchReader.from_batches(table.schema, table.to_batches())
+    assert by_arrow(tmp_path / "reader", reader) == expected
+    assert by_arrow(tmp_path / "batch", table.to_batches()[0]) == expected
+
+
+def test_sliced_and_chunked_tables_count_rows_across_the_whole_input(tmp_path: Path) -> None:
+    rows = [{"url": url(i), "content": f"text {i}"} for i in range(10)]
+    table = pa.Table.from_batches(
+        [pa.RecordBatch.from_pylist(rows[i : i + 3]) for i in range(0, 10, 3)]
+    )
+    assert table.column("url").num_chunks == 4
+    assert by_arrow(tmp_path / "chunked", table) == by_batch(tmp_path / "dicts", rows)
+    # A slice across chunk boundaries, and a slice of one array.
+    assert by_arrow(tmp_path / "sliced", table.slice(2, 6)) == by_batch(tmp_path / "d2", rows[2:8])
+    one = pa.RecordBatch.from_pylist(rows).slice(5, 3)
+    assert by_arrow(tmp_path / "one", one) == by_batch(tmp_path / "d3", rows[5:8])
+
+    ranked = [r | {"pagerank": 40 if i == 6 else None} for i, r in enumerate(rows)]
+    bad = pa.Table.from_batches(pa.Table.from_pylist(ranked).to_batches(max_chunksize=4))
+    assert bad.column("url").num_chunks == 3
+    with pytest.raises(RecordError) as caught, FeedWriter(tmp_path / "bad", "ds") as w:
+        w.add_arrow(bad.slice(1))
+    assert (caught.value.index, caught.value.field) == (5, "pagerank")
+    assert "40 is outside 68 to 100" in str(caught.value)
+
+
+def test_rows_before_a_refused_one_are_written_and_the_rest_can_follow(tmp_path: Path) -> None:
+    rows: Rows = [{"url": url(i), "content": "x" * 100} for i in range(200_000)]
+    rows[150_000]["url"] = None  # past the first group of rows encoded at once
+    table = pa.Table.from_pylist(rows)
+    with FeedWriter(tmp_path / "arrow", "ds", max_bytes=2_000_000) as w:
+        with pytest.raises(RecordError) as caught:
+            w.add_arrow(table)
+        error = caught.value
+        assert (error.index, error.field, error.kind) == (150_000, "url", "missing")
+        assert w.records == 150_000
+        w.add_arrow(table.slice(error.index + 1))
+    del rows[150_000]
+    assert files(tmp_path / "arrow") == by_batch(tmp_path / "dicts", rows, max_bytes=2_000_000)
+
+
+def test_null_in_an_optional_column_is_an_absent_field(tmp_path: Path) -> None:
+    rows = [
+        {"url": url(0), "mimetype": None, "pagerank": None, "lock": None, "metadata": None},
+        {"url": url(1), "mimetype": "text/html", "pagerank": 80, "lock": True, "metadata": None},
+        {"url": url(2), "metadata": {"a": None, "b": "x"}},
+    ]
+    table = pa.table(
+        {
+            "url": [r["url"] for r in rows],
+            "mimetype": [r.get("mimetype") for r in rows],
+            "pagerank": [r.get("pagerank") for r in rows],
+            "lock": [r.get("lock") for r in rows],
+            "metadata": pa.array(
+                [r["metadata"] for r in rows], pa.struct([("a", pa.string()), ("b", pa.string())])
+            ),
+            # A column of nulls only (pyarrow's null type).
+            "displayurl": pa.nulls(3),
+        }
+    )
+    rows[2]["metadata"] = {"b": "x"}
+    assert by_arrow(tmp_path / "arrow", table) == by_batch(tmp_path / "dicts", rows)
+
+
+def test_struct_fields_of_the_null_type_are_absent(tmp_path: Path) -> None:
+    """What pyarrow and Polars infer from values that are all None."""
+    acl = {"principals": [{"name": "eng", "scope": "group", "access": "permit"}]}
+    table = pa.table(
+        {
+            "url": [url(0)],
+            "content": ["x"],
+            "metadata": [{"a": None, "b": "x"}],
+            "acl": [
+                {"principals": [acl["principals"][0] | {"namespace": None}], "inherit_from": None}
+            ],
+        }
+    )
+    assert table.schema.field("metadata").type.field("a").type == pa.null()
+    rows = [{"url": url(0), "content": "x", "metadata": {"b": "x"}, "acl": acl}]
+    assert by_arrow(tmp_path / "arrow", table) == by_batch(tmp_path / "dicts", rows)
+
+
+@pytest.mark.parametrize(
+    "text, binary",
+    [
+        (pa.large_string(), pa.large_binary()),
+        (pa.string_view(), pa.binary_view()),
+        (pa.dictionary(pa.int8(), pa.string()), pa.dictionary(pa.uint32(), pa.binary())),
+    ],
+    ids=["large", "view", "dictionary"],
+)
+def test_every_string_and_binary_layout_is_read(
+    tmp_path: Path, text: pa.DataType, binary: pa.DataType
+) -> None:
+    # Long values too: a view keeps values of up to 12 bytes inline, longer ones in buffers.
+    rows = [
+        {"url": url(i), "mimetype": "text/plain" if i % 2 else None, "content": c}
+        for i, c in enumerate(["short", "a longer text, out of line ]]> & <", "short", None])
+    ]
+    table = pa.table(
+        {
+            "url": pa.array([r["url"] for r in rows], text),
+            "mimetype": pa.array([r["mimetype"] for r in rows], text),
+            "content": pa.array([r["content"] for r in rows], text),
+        }
+    )
+    assert by_arrow(tmp_path / "text", table) == by_batch(tmp_path / "dicts", rows)
+    as_bytes = [r | {"content": r["content"] and r["content"].encode()} for r in rows]
+    table = table.set_column(2, "content", pa.array([r["content"] for r in as_bytes], binary))
+    assert by_arrow(tmp_path / "bytes", table) == by_batch(tmp_path / "dicts2", as_bytes)
+
+
+def test_times_in_every_arrow_form_mean_the_same_moment(tmp_path: Path) -> None:
+    moment = dt.datetime(2024, 5, 1, 12, 30, 15, 999_999, tzinfo=dt.UTC)
+    seconds = int(moment.timestamp())
+    columns = {
+        "seconds": pa.array([moment], pa.timestamp("s", tz="UTC")),
+        "milliseconds": pa.array([moment], pa.timestamp("ms")),
+        "microseconds": pa.array([moment], pa.timestamp("us", tz="Europe/Paris")),
+        "nanoseconds": pa.array([moment], pa.timestamp("ns", tz="UTC")),
+        "int": pa.array([seconds], pa.int64()),
+        "float": pa.array([seconds + 0.5], pa.float64()),
+        "text": pa.array(["2024-05-01T12:30:15Z"]),
+    }
+    expected = by_batch(tmp_path / "dicts", [{"url": url(0), "last_modified": seconds}])
+    for name, column in columns.items():
+        table = pa.table({"url": [url(0)], "last_modified": column})
+        assert by_arrow(tmp_path / name, table) == expected, name
+    day = pa.table({"url": [url(0)], "last_modified": pa.array([moment.date()], pa.date32())})
+    assert by_arrow(tmp_path / "date", day) == by_batch(
+        tmp_path / "day", [{"url": url(0), "last_modified": "2024-05-01"}]
+    )
+
+
+def test_metadata_as_a_map_and_acls_as_json_text(tmp_path: Path) -> None:
+    acl = {"principals": [{"name": "eng", "scope": "group", "access": "permit"}]}
+    rows = [
+        {"url": url(0), "content": "x", "metadata": {"a": "1", "b": "2"}, "acl": acl},
+        {"url": url(1), "content": "y", "metadata": {}, "acl": None},
+    ]
+    table = pa.table(
+        {
+            "url": [r["url"] for r in rows],
+            "content": [r["content"] for r in rows],
+            "metadata": pa.array(
+                [list(r["metadata"].items()) for r in rows], pa.map_(pa.string(), pa.string())
+            ),
+            "acl": [json.dumps(acl), None],
+        }
+    )
+    assert by_arrow(tmp_path / "arrow", table) == by_batch(tmp_path / "dicts", rows)
+
+
+def test_thunderstone_takes_arrow_too(tmp_path: Path) -> None:
+    table = pa.table({"url": [url(0)], "content": ["hello"], "action": ["update"]})
+    with ThunderstoneWriter(tmp_path / "arrow", "profile") as w:
+        w.add_arrow(table)
+    with ThunderstoneWriter(tmp_path / "dicts", "profile") as d:
+        d.add_batch(table.to_pylist())
+    assert files(tmp_path / "arrow") == files(tmp_path / "dicts")
+
+
+def refused(tmp_path: Path, table: Any, error: type[Exception] = FeedError) -> str:
+    with pytest.raises(error) as caught, FeedWriter(tmp_path / "out", "ds") as w:
+        w.add_arrow(table)
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "column, message",
+    [
+        (pa.array([1.5]), "column 'pagerank' is double: expected integers"),
+        (pa.array(["80"]), "column 'pagerank' is string: expected integers"),
+    ],
+)
+def test_a_column_of_the_wrong_type_is_refused_before_any_row(
+    tmp_path: Path, column: pa.Array, message: str
+) -> None:
+    table = pa.table({"url": [url(0)], "pagerank": column})
+    assert message in refused(tmp_path, table)
+
+
+@pytest.mark.parametrize(
+    "columns, message",
+    [
+        ({"url": [url(0)], "contnet": ["x"]}, "unknown column 'contnet': did you mean 'content'?"),
+        ({"content": ["x"]}, "there is no 'url' column"),
+        ({"url": [1]}, "column 'url' is int64: expected strings"),
+        ({"url": [url(0)], "lock": [1]}, "column 'lock' is int64: expected bool"),
+        (
+            {"url": [url(0)], "content": [[1]]},
+            "column 'content' is list<int64>: expected strings (text) or binary",
+        ),
+        (
+            {"url": [url(0)], "metadata": [{"tags": [1]}]},
+            "column 'metadata.tags[]' is int64: expected strings",
+        ),
+        ({"url": [url(0)], "metadata": ["a=b"]}, "column 'metadata' is string: expected a struct"),
+        (
+            {"url": [url(0)], "acl": [{"principals": [], "owner": "x"}]},
+            "column 'acl' has a field 'owner', which is not one of principals",
+        ),
+    ],
+)
+def test_a_column_that_is_not_a_record_field_is_refused(
+    tmp_path: Path, columns: dict[str, list[Any]], message: str
+) -> None:
+    assert message in refused(tmp_path, pa.table(columns))
+
+
+def test_an_empty_table_is_still_checked(tmp_path: Path) -> None:
+    table = pa.table({"url": pa.array([], pa.string()), "contnet": pa.array([], pa.string())})
+    assert "unknown column 'contnet'" in refused(tmp_path, table)
+
+
+@pytest.mark.parametrize(
+    "column, field, reason",
+    [
+        (pa.array([None, None], pa.string()), "url", "is required"),
+        (pa.array([url(0), "http://intranet/"]), "url", "not fully qualified"),
+    ],
+)
+def test_a_bad_row_names_its_row_and_column(
+    tmp_path: Path, column: pa.Array, field: str, reason: str
+) -> None:
+    table = pa.table({"url": column, "content": ["a", "b"]})
+    table = table.slice(1) if column.null_count == 2 else table
+    with pytest.raises(RecordError) as caught, FeedWriter(tmp_path / "out", "ds") as w:
+        w.add_arrow(table)
+    assert caught.value.field == field
+    assert caught.value.index == (0 if column.null_count == 2 else 1)
+    assert reason in caught.value.reason
+
+
+@pytest.mark.parametrize(
+    "build, field, reason",
+    [
+        (
+            lambda: {
+                "metadata": pa.array([[("a", "1"), ("a", "2")]], pa.map_(pa.string(), pa.string()))
+            },
+            "metadata",
+            "'a' is given twice",
+        ),
+        (lambda: {"metadata": pa.array([{"t": ["x", None]}])}, "metadata", "'t' holds a null"),
+        (lambda: {"acl": pa.array(["{not json"])}, "acl", "key must be a string"),
+        (lambda: {"acl": pa.array([{"principals": [{"name": "x"}]}])}, "acl", "scope is required"),
+        (lambda: {"pagerank": pa.array([2**63], pa.uint64())}, "pagerank", "outside 68 to 100"),
+        (lambda: {"content": ["x"], "content_path": ["/etc/hosts"]}, "content", "at most one"),
+        (lambda: {"action": ["remove"]}, "action", "'remove' is not an action"),
+    ],
+)
+def test_a_bad_value_deep_in_a_column_names_the_field(
+    tmp_path: Path, build: Callable[[], dict[str, Any]], field: str, reason: str
+) -> None:
+    table = pa.table({"url": [url(0)]} | build())
+    with pytest.raises(RecordError) as caught, FeedWriter(tmp_path / "out", "ds") as w:
+        w.add_arrow(table)
+    assert (caught.value.index, caught.value.field) == (0, field)
+    assert reason in caught.value.reason
+
+
+def test_what_is_not_arrow_data_is_refused_naming_what_it_is(tmp_path: Path) -> None:
+    message = refused(tmp_path, [{"url": url(0)}], TypeError)
+    assert "expected Arrow data" in message and "got list" in message
+    message = refused(tmp_path, pa.array([1, 2]))
+    assert "int64 is not a table" in message
+
+
+def test_a_stream_that_fails_midway_is_an_error_not_a_shorter_input(tmp_path: Path) -> None:
+    schema = pa.schema([("url", pa.string())])
+
+    def batches() -> Any:
+        yield pa.record_batch([pa.array([url(0), url(1)])], schema=schema)
+        raise ValueError("the export broke")
+
+    reader = pa.RecordBatchReader.from_batches(schema, batches())
+    writer = FeedWriter(tmp_path / "out", "ds")
+    with pytest.raises(FeedError) as caught:
+        writer.add_arrow(reader)
+    assert "cannot read the Arrow data" in str(caught.value)
+    assert "the export broke" in str(caught.value)
+    assert writer.records == 2  # the rows read before it are written, as before a refused row
+    writer.abort()
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()

@@ -1,0 +1,170 @@
+"""Parquet and Arrow files as inputs of `fastfeed build` and `fastfeed run`."""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.feather as feather
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+import pytest
+from fastfeed.cli import main
+from fastfeed.emulator import Emulator
+from test_cli_push import target
+
+pytestmark = pytest.mark.usefixtures("clean_env")
+
+
+def corpus(n: int, start: int = 0) -> list[dict[str, Any]]:
+    return [
+        {
+            "url": f"http://docs.example.com/{i}",
+            "content": f"document {i} <&> " * 20,
+            "metadata": {"author": f"a{i % 7}", "tags": ["x", str(i)]},
+            "last_modified": 1_700_000_000 + i,
+        }
+        for i in range(start, start + n)
+    ]
+
+
+def jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    return path
+
+
+def files(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+
+
+def build(*argv: str) -> int:
+    return main(["build", *argv, "--datasource", "docs", "--max-bytes", "100000"])
+
+
+def test_a_parquet_file_builds_the_same_feed_as_its_json_lines(tmp_path: Path) -> None:
+    rows = corpus(3000)
+    # Small row groups: several batches, read one after the other.
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "docs.parquet", row_group_size=500)
+    jsonl(tmp_path / "docs.jsonl", rows)
+
+    assert build(str(tmp_path / "docs.parquet"), "--out", str(tmp_path / "pq")) == 0
+    assert build(str(tmp_path / "docs.jsonl"), "--out", str(tmp_path / "jl")) == 0
+
+    built = files(tmp_path / "pq")
+    assert len(built) > 3 and built == files(tmp_path / "jl")
+
+
+def test_arrow_and_feather_files_and_globs_are_inputs_too(tmp_path: Path) -> None:
+    parts = [corpus(100, start) for start in (0, 100, 200, 300)]
+    tables = [pa.Table.from_pylist(p) for p in parts]
+    pq.write_table(tables[0], tmp_path / "a.parquet")
+    feather.write_feather(tables[1], tmp_path / "b.feather")
+    with ipc.new_file(tmp_path / "c.arrow", tables[2].schema) as f:  # the IPC file format
+        f.write_table(tables[2])
+    with ipc.new_stream(tmp_path / "d.arrow", tables[3].schema) as f:  # the stream format
+        f.write_table(tables[3])
+    jsonl(tmp_path / "all.jsonl", [r for p in parts for r in p])
+
+    # Quoted from the shell: fastfeed expands the glob, in name order.
+    assert build(str(tmp_path / "[abcd].*"), "--out", str(tmp_path / "glob")) == 0
+    assert build(str(tmp_path / "all.jsonl"), "--out", str(tmp_path / "jl")) == 0
+    assert files(tmp_path / "glob") == files(tmp_path / "jl")
+
+    assert build(str(tmp_path / "*.nothing"), "--out", str(tmp_path / "none")) != 0
+
+
+def test_refused_rows_name_file_and_row_and_are_saved_to_feed_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = [r | {"pagerank": None} for r in corpus(10)]  # a column is made from the first row
+    rows[3]["pagerank"] = 40
+    rows[7]["url"] = "http://intranet/7"
+    table = pa.Table.from_pylist(rows).set_column(
+        1, "content", pa.array([r["content"].encode() for r in rows], pa.binary())
+    )
+    pq.write_table(table, tmp_path / "docs.parquet", row_group_size=4)
+
+    assert build(str(tmp_path / "docs.parquet"), "--out", str(tmp_path / "stop")) == 1
+    assert "docs.parquet, row 3: pagerank: 40 is outside 68 to 100" in capsys.readouterr().err
+    assert not (tmp_path / "stop" / "manifest.jsonl").exists()
+
+    out = tmp_path / "skip"
+    assert build(str(tmp_path / "docs.parquet"), "--out", str(out), "--on-error", "skip") == 1
+    log = (out / "rejected.log").read_text().splitlines()
+    assert [line.split(":")[0] for line in log] == [
+        f"{tmp_path / 'docs.parquet'}, row 3",
+        f"{tmp_path / 'docs.parquet'}, row 7",
+    ]
+    saved = [json.loads(line) for line in (out / "rejected.jsonl").read_bytes().splitlines()]
+    assert saved[0]["pagerank"] == 40 and saved[1]["url"] == "http://intranet/7"
+    assert base64.b64decode(saved[0]["content_base64"]) == rows[3]["content"].encode()
+    assert sum(e["records"] for e in map(json.loads, (out / "manifest.jsonl").open())) == 8
+
+
+@pytest.mark.parametrize("cut", ["end", "middle"])
+def test_a_damaged_parquet_file_stops_the_build_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cut: str
+) -> None:
+    """Never a shorter feed: a file that cannot be read whole writes no manifest."""
+    src = tmp_path / "docs.parquet"
+    pq.write_table(pa.Table.from_pylist(corpus(2000)), src, row_group_size=500)
+    data = bytearray(src.read_bytes())
+    if cut == "end":  # truncated: the footer that says where the rows are is gone
+        src.write_bytes(data[: len(data) * 2 // 3])
+    else:  # the footer is whole, the pages of the third row group are not
+        group = pq.ParquetFile(tmp_path / "docs.parquet").metadata.row_group(2).column(1)
+        start = group.data_page_offset
+        data[start : start + group.total_compressed_size] = b"\xff" * group.total_compressed_size
+        src.write_bytes(data)
+
+    assert build(str(src), "--out", str(tmp_path / "out")) == 1
+    err = capsys.readouterr().err
+    assert f"{src}: cannot be read whole" in err
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
+
+
+def test_a_column_that_is_no_record_field_stops_the_build_naming_file_and_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pq.write_table(
+        pa.table({"url": ["http://a.example.com/"], "tilte": ["x"]}), tmp_path / "t.parquet"
+    )
+    assert build(str(tmp_path / "t.parquet"), "--out", str(tmp_path / "out")) == 1
+    assert "t.parquet: unknown column 'tilte'" in capsys.readouterr().err
+
+
+def test_a_parquet_dataset_directory_is_not_indexed_as_documents(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dataset = tmp_path / "docs.parquet"
+    pq.write_to_dataset(pa.Table.from_pylist(corpus(10)), dataset)
+    assert build(str(dataset), "--out", str(tmp_path / "out")) == 1
+    assert f"give its files, as '{dataset}/*.parquet'" in capsys.readouterr().err
+    assert build(str(dataset / "*.parquet"), "--out", str(tmp_path / "ok")) == 0
+
+
+def test_without_pyarrow_the_error_says_what_to_install(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pq.write_table(pa.Table.from_pylist(corpus(1)), tmp_path / "d.parquet")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow raises ImportError
+    assert build(str(tmp_path / "d.parquet"), "--out", str(tmp_path / "out")) != 0
+    assert "pip install 'fastfeed[parquet]'" in capsys.readouterr().err
+
+
+def test_run_builds_and_pushes_a_parquet_file(
+    emulator: Emulator, tls: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pq.write_table(pa.Table.from_pylist(corpus(300)), tmp_path / "docs.parquet")
+    argv = ["run", str(tmp_path / "docs.parquet"), "--datasource", "docs", "--feedtype", "full"]
+    status = main(
+        [*argv, "--max-records", "100", "--out", str(tmp_path / "set"), *target(emulator, tls)]
+    )
+    assert status == 0, capsys.readouterr().err
+    emulator.wait_idle()
+    assert len(emulator.documents("docs")) == 300

@@ -38,7 +38,7 @@ def test_load_reports_what_changed(tmp_path: Path, capsys: pytest.CaptureFixture
     out, err = capsys.readouterr()
     assert status == 0
     assert orjson.loads(out) == {
-        "ok": True, "inserted": 2, "updated": 0, "deleted": 1, "unchanged": 0
+        "ok": True, "inserted": 2, "updated": 0, "deleted": 1, "unchanged": 0, "dry_run": False
     }  # fmt: skip
     assert "2 inserted, 0 updated, 1 deleted" in err
 

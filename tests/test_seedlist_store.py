@@ -383,3 +383,12 @@ def test_a_snapshot_holds_each_document_once_and_no_deletes(
     assert (caught.value.location, caught.value.field) == ("record 2", field)
     assert reason in caught.value.reason
     assert store.position().change == 2
+
+
+def test_a_snapshot_deletes_however_many_it_lacks(store: SeedlistStore) -> None:
+    store.load(docs(*range(2500)))
+
+    summary = store.load(docs(1234), snapshot=True, allow_deletes=1.0)
+
+    assert (summary.deleted, summary.unchanged) == (2499, 1)
+    assert store.load(docs(*range(2500)), snapshot=True).inserted == 2499

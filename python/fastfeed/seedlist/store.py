@@ -331,12 +331,14 @@ class SeedlistStore:
     ) -> None:
         """Deletes the documents a snapshot lacks, if the guard lets it."""
         unlisted = (
-            "SELECT url FROM documents d WHERE NOT deleted AND NOT EXISTS "
+            "FROM documents d WHERE NOT deleted AND NOT EXISTS "
             "(SELECT 1 FROM temp.snapshot s WHERE s.url = d.url)"
         )
-        count = int(self._db.execute(f"SELECT count(*) FROM ({unlisted})").fetchone()[0])
+        count = int(self._db.execute(f"SELECT count(*) {unlisted}").fetchone()[0])
         summary.examples = {
-            "deleted": [url for (url,) in self._db.execute(f"{unlisted} ORDER BY id LIMIT 3")]
+            "deleted": [
+                url for (url,) in self._db.execute(f"SELECT url {unlisted} ORDER BY id LIMIT 3")
+            ]
         }
         try:
             check_deletes(
@@ -352,9 +354,17 @@ class SeedlistStore:
             if not summary.dry_run:
                 raise
             summary.refused = str(exc)  # a dry run shows what it found, then the refusal
-        # Fetched before any is deleted: deleting changes what the query finds.
-        for (url,) in self._db.execute(unlisted).fetchall() if count else ():
-            summary.deleted += self._apply(Deletion(url), None) == "deleted"
+        # A page at a time, read before it is deleted: memory stays flat however many go.
+        last = 0
+        while count:
+            page = self._db.execute(
+                f"SELECT id, url {unlisted} AND id > ? ORDER BY id LIMIT ?", (last, _BATCH)
+            ).fetchall()
+            if not page:
+                break
+            for _, url in page:
+                summary.deleted += self._apply(Deletion(url), None) == "deleted"
+            last = page[-1][0]
 
     def _refingerprint(self) -> None:
         """Fingerprints every document again if the store's fingerprints are of another

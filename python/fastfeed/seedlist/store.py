@@ -5,6 +5,12 @@ reports the documents whose number is above the one its Timestamp carries. A del
 document's row as a tombstone (no content), so that an incremental crawl can report it; reloading
 an identical document takes no number, so it is not reported again.
 
+A document changes when its fingerprint does: the one `fastfeed sync` compares records by,
+of the document as served (`records.fingerprints`). The store records the fingerprints'
+version; a load that finds another (a store made before) first fingerprints every document
+again from what it stored, so that none looks changed for it. A snapshot load also deletes
+the documents it lacks, guarded as a sync is (`fastfeed.sets.guard`).
+
 WAL mode lets a server read pages while records are loaded; a load is one transaction, so a
 crawl sees all of it or none of it, and a refused record leaves the store as it was.
 """
@@ -15,7 +21,7 @@ import os
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -254,10 +260,7 @@ class SeedlistStore:
                 )
                 self._db.execute("DELETE FROM temp.snapshot")
             found = 0
-            for batch in _batches(records):
-                for location, item in batch:
-                    if snapshot:
-                        self._listed(location, item)
+            for batch in _batches(records, self._listed if snapshot else None):
                 for (_, item), fingerprint in zip(batch, _fingerprints(batch), strict=True):
                     outcome = self._apply(item, fingerprint)
                     setattr(summary, outcome, getattr(summary, outcome) + 1)
@@ -545,9 +548,11 @@ class SeedlistStore:
 
 def _batches(
     records: Iterable[tuple[str, Mapping[str, Any]]],
+    check: Callable[[str, Document | Deletion], None] | None,
 ) -> Iterator[list[tuple[str, Document | Deletion]]]:
-    """The records, checked, in batches the core fingerprints in one call (bounded by count
-    and by content, so that memory stays flat whatever the records hold)."""
+    """The records, checked (by `check` too, in order, so that the first bad record is the one
+    named), in batches the core fingerprints in one call (bounded by count and by content, so
+    that memory stays flat whatever the records hold)."""
     batch: list[tuple[str, Document | Deletion]] = []
     size = 0
     for location, record in records:
@@ -555,6 +560,8 @@ def _batches(
             item = parse(record)
         except RecordProblem as exc:
             raise LoadError(location, exc.field, exc.reason) from None
+        if check is not None:
+            check(location, item)
         batch.append((location, item))
         size += len(item.content or b"") if isinstance(item, Document) else 0
         if len(batch) >= _BATCH or size >= _BATCH_BYTES:

@@ -15,7 +15,6 @@ use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyMemoryView, PyTuple};
-use rayon::prelude::*;
 
 use crate::encode::Compress;
 use crate::error::Error;
@@ -153,6 +152,7 @@ fn fingerprint_records<'py>(
     for (index, item) in records.try_iter()?.enumerate() {
         batch.push(read.record(index, item?)?);
     }
+    use rayon::prelude::*;
     let found = py.allow_threads(|| {
         batch
             .par_iter()

@@ -141,6 +141,33 @@ fn fingerprint_jsonl<'py>(
     ))
 }
 
+/// The fingerprints of records (dicts of the record schema, see `fingerprint.rs`), read as the
+/// batch API reads them and hashed on the core's threads without the GIL; errors name the
+/// record by its place in `records`.
+#[pyfunction]
+fn fingerprint_records<'py>(
+    py: Python<'py>,
+    records: &Bound<'py, PyAny>,
+) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+    let size = records.len().unwrap_or(0);
+    // Declared before `batch`, so dropped after it: the records borrow from its objects.
+    let read = dict::Batch::with_capacity(size);
+    let mut batch = Vec::with_capacity(size);
+    for (index, item) in records.try_iter()?.enumerate() {
+        batch.push(read.record(index, item?)?);
+    }
+    use rayon::prelude::*;
+    let found = py.allow_threads(|| {
+        batch
+            .par_iter()
+            .enumerate()
+            .map(|(index, record)| fingerprint::fingerprint(index, record))
+            .collect::<Result<Vec<_>, Error>>()
+    })?;
+    drop(batch);
+    Ok(found.iter().map(|fp| PyBytes::new(py, fp)).collect())
+}
+
 /// Whether the URL keys in the file `path` (as `fingerprint_jsonl` gave them) hold a repeat.
 #[pyfunction]
 fn repeated_keys(py: Python<'_>, path: PathBuf) -> PyResult<bool> {
@@ -518,6 +545,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(mimetype_problem, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint_jsonl, m)?)?;
     m.add_function(wrap_pyfunction!(repeated_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(fingerprint_records, m)?)?;
     m.add("FastfeedError", py.get_type::<FastfeedError>())?;
     m.add("FeedError", py.get_type::<FeedError>())?;
     m.add("RecordError", py.get_type::<RecordError>())?;
@@ -525,5 +553,9 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("HARD_MAX_BYTES", HARD_MAX_BYTES)?;
     m.add("DEFAULT_LEVEL", DEFAULT_LEVEL)?;
     m.add("RECORD_FIELDS", PyTuple::new(py, FIELDS)?)?;
+    m.add(
+        "FINGERPRINT_VERSION",
+        String::from_utf8_lossy(fingerprint::TAG).into_owned(),
+    )?;
     Ok(())
 }

@@ -37,7 +37,8 @@ pub struct Found {
     pub key: u64,
 }
 
-const TAG: &[u8] = b"fastfeed-fp1";
+/// The canonical form's version (see above), which stores of fingerprints record.
+pub const TAG: &[u8] = b"fastfeed-fp1";
 
 /// Feeds the canonical form to a hash.
 struct Canonical(Sha256);

@@ -273,6 +273,36 @@ def test_full_crawl_pages_through_a_large_corpus_then_incremental_gets_exactly_t
     assert nothing.entries == [] and nothing.pages == 1 and nothing.timestamp
 
 
+def test_a_snapshot_load_tells_crawlers_what_left_the_source_and_nothing_else(
+    db: Path, serve: Callable[..., SeedlistServer], client: httpx.Client
+) -> None:
+    records = {i: record(i) for i in range(40)}
+    with SeedlistStore(db) as store:
+        store.load(records.values())
+    server = serve(db)
+    full = crawl(client, server.url)
+    known = {e["id"]: collected(e) for e in full.entries}
+
+    # The whole source as it is now, exported anew: keys and metadata names in another order,
+    # one document changed, one new, two gone.
+    snapshot = [dict(reversed(r.items())) for i, r in records.items() if i not in (7, 8)]
+    snapshot[3] = record(3, version=1)
+    snapshot.append(record(40))
+    with SeedlistStore(db) as store:
+        summary = store.load(snapshot, snapshot=True)
+    delta = crawl(client, server.url, timestamp=full.timestamp)
+
+    url = "http://docs.example.com/doc/{}".format
+    assert (summary.inserted, summary.updated, summary.deleted) == (1, 1, 2)
+    assert [(e["action"], e["id"]) for e in delta.entries] == [
+        ("update", url(3)), ("insert", url(40)), ("delete", url(7)), ("delete", url(8))
+    ]  # fmt: skip
+    apply(known, delta)
+    assert known == {r["url"]: seen(r) for r in snapshot}
+    again = crawl(client, server.url)
+    assert {e["id"]: collected(e) for e in again.entries} == known
+
+
 def test_documents_loaded_during_a_crawl_come_with_the_next_one(
     db: Path, serve: Callable[..., SeedlistServer], client: httpx.Client
 ) -> None:

@@ -38,7 +38,7 @@ def test_load_reports_what_changed(tmp_path: Path, capsys: pytest.CaptureFixture
     out, err = capsys.readouterr()
     assert status == 0
     assert orjson.loads(out) == {
-        "ok": True, "inserted": 2, "updated": 0, "deleted": 1, "unchanged": 0
+        "ok": True, "inserted": 2, "updated": 0, "deleted": 1, "unchanged": 0, "dry_run": False
     }  # fmt: skip
     assert "2 inserted, 0 updated, 1 deleted" in err
 
@@ -210,3 +210,59 @@ def test_a_name_given_twice_is_refused_by_load_as_by_build(
     docs.write_bytes(line + b"\n")
     assert main(["seedlist", "load", str(docs), "--db", str(tmp_path / "s.sqlite")]) == 1
     assert f"{docs}:1: the name" in capsys.readouterr().err
+
+
+def test_a_snapshot_load_over_the_guard_shows_what_it_found_then_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "s.sqlite"
+    urls = [f"http://e.example.com/{n}" for n in range(4)]
+    first = write_jsonl(tmp_path / "a.jsonl", *({"url": u, "content": "x"} for u in urls))
+    assert main(["seedlist", "load", str(first), "--db", str(db)]) == 0
+    partial = write_jsonl(tmp_path / "b.jsonl", {"url": urls[0], "content": "x"})
+    argv = ["seedlist", "load", str(partial), "--db", str(db), "--snapshot"]
+    capsys.readouterr()
+
+    assert main([*argv, "--dry-run", "--json"]) == 3
+    out, err = capsys.readouterr()
+    preview = err.index("would load 0 inserted, 0 updated, 3 deleted, 1 unchanged")
+    assert err.index(f"deleted: {urls[1]}, {urls[2]}, {urls[3]}") < preview < err.index("refused:")
+    shown = orjson.loads(out)
+    assert not shown["ok"] and shown["held"] == 4 and "--allow-deletes 3" in shown["refused"]
+
+    assert main([*argv, "--json"]) == 3
+    out, err = capsys.readouterr()
+    assert orjson.loads(out)["deleted"] == 3 and "refused: the snapshot would delete 3" in err
+    assert main([*argv, "--allow-deletes", "75%"]) == 0
+    assert "0 inserted, 0 updated, 3 deleted, 1 unchanged" in capsys.readouterr().err
+
+
+def test_a_missing_snapshot_input_is_never_an_empty_source(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "s.sqlite"
+    first = write_jsonl(tmp_path / "a.jsonl", {"url": "http://e.example.com/1", "content": "x"})
+    assert main(["seedlist", "load", str(first), "--db", str(db)]) == 0
+    missing = tmp_path / "unmounted" / "export.jsonl"
+
+    status = main(["seedlist", "load", str(missing), "--db", str(db), "--snapshot",
+                   "--allow-deletes", "1.0"])  # fmt: skip
+
+    assert status == 1
+    assert "No such file or directory; nothing was loaded" in capsys.readouterr().err
+    from fastfeed.seedlist import SeedlistStore
+
+    with SeedlistStore(db) as store:
+        assert store.position().change == 1
+
+
+def test_allow_deletes_goes_with_snapshot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = write_jsonl(tmp_path / "a.jsonl", {"url": "http://e.example.com/1"})
+    argv = ["seedlist", "load", str(docs), "--db", str(tmp_path / "s.sqlite")]
+
+    with pytest.raises(SystemExit) as usage:
+        main([*argv, "--allow-deletes", "5"])
+
+    assert usage.value.code == 2 and "goes with --snapshot" in capsys.readouterr().err

@@ -13,6 +13,7 @@ __all__ = [
     "mimetype_problem",
     "fingerprint_jsonl",
     "repeated_keys",
+    "fingerprint_records",
     "FastfeedError",
     "FeedError",
     "RecordError",
@@ -20,6 +21,7 @@ __all__ = [
     "HARD_MAX_BYTES",
     "DEFAULT_LEVEL",
     "RECORD_FIELDS",
+    "FINGERPRINT_VERSION",
 ]
 
 DEFAULT_MAX_BYTES: int
@@ -27,6 +29,9 @@ HARD_MAX_BYTES: int
 DEFAULT_LEVEL: int
 #: The fields of a record, in the README's order: every reader of records takes them from here.
 RECORD_FIELDS: tuple[str, ...]
+#: The tag of the fingerprints' canonical form: a store of fingerprints made by another
+#: version must compute them again.
+FINGERPRINT_VERSION: str
 
 def url_problem(url: str) -> str | None: ...
 def datasource_problem(name: str) -> str | None: ...
@@ -36,6 +41,7 @@ def fingerprint_jsonl(
     chunk: bytes | memoryview, *, source: int = 0, base: int = 0
 ) -> tuple[str, bytes, bytes, int, int]: ...
 def repeated_keys(path: str | os.PathLike[str]) -> bool: ...
+def fingerprint_records(records: Iterable[Mapping[str, Any]]) -> list[bytes]: ...
 
 class FastfeedError(Exception): ...
 class FeedError(FastfeedError): ...

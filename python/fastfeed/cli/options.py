@@ -367,6 +367,18 @@ class Deletes(click.ParamType[float | int]):
         return fraction
 
 
+def allow_deletes_option(section: str | None = None) -> Callable[[F], F]:
+    """The mass-delete guard's way out (`fastfeed.sets.guard`), for every snapshot."""
+    return option(
+        "--allow-deletes",
+        type=Deletes(),
+        metavar="N|SHARE",
+        section=section,
+        help="deletes allowed: documents (500) or a share (0.5, 50%) (default: 10%, none "
+        "when the snapshot is empty)",
+    )
+
+
 def sync_options() -> Callable[[F], F]:
     """What every receiver's sync takes besides its receiver's settings."""
     s = SYNCING
@@ -378,14 +390,7 @@ def sync_options() -> Callable[[F], F]:
             section=s,
             help="the sync state of this appliance and collection (made if missing)",
         ),
-        option(
-            "--allow-deletes",
-            type=Deletes(),
-            metavar="N|SHARE",
-            section=s,
-            help="deletes allowed: documents (500) or a share (0.5, 50%) (default: 10%, none "
-            "when the snapshot is empty)",
-        ),
+        allow_deletes_option(s),
         option("--resend-all", is_flag=True, section=s, help="send every record, changed or not"),
         option(
             "--dry-run",

@@ -92,6 +92,13 @@ def stopped(command: str, exc: FastfeedError, as_json: bool) -> int:
     )
 
 
+def mass_delete(command: str, exc: MassDelete, as_json: bool) -> int:
+    """A snapshot refused for deleting too much: nothing was done."""
+    print(f"fastfeed {command}: refused: {exc}", file=sys.stderr)
+    emit({"ok": False, "error": str(exc), "deleted": exc.deleted, "held": exc.held}, as_json)
+    return ExitCode.REFUSED
+
+
 def run_sync_command(command: str, as_json: bool, call: Callable[[], SyncSummary]) -> int:
     """Runs a sync and reports it: what it found (with example URLs), what it sent, where the
     set is kept; a refusal names why, with the exit status the help promises."""
@@ -101,9 +108,7 @@ def run_sync_command(command: str, as_json: bool, call: Callable[[], SyncSummary
         hint = "nothing was sent and the state is as it was; fix the input and sync again"
         return failed(command, str(exc), as_json, hint=hint)
     except MassDelete as exc:
-        print(f"fastfeed {command}: refused: {exc}", file=sys.stderr)
-        emit({"ok": False, "error": str(exc), "deleted": exc.deleted, "held": exc.held}, as_json)
-        return ExitCode.REFUSED
+        return mass_delete(command, exc, as_json)
     except FastfeedError as exc:
         return stopped(command, exc, as_json)
     for kind, urls in summary.diff.examples.items():

@@ -9,8 +9,8 @@ import sys
 import click
 
 from fastfeed.cli.commands import group, option
-from fastfeed.cli.options import json_option
-from fastfeed.cli.reports import ExitCode, emit, failed
+from fastfeed.cli.options import allow_deletes_option, json_option
+from fastfeed.cli.reports import ExitCode, emit, failed, mass_delete
 from fastfeed.cli.serving import require_server_extra, serve_until_stopped
 from fastfeed.errors import FastfeedError
 
@@ -22,8 +22,8 @@ Serve documents as IBM Connections seedlists: Atom feeds (with the wplc extensio
 search crawler pulls page by page, then pulls again for what changed since.
 
   load   put JSON Lines records into a seedlist state file (SQLite); run it again with new
-         or changed records, or `"action": "delete"` ones: each change is numbered so that
-         the next incremental crawl reports it
+         or changed records, or `"action": "delete"` ones, or the whole source (--snapshot):
+         each change is numbered so that the next incremental crawl reports it
   serve  answer crawlers over HTTP(S) from that file
 
 examples:
@@ -41,15 +41,31 @@ again); `"action": "delete"` deletes the document and keeps a tombstone, so that
 crawls report the deletion. Content (content, content_base64 or content_path, read now) is
 stored and served byte for byte.
 
+A document changes when its fingerprint does: the one `fastfeed sync` compares records by, of
+the document as the seedlist serves it. Reordering JSON keys or metadata names, respelling a
+date, or fields a seedlist has no place for (pagerank, lock...) change nothing.
+
 Each load is one transaction: a refused record (reported as file:line: field: reason) leaves
 the state file as it was. Refused besides what `fastfeed build` refuses: text XML 1.0 cannot
 carry in URLs, titles or metadata (a seedlist has no base64 form for them), ACLs with deny
 principals or inherit_from, and ACLs without principals (a seedlist entry without wplc:acl
 is public).
 
+With --snapshot, INPUT is the WHOLE source as it is now (each URL once, no deletes): the
+documents the state file holds that it lacks are deleted, and crawlers are told. Deleting much
+takes your word, as for `fastfeed sync`: a snapshot that would delete more than 10% of the
+documents, or an empty one, is refused before anything is kept (status 3), naming the counts.
+--allow-deletes lets it through: a number of documents (500), or a share (0.5 or 50%).
+--dry-run says what a load would change, and whether it would be refused, and keeps nothing.
+
 examples:
   fastfeed seedlist load docs.jsonl --db docs.sqlite
   cat changes.jsonl | fastfeed seedlist load - --db docs.sqlite --json
+  nightly-export | fastfeed seedlist load - --db docs.sqlite --snapshot
+  fastfeed seedlist load export.jsonl --db docs.sqlite --snapshot --dry-run
+
+exit status: 0 loaded, 1 a record or input refused (nothing kept), 2 bad command line,
+3 a snapshot refused for deleting too much (nothing kept).
 """
 
 SERVE_HELP = """\
@@ -85,24 +101,49 @@ def seedlist() -> None:
     "inputs", nargs=-1, required=True, metavar="INPUT", help="JSON Lines file or - (stdin)"
 )
 @option("--db", required=True, metavar="STATE", help="the state file (SQLite)")
+@option(
+    "--snapshot",
+    is_flag=True,
+    help="INPUT is the whole source: delete the documents it lacks (guarded by --allow-deletes)",
+)
+@allow_deletes_option()
+@option("--dry-run", is_flag=True, help="say what the load would change; change nothing")
 @json_option()
-def load_command(inputs: tuple[str, ...], db: str, as_json: bool) -> int:
+def load_command(
+    inputs: tuple[str, ...],
+    db: str,
+    snapshot: bool,
+    allow_deletes: float | int | None,
+    dry_run: bool,
+    as_json: bool,
+) -> int:
+    from fastfeed.errors import MassDelete
     from fastfeed.seedlist import LoadError, SeedlistStore
     from fastfeed.seedlist.inputs import read_jsonl
 
+    if allow_deletes is not None and not snapshot:
+        raise click.UsageError("--allow-deletes goes with --snapshot: only a snapshot deletes")
     with SeedlistStore(db) as store:
         try:
-            summary = store.load_located(read_jsonl(inputs))
+            summary = store.load_located(
+                read_jsonl(inputs),
+                snapshot=snapshot,
+                allow_deletes=allow_deletes,
+                dry_run=dry_run,
+            )
         except LoadError as exc:
             hint = f"nothing of this load was kept in {db}; fix the record and load again"
             return failed("seedlist load", str(exc), as_json, hint=hint)
-    counts = vars(summary)
-    emit({"ok": True, **counts}, as_json)
-    print(
-        "loaded into {}: {inserted} inserted, {updated} updated, {deleted} deleted, "
-        "{unchanged} unchanged".format(db, **counts),
-        file=sys.stderr,
-    )
+        except MassDelete as exc:
+            return mass_delete("seedlist load", exc, as_json)
+    for kind, urls in summary.examples.items():
+        if urls:
+            print(f"  {kind}: {', '.join(urls)}", file=sys.stderr)
+    print(f"fastfeed seedlist load: {db}: {summary.describe()}", file=sys.stderr)
+    emit(summary.to_dict(), as_json)
+    if summary.refused:
+        print(f"fastfeed seedlist load: refused: {summary.refused}", file=sys.stderr)
+        return ExitCode.REFUSED
     return ExitCode.OK
 
 

@@ -16,7 +16,8 @@ from fastfeed.gsa.confirm import Confirm, Finish, start_confirm
 from fastfeed.gsa.push import push
 from fastfeed.gsa.writer import AclFormat, Compress
 from fastfeed.progress import Progress
-from fastfeed.sets.sync import AllowDeletes, Receiver, SyncSummary, default_out, run_sync
+from fastfeed.sets.guard import AllowDeletes
+from fastfeed.sets.sync import Receiver, SyncSummary, default_out, run_sync
 from fastfeed.sets.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES
 
 

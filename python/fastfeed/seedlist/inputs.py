@@ -23,7 +23,11 @@ def read_jsonl(inputs: Sequence[str]) -> Iterator[tuple[str, Mapping[str, Any]]]
         try:
             stream = open(name, "rb")  # noqa: SIM115 - closed below, after the generator's use
         except OSError as exc:
-            raise FastfeedError(f"cannot read {name}: {exc.strerror}") from None
+            # Nothing of the load is kept: a snapshot missing an input would delete its documents.
+            raise FastfeedError(
+                f"cannot read {name}: {exc.strerror}; nothing was loaded (a missing input is "
+                "never taken for an empty source)"
+            ) from None
         with stream:
             yield from _lines(stream, name)
 

@@ -13,16 +13,13 @@ another document) are refused rather than served as something more permissive.
 
 from __future__ import annotations
 
-import hashlib
 import mimetypes
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-import orjson
 
 from fastfeed import _core
 from fastfeed.errors import FastfeedError
@@ -70,14 +67,32 @@ class Document:
     #: The content was given as text (UTF-8), so it may be inlined in the page.
     text: bool
 
-    def digest(self) -> bytes:
-        """Identifies the served form: loading the same document again changes nothing."""
-        described = orjson.dumps(
-            [self.mimetype, self.displayurl, self.last_modified, self.metadata, self.acl, self.text]
-        )
-        h = hashlib.sha256(described)
-        h.update(b"\0" if self.content is None else b"\1" + self.content)
-        return h.digest()
+    def as_record(self) -> dict[str, Any]:
+        """The document as a record of the schema that loads to exactly this document: what its
+        fingerprint is taken of. So what the seedlist serves is all that counts: a guessed MIME
+        type, a content's bytes (whatever field gave them), the ACL's tokens; fields a seedlist
+        has no place for (pagerank, lock...) and how a record spells a principal do not."""
+        metadata: dict[str, list[str]] = {}
+        for name, value in self.metadata:
+            metadata.setdefault(name, []).append(value)
+        record: dict[str, Any] = {
+            "url": self.url,
+            "mimetype": self.mimetype,
+            "displayurl": self.displayurl,
+            "last_modified": self.last_modified,
+            "metadata": metadata,
+        }
+        if self.content is not None:
+            record["content"] = self.content.decode() if self.text else self.content
+        if self.acl is not None:
+            record["acl"] = {"principals": [_principal(token) for token in self.acl]}
+        return record
+
+
+def fingerprints(documents: Sequence[Document]) -> list[bytes]:
+    """The documents' fingerprints: the one definition `fastfeed sync` compares records by
+    (`rust/fingerprint.rs`), of each document as a record (`Document.as_record`)."""
+    return _core.fingerprint_records([d.as_record() for d in documents])
 
 
 @dataclass(frozen=True)
@@ -320,3 +335,10 @@ def _token(where: str, principal: Any) -> str:
     if not isinstance(case_sensitive, bool):
         raise RecordProblem(f"{where}.case_sensitive", "expected true or false")
     return f"{scope}:{namespace}:{name if case_sensitive else name.lower()}"
+
+
+def _principal(token: str) -> dict[str, str]:
+    """The principal a `wplc:acl` token grants (see `_token`): the names it was made from
+    already folded, so it makes the same token again."""
+    scope, namespace, name = token.split(":", 2)
+    return {"name": name, "scope": scope, "access": "permit", "namespace": namespace}

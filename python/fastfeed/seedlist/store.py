@@ -5,6 +5,12 @@ reports the documents whose number is above the one its Timestamp carries. A del
 document's row as a tombstone (no content), so that an incremental crawl can report it; reloading
 an identical document takes no number, so it is not reported again.
 
+A document changes when its fingerprint does: the one `fastfeed sync` compares records by,
+of the document as served (`records.fingerprints`). The store records the fingerprints'
+version; a load that finds another (a store made before) first fingerprints every document
+again from what it stored, so that none looks changed for it. A snapshot load also deletes
+the documents it lacks, guarded as a sync is (`fastfeed.sets.guard`).
+
 WAL mode lets a server read pages while records are loaded; a load is one transaction, so a
 crawl sees all of it or none of it, and a refused record leaves the store as it was.
 """
@@ -15,16 +21,17 @@ import os
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import orjson
 
-from fastfeed.errors import LoadError
+from fastfeed import _core
+from fastfeed.errors import LoadError, MassDelete
 from fastfeed.seedlist.records import (
     AUTHOR,
     SUMMARY,
@@ -32,9 +39,11 @@ from fastfeed.seedlist.records import (
     Deletion,
     Document,
     RecordProblem,
+    fingerprints,
     parse,
     xml_can_carry,
 )
+from fastfeed.sets.guard import AllowDeletes, check_deletes
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value NOT NULL);
@@ -86,6 +95,10 @@ CREATE TABLE IF NOT EXISTS fields (name TEXT PRIMARY KEY);
 #: that takes longer is told to crawl again (HTTP 410), rather than given a mix of two states.
 HISTORY_SECONDS = 24 * 3600
 
+#: Records fingerprinted in one call to the core, and content bytes at most in one batch.
+_BATCH = 1000
+_BATCH_BYTES = 32 << 20
+
 #: The columns of a version, in documents and in history alike.
 _VERSION = (
     "id, url, changed, created, changed_at, deleted, mimetype, displayurl, last_modified, "
@@ -95,10 +108,46 @@ _VERSION = (
 
 @dataclass
 class LoadSummary:
+    """What a load found and did (with `dry_run`, would do)."""
+
     inserted: int = 0
     updated: int = 0
     deleted: int = 0
     unchanged: int = 0
+    #: A snapshot: its URLs are all the documents, the others are deleted.
+    snapshot: bool = False
+    #: The documents the store held before a snapshot (tombstones aside).
+    held: int = 0
+    #: A few URLs a snapshot deleted, to show.
+    examples: dict[str, list[str]] = field(default_factory=dict)
+    dry_run: bool = False
+    #: Why the load would be refused (a dry run that would delete too much: `MassDelete`).
+    refused: str = ""
+
+    def describe(self) -> str:
+        counts = (
+            f"{self.inserted:,} inserted, {self.updated:,} updated, {self.deleted:,} deleted, "
+            f"{self.unchanged:,} unchanged"
+        )
+        return f"would load {counts} (dry run: nothing changed)" if self.dry_run else counts
+
+    def to_dict(self) -> dict[str, object]:
+        counts: dict[str, object] = {
+            "ok": not self.refused,
+            "inserted": self.inserted,
+            "updated": self.updated,
+            "deleted": self.deleted,
+            "unchanged": self.unchanged,
+            "dry_run": self.dry_run,
+        }
+        if not self.snapshot:
+            return counts
+        return {
+            **counts,
+            "held": self.held,
+            "examples": self.examples,
+            "refused": self.refused or None,
+        }
 
 
 @dataclass(frozen=True)
@@ -154,8 +203,8 @@ class SeedlistStore:
             self._db.executescript(SCHEMA)
             self._db.execute(
                 "INSERT OR IGNORE INTO meta VALUES ('store', ?), ('change', 0), ('horizon', 0), "
-                "('key', ?)",
-                (secrets.token_hex(8), secrets.token_hex(32)),
+                "('key', ?), ('fingerprint', ?)",
+                (secrets.token_hex(8), secrets.token_hex(32), _core.FINGERPRINT_VERSION),
             )
 
     def close(self) -> None:
@@ -171,23 +220,53 @@ class SeedlistStore:
 
     # Writing
 
-    def load(self, records: Iterable[Mapping[str, Any]]) -> LoadSummary:
+    def load(
+        self,
+        records: Iterable[Mapping[str, Any]],
+        *,
+        snapshot: bool = False,
+        allow_deletes: AllowDeletes | None = None,
+        dry_run: bool = False,
+    ) -> LoadSummary:
         """Applies records of the JSON Lines schema in one transaction. A refused record raises
-        LoadError naming it (`record 3`) and the field; nothing of the batch is kept."""
-        return self.load_located((f"record {i}", r) for i, r in enumerate(records))
+        LoadError naming it (`record 3`) and the field; nothing of the batch is kept.
 
-    def load_located(self, records: Iterable[tuple[str, Mapping[str, Any]]]) -> LoadSummary:
+        A `snapshot` is the whole source: each URL once, no deletes; the documents it lacks are
+        deleted, unless that is more than `allow_deletes` allows (the guard of `fastfeed sync`,
+        `fastfeed.sets.guard`: `MassDelete`, and nothing of the load is kept). A `dry_run`
+        finds what the load would do and keeps nothing (a refusal is then its `refused`)."""
+        located = ((f"record {i}", r) for i, r in enumerate(records))
+        return self.load_located(
+            located, snapshot=snapshot, allow_deletes=allow_deletes, dry_run=dry_run
+        )
+
+    def load_located(
+        self,
+        records: Iterable[tuple[str, Mapping[str, Any]]],
+        *,
+        snapshot: bool = False,
+        allow_deletes: AllowDeletes | None = None,
+        dry_run: bool = False,
+    ) -> LoadSummary:
         """As `load`, with each record's location for messages (`docs.jsonl:17`)."""
-        summary = LoadSummary()
-        with self._transaction():
+        summary = LoadSummary(snapshot=snapshot, dry_run=dry_run)
+        with self._transaction(keep=not dry_run):
+            self._refingerprint()
             self._purge_history(time.time() - HISTORY_SECONDS)
-            for location, record in records:
-                try:
-                    item = parse(record)
-                except RecordProblem as exc:
-                    raise LoadError(location, exc.field, exc.reason) from None
-                outcome = self._apply(item)
-                setattr(summary, outcome, getattr(summary, outcome) + 1)
+            if snapshot:
+                summary.held = self._live()
+                self._db.execute(
+                    "CREATE TEMP TABLE IF NOT EXISTS snapshot (url TEXT PRIMARY KEY, location TEXT)"
+                )
+                self._db.execute("DELETE FROM temp.snapshot")
+            found = 0
+            for batch in _batches(records, self._listed if snapshot else None):
+                for (_, item), fingerprint in zip(batch, _fingerprints(batch), strict=True):
+                    outcome = self._apply(item, fingerprint)
+                    setattr(summary, outcome, getattr(summary, outcome) + 1)
+                found += len(batch)
+            if snapshot:
+                self._delete_unlisted(summary, found, allow_deletes)
         return summary
 
     def upsert(self, record: Mapping[str, Any]) -> bool:
@@ -217,14 +296,109 @@ class SeedlistStore:
         return int(count)
 
     @contextmanager
-    def _transaction(self) -> Iterator[None]:
+    def _transaction(self, *, keep: bool = True) -> Iterator[None]:
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
-        self._db.execute("COMMIT")
+        self._db.execute("COMMIT" if keep else "ROLLBACK")
+
+    def _live(self) -> int:
+        return int(
+            self._db.execute("SELECT count(*) FROM documents WHERE NOT deleted").fetchone()[0]
+        )
+
+    def _listed(self, location: str, item: Document | Deletion) -> None:
+        """Notes a snapshot's record, refusing what a snapshot cannot hold."""
+        if isinstance(item, Deletion):
+            raise LoadError(
+                location,
+                "action",
+                "a snapshot lists the documents as they are now: no deletes in it (a URL left "
+                "out of it is deleted)",
+            )
+        try:
+            self._db.execute("INSERT INTO temp.snapshot VALUES (?, ?)", (item.url, location))
+        except sqlite3.IntegrityError:
+            (first,) = self._db.execute(
+                "SELECT location FROM temp.snapshot WHERE url = ?", (item.url,)
+            ).fetchone()
+            raise LoadError(
+                location, "url", f"{item.url} is also at {first}: a snapshot holds each URL once"
+            ) from None
+
+    def _delete_unlisted(
+        self, summary: LoadSummary, records: int, allow_deletes: AllowDeletes | None
+    ) -> None:
+        """Deletes the documents a snapshot lacks, if the guard lets it."""
+        unlisted = (
+            "FROM documents d WHERE NOT deleted AND NOT EXISTS "
+            "(SELECT 1 FROM temp.snapshot s WHERE s.url = d.url)"
+        )
+        count = int(self._db.execute(f"SELECT count(*) {unlisted}").fetchone()[0])
+        summary.examples = {
+            "deleted": [
+                url for (url,) in self._db.execute(f"SELECT url {unlisted} ORDER BY id LIMIT 3")
+            ]
+        }
+        try:
+            check_deletes(
+                count,
+                summary.held,
+                records,
+                allow_deletes,
+                f"the seedlist {self.path}",
+                unchanged="nothing was loaded",
+                again="load again",
+            )
+        except MassDelete as exc:
+            if not summary.dry_run:
+                raise
+            summary.refused = str(exc)  # a dry run shows what it found, then the refusal
+        # A page at a time, read before it is deleted: memory stays flat however many go.
+        last = 0
+        while count:
+            page = self._db.execute(
+                f"SELECT id, url {unlisted} AND id > ? ORDER BY id LIMIT ?", (last, _BATCH)
+            ).fetchall()
+            if not page:
+                break
+            for _, url in page:
+                summary.deleted += self._apply(Deletion(url), None) == "deleted"
+            last = page[-1][0]
+
+    def _refingerprint(self) -> None:
+        """Fingerprints every document again if the store's fingerprints are of another
+        version (or older digests): compared with the new ones, they would make every
+        document look changed. A stored document is all its fingerprint is taken of, so the
+        new ones are exactly what loading it again makes."""
+        (version,) = self._db.execute(
+            "SELECT coalesce((SELECT value FROM meta WHERE key = 'fingerprint'), '')"
+        ).fetchone()
+        if version == _core.FINGERPRINT_VERSION:
+            return
+        last = 0
+        while True:
+            rows = self._db.execute(
+                "SELECT id, url, mimetype, displayurl, last_modified, metadata, acl, content, "
+                "text FROM documents WHERE id > ? AND NOT deleted ORDER BY id LIMIT ?",
+                (last, _BATCH),
+            ).fetchall()
+            if not rows:
+                break
+            documents = [_document(row) for row in rows]
+            self._db.executemany(
+                "UPDATE documents SET digest = ? WHERE id = ?",
+                zip(fingerprints(documents), (row[0] for row in rows), strict=True),
+            )
+            last = rows[-1][0]
+        self._db.execute(
+            "INSERT INTO meta VALUES ('fingerprint', ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (_core.FINGERPRINT_VERSION,),
+        )
 
     def purge_history(self, before: float) -> None:
         """Forgets the versions that loads replaced before `before` (seconds since the epoch;
@@ -258,7 +432,8 @@ class SeedlistStore:
         row = self._db.execute("SELECT value FROM meta WHERE key = 'change'").fetchone()
         return int(row[0])
 
-    def _apply(self, item: Document | Deletion) -> str:
+    def _apply(self, item: Document | Deletion, digest: bytes | None) -> str:
+        """Applies one record whose document has the fingerprint `digest` (None: a delete)."""
         row = self._db.execute(
             "SELECT id, deleted, digest FROM documents WHERE url = ?", (item.url,)
         ).fetchone()
@@ -273,7 +448,6 @@ class SeedlistStore:
                 (change, time.time(), row[0]),
             )
             return "deleted"
-        digest = item.digest()
         if row is not None and not row[1] and row[2] == digest:
             return "unchanged"
         change = self._next_change()
@@ -370,6 +544,54 @@ class SeedlistStore:
             values = (doc_id, version) * 2
         row = self._db.execute(query, values).fetchone()
         return None if row is None else (row[0], row[1])
+
+
+def _batches(
+    records: Iterable[tuple[str, Mapping[str, Any]]],
+    check: Callable[[str, Document | Deletion], None] | None,
+) -> Iterator[list[tuple[str, Document | Deletion]]]:
+    """The records, checked (by `check` too, in order, so that the first bad record is the one
+    named), in batches the core fingerprints in one call (bounded by count and by content, so
+    that memory stays flat whatever the records hold)."""
+    batch: list[tuple[str, Document | Deletion]] = []
+    size = 0
+    for location, record in records:
+        try:
+            item = parse(record)
+        except RecordProblem as exc:
+            raise LoadError(location, exc.field, exc.reason) from None
+        if check is not None:
+            check(location, item)
+        batch.append((location, item))
+        size += len(item.content or b"") if isinstance(item, Document) else 0
+        if len(batch) >= _BATCH or size >= _BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _fingerprints(batch: list[tuple[str, Document | Deletion]]) -> list[bytes | None]:
+    """Each document's fingerprint, None for a deletion."""
+    documents = [item for _, item in batch if isinstance(item, Document)]
+    found = iter(fingerprints(documents))
+    return [next(found) if isinstance(item, Document) else None for _, item in batch]
+
+
+def _document(row: tuple[Any, ...]) -> Document:
+    """A stored document (id, url, mimetype, displayurl, last_modified, metadata, acl, content,
+    text), as loading it made it."""
+    _, url, mimetype, displayurl, last_modified, metadata, acl, content, text = row
+    return Document(
+        url=url,
+        mimetype=mimetype,
+        displayurl=displayurl,
+        last_modified=last_modified,
+        metadata=[(name, value) for name, value in orjson.loads(metadata)],
+        acl=None if acl is None else orjson.loads(acl),
+        content=content,
+        text=bool(text),
+    )
 
 
 def _change(row: tuple[Any, ...]) -> Change:

@@ -17,7 +17,7 @@ failed is undone in the state: its URLs are held as `UNKNOWN`, so the next sync 
 
 Deleting much takes the user's word: a snapshot that would delete more than
 `DEFAULT_ALLOWED_DELETES` of what the state holds, or an empty snapshot, is refused before
-anything is sent (`MassDelete`) unless `allow_deletes` allows it.
+anything is sent (`MassDelete`) unless `allow_deletes` allows it (`fastfeed.sets.guard`).
 """
 
 from __future__ import annotations
@@ -37,17 +37,11 @@ import orjson
 from fastfeed.delivery.results import Outcome, PushSummary
 from fastfeed.errors import InputError, MassDelete, PushError, SettingsError
 from fastfeed.progress import Progress, plural
+from fastfeed.sets.guard import AllowDeletes, check_deletes
 from fastfeed.sets.journal import Journal
 from fastfeed.sets.manifest import MANIFEST, ManifestEntry, read_manifest
 from fastfeed.sets.snapshot import Snapshot
 from fastfeed.sets.state import Diff, SyncState
-
-#: The share of a collection a sync may delete without `allow_deletes`.
-DEFAULT_ALLOWED_DELETES = 0.10
-
-#: How many deletes a sync may send: a share of what the state holds (a float up to 1), or a
-#: number of documents (an int).
-AllowDeletes = float | int
 
 
 @dataclass(frozen=True)
@@ -225,7 +219,9 @@ def run_sync(
             diff = snapshot.compare(st, resend_all=resend_all)
             refused = ""
             try:
-                _check_deletes(diff, snapshot.records, allow_deletes, receiver.collection)
+                check_deletes(
+                    diff.deleted, diff.held, snapshot.records, allow_deletes, receiver.collection
+                )
             except MassDelete as exc:
                 if not dry_run:
                     raise
@@ -305,33 +301,6 @@ def locked(state: str | os.PathLike[str]) -> Iterator[None]:
         except BlockingIOError:
             raise SettingsError(f"another sync is using {state}; wait for it to end") from None
         yield
-
-
-def _check_deletes(diff: Diff, records: int, allow: AllowDeletes | None, collection: str) -> None:
-    if not diff.deleted:
-        return
-    if allow is None:
-        limit = int(diff.held * DEFAULT_ALLOWED_DELETES)
-        allowed = f"the default, {DEFAULT_ALLOWED_DELETES:.0%} of it"
-        if records == 0:
-            limit, allowed = 0, "none when the snapshot is empty"
-    elif isinstance(allow, float):
-        limit, allowed = int(diff.held * allow), f"{allow:.0%} of it"
-    else:
-        limit, allowed = allow, f"{allow:,} documents"
-    if diff.deleted <= limit:
-        return
-    share = diff.deleted / diff.held if diff.held else 1.0
-    empty = " The snapshot is empty." if records == 0 else ""
-    raise MassDelete(
-        f"the snapshot would delete {diff.deleted:,} of the {diff.held:,} documents of "
-        f"{collection} ({share:.0%}), more than allowed ({allowed}); nothing was sent.{empty} "
-        "A partial or empty export is likelier than a source that lost that much: check the "
-        f"input, and if the documents are really gone, sync again with --allow-deletes "
-        f"{diff.deleted} (Python: allow_deletes={diff.deleted})",
-        deleted=diff.deleted,
-        held=diff.held,
-    )
 
 
 def _write_changes(

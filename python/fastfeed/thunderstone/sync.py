@@ -10,7 +10,8 @@ from pathlib import Path
 from fastfeed.delivery.results import PushSummary
 from fastfeed.delivery.settings import PushSettings
 from fastfeed.progress import Progress
-from fastfeed.sets.sync import AllowDeletes, Receiver, SyncSummary, default_out, run_sync
+from fastfeed.sets.guard import AllowDeletes
+from fastfeed.sets.sync import Receiver, SyncSummary, default_out, run_sync
 from fastfeed.sets.writer import DEFAULT_MAX_BYTES
 from fastfeed.thunderstone.build import build_thunderstone
 from fastfeed.thunderstone.push import push, url_settings

@@ -291,7 +291,7 @@ def test_a_partition_of_arrow_tables_and_dicts_names_refused_records_across_them
     first, last = (pyarrow.Table.from_pylist(part, schema) for part in (rows[:6], rows[8:]))
 
     with PartitionedBuild(tmp_path / "feeds", "docs", on_error="skip") as job:
-        # Spark's mapInArrow, or a Polars frame per partition: Arrow rows, read in place.
+        # Arrow tables (a partition's batches, a Polars frame) among dicts, read in place.
         part = job.write([first, *rows[6:8], last], 0)
         summary = job.merge([part])
 

@@ -54,8 +54,6 @@ BATCH = 2000
 
 #: Opens a partition's writer in a directory, reporting warnings to the function given.
 OpenWriter = Callable[[Path, Callable[[FeedWarning], None]], RecordWriter]
-#: Refuses record `record` of the batch being written, saying why (see `tables.add_rows`).
-Refuse = Callable[[int, bytes, str], None]
 #: Rewrites file `entry` of the set in a directory to the feed type given; returns its new
 #: manifest entry.
 Retype = Callable[[Path, ManifestEntry, str], ManifestEntry]
@@ -157,7 +155,7 @@ def _batches(records: Iterable[Record | ArrowData]) -> Iterator[list[Record] | A
         yield batch
 
 
-def _add(writer: RecordWriter, batch: list[Record], refuse: Refuse) -> None:
+def _add(writer: RecordWriter, batch: list[Record], refuse: tables.Refuse) -> None:
     """Gives a batch of records to the writer; a refused record goes to `refuse`, as
     `tables.add_rows` does, and the rest of the batch follows."""
     done = 0
@@ -166,11 +164,12 @@ def _add(writer: RecordWriter, batch: list[Record], refuse: Refuse) -> None:
             writer.add_batch(batch)
             return
         except RecordError as exc:
-            reason = f"{exc.field}: {exc.reason}" if exc.field else exc.reason
-            writer.add_batch(batch[: exc.index])
-            refuse(done + exc.index, _raw(batch[exc.index]), reason)
-            batch = batch[exc.index + 1 :]
-            done += exc.index + 1
+            error = exc  # refused outside the handler: what `refuse` raises is no aftermath
+        reason = f"{error.field}: {error.reason}" if error.field else error.reason
+        writer.add_batch(batch[: error.index])
+        refuse(done + error.index, _raw(batch[error.index]), reason)
+        batch = batch[error.index + 1 :]
+        done += error.index + 1
 
 
 def _raw(record: object) -> bytes:

@@ -90,7 +90,11 @@ def is_arrow(data: object) -> bool:
     return hasattr(data, "__arrow_c_stream__") or hasattr(data, "__arrow_c_array__")
 
 
-def add_rows(writer: RecordWriter, rows: Any, refuse: Callable[[int, bytes, str], None]) -> int:
+#: Refuses row `row` of what was given to be added (its record as JSON Lines, the reason).
+Refuse = Callable[[int, bytes, str], None]
+
+
+def add_rows(writer: RecordWriter, rows: Any, refuse: Refuse) -> int:
     """Gives the rows of Arrow data to `writer.add_arrow` and returns how many there were. A
     refused row goes to `refuse(row, line, reason)`, `row` its place among `rows` and `line`
     its record as JSON Lines: `refuse` raises to stop, or returns, and the rows after it are
@@ -107,10 +111,11 @@ def add_rows(writer: RecordWriter, rows: Any, refuse: Callable[[int, bytes, str]
             writer.add_arrow(rows)
             return count
         except RecordError as exc:
-            reason = f"{exc.field}: {exc.reason}" if exc.field else exc.reason
-            refuse(done + exc.index, row_json(rows, exc.index), reason)
-            done += exc.index + 1
-            rows = rows.slice(exc.index + 1)
+            error = exc  # refused outside the handler: what `refuse` raises is no aftermath
+        reason = f"{error.field}: {error.reason}" if error.field else error.reason
+        refuse(done + error.index, row_json(rows, error.index), reason)
+        done += error.index + 1
+        rows = rows.slice(error.index + 1)
 
 
 def row_json(batch: Any, index: int) -> bytes:

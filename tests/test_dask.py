@@ -17,6 +17,7 @@ import dask.bag
 import dask.dataframe
 import distributed
 import pandas
+import polars
 import pyarrow
 import pytest
 from fastfeed import (
@@ -291,8 +292,8 @@ def test_a_partition_of_arrow_tables_and_dicts_names_refused_records_across_them
     first, last = (pyarrow.Table.from_pylist(part, schema) for part in (rows[:6], rows[8:]))
 
     with PartitionedBuild(tmp_path / "feeds", "docs", on_error="skip") as job:
-        # Arrow tables (a partition's batches, a Polars frame) among dicts, read in place.
-        part = job.write([first, *rows[6:8], last], 0)
+        # Arrow tables (a Polars frame, pyarrow's) among dicts, read in place.
+        part = job.write([polars.DataFrame(first), *rows[6:8], last], 0)
         summary = job.merge([part])
 
     assert (summary.records, summary.rejected) == (9, 3)

@@ -6,8 +6,8 @@ FASTFEED_BENCH_DASK_ROUNDS the rounds, default 3).
 
 Each worker process is pinned to a core of its own (a Dask worker per core, as deployed), runs
 one task at a time, and its partition writer one encoding thread. The corpus is CPU-bound:
-every partition's rows are made on the worker (nothing to transfer), turned into records, and
-encoded, text of 2 KB or more deflated. Rounds alternate between the two clusters, so that the
+every partition's rows are made on the worker (nothing to transfer), turned into Arrow tables,
+and encoded, text of 2 KB or more deflated. Rounds alternate between the two clusters, so that the
 machine's slower moments fall on both sides. The same records through one `FeedWriter` in this
 process, on one core, without Dask, show what Dask costs.
 
@@ -30,6 +30,7 @@ import cloudpickle
 import dask.dataframe
 import distributed
 import pandas
+import pyarrow
 import pytest
 from fastfeed import FeedWriter
 from fastfeed.dask import build
@@ -153,8 +154,8 @@ def single_process(out: Path) -> float:
         with FeedWriter(out, "bench", "full", workers=1) as writer:
             for frame in map(partition, range(PARTITIONS)):
                 for start in range(0, len(frame), 2000):
-                    rows = frame.iloc[start : start + 2000].to_dict("records")
-                    writer.add_batch([{k: v for k, v in r.items() if v is not None} for r in rows])
+                    rows = frame.iloc[start : start + 2000]
+                    writer.add_arrow(pyarrow.Table.from_pandas(rows, preserve_index=False))
         return time.perf_counter() - started
     finally:
         os.sched_setaffinity(0, before)

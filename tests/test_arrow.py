@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import duckdb
+import polars as pl
 import pyarrow as pa
 import pytest
 from fastfeed import FeedError, FeedWriter, RecordError, ThunderstoneWriter
@@ -188,6 +190,93 @@ def test_a_polars_or_duckdb_like_object_is_read_without_pyarrow_types(tmp_path: 
     reader = pa.RecordBatchReader.from_batches(table.schema, table.to_batches())
     assert by_arrow(tmp_path / "reader", reader) == expected
     assert by_arrow(tmp_path / "batch", table.to_batches()[0]) == expected
+
+
+def producers_rows() -> Rows:
+    """Records with a value of each kind, some missing, text short and long (a string view
+    keeps up to 12 bytes inline), as the dicts they mean."""
+    moment = dt.datetime(2024, 5, 1, 12, 30, tzinfo=dt.UTC)
+    return [
+        {
+            "url": url(i),
+            "content": ["short", f"a longer text {i}, out of line ]]> & <", None][i % 3],
+            "displayurl": f"http://shown.example.com/{i}" if i % 2 else None,
+            "pagerank": 68 + i % 30 if i % 4 else None,
+            "lock": i % 5 == 1 if i % 3 else None,
+            "last_modified": moment + dt.timedelta(days=i),
+            "metadata": {"team": "search", "tags": ["a", f"t{i}"]} if i % 3 else None,
+        }
+        for i in range(40)
+    ]
+
+
+def as_dicts(rows: Rows) -> Rows:
+    """The records as `add_batch` takes them: moments as seconds, no nulls."""
+    return [
+        {k: int(v.timestamp()) if isinstance(v, dt.datetime) else v for k, v in r.items()}
+        for r in rows
+    ]
+
+
+def test_a_polars_data_frame_of_string_views_is_read_in_place(tmp_path: Path) -> None:
+    rows = producers_rows()
+    schema = {
+        "url": pl.String,
+        "content": pl.String,
+        "displayurl": pl.String,
+        "pagerank": pl.Int16,
+        "lock": pl.Boolean,
+        "last_modified": pl.Datetime("us", "UTC"),
+        "metadata": pl.Struct({"team": pl.String, "tags": pl.List(pl.String)}),
+    }
+    # Two chunks, as Polars leaves a frame built in parts: two batches in the stream.
+    frame = pl.concat(
+        [pl.DataFrame(rows[:25], schema), pl.DataFrame(rows[25:], schema)], rechunk=False
+    )
+    assert frame.n_chunks() == 2
+    exported = pa.RecordBatchReader.from_stream(frame).schema
+    assert exported.field("url").type == pa.string_view()  # Polars' strings, as it gives them
+    assert by_arrow(tmp_path / "polars", frame) == by_batch(tmp_path / "dicts", as_dicts(rows))
+    binary = frame.with_columns(pl.col("content").cast(pl.Binary))
+    assert pa.RecordBatchReader.from_stream(binary).schema.field("content").type == pa.binary_view()
+    as_bytes = [r | {"content": r["content"] and r["content"].encode()} for r in rows]
+    assert by_arrow(tmp_path / "bytes", binary) == by_batch(tmp_path / "d2", as_dicts(as_bytes))
+
+
+def test_a_duckdb_result_is_read_in_place(tmp_path: Path) -> None:
+    rows = producers_rows()
+    db = duckdb.connect()
+    db.sql(
+        "CREATE TABLE docs (url VARCHAR, content VARCHAR, displayurl VARCHAR, pagerank INTEGER, "
+        "lock BOOLEAN, last_modified TIMESTAMPTZ, metadata MAP(VARCHAR, VARCHAR[]))"
+    )
+    db.executemany(
+        "INSERT INTO docs VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [
+            [
+                r["url"],
+                r["content"],
+                r["displayurl"],
+                r["pagerank"],
+                r["lock"],
+                r["last_modified"],
+                r["metadata"] and {"team": [r["metadata"]["team"]], "tags": r["metadata"]["tags"]},
+            ]
+            for r in rows
+        ],
+    )
+    query = "SELECT * FROM docs ORDER BY pagerank NULLS FIRST, url"
+    ordered = [r for _, r in sorted(((r["pagerank"] or -1, r["url"]), r) for r in rows)]
+    expected = by_batch(tmp_path / "dicts", as_dicts(ordered))
+    # The result itself (`__arrow_c_stream__`), and its Arrow reader.
+    assert by_arrow(tmp_path / "result", db.sql(query)) == expected
+    assert by_arrow(tmp_path / "reader", db.sql(query).arrow()) == expected
+    # DuckDB gives string views when asked to.
+    db.sql("SET arrow_output_version = '1.4'")
+    db.sql("SET produce_arrow_string_view = true")
+    views = db.sql(query)
+    assert pa.RecordBatchReader.from_stream(views).schema.field("url").type == pa.string_view()
+    assert by_arrow(tmp_path / "views", db.sql(query)) == expected
 
 
 def test_sliced_and_chunked_tables_count_rows_across_the_whole_input(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ pushed to the emulator over HTTPS; the partition writer and merge behind it."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,10 +17,13 @@ import dask.bag
 import dask.dataframe
 import distributed
 import pandas
+import polars
+import pyarrow
 import pytest
 from fastfeed import (
     EmptyFullFeed,
     FastfeedError,
+    FeedWriter,
     InputError,
     PartitionedBuild,
     read_manifest,
@@ -31,6 +35,7 @@ from fastfeed.emulator import Emulator
 from fastfeed.errors import PushError
 from fastfeed.gsa.push import push
 from fastfeed.sets.partitions import STAGING
+from feeds import decode_set
 
 Settings = Callable[..., PushSettings]
 
@@ -209,6 +214,99 @@ def test_records_refused_in_any_partition_are_saved_in_partition_order(
     log = (tmp_path / "feeds" / "rejected.log").read_text().splitlines()
     assert log[0].startswith("partition 0, record 3: url:")
     assert log[1].startswith("partition 2, record 7: pagerank:")
+
+
+NUMBERS = ("pagerank", "last_modified")
+
+
+def test_missing_values_in_a_frame_are_absent_fields_as_in_the_same_dicts(
+    sync_scheduler: None, tmp_path: Path
+) -> None:
+    """A frame goes to the writer as Arrow tables: what pandas calls missing (NaN, None, NaT)
+    must still be an absent field, whatever column type pandas made of it."""
+    nan = float("nan")
+    rows: list[dict[str, Any]] = [
+        {
+            "url": f"http://docs.example.com/{i}",
+            "content": f"document {i}",
+            "displayurl": f"http://shown.example.com/{i}" if i % 3 else nan,
+            "pagerank": 70 + i % 20 if i % 2 else nan,  # floats, for pandas
+            "lock": True if i % 4 == 1 else None,
+            "last_modified": pandas.Timestamp(2024, 5, 1 + i % 28) if i % 5 else pandas.NaT,
+            "metadata": {"team": "search", "tags": ["a", "b"]} if i % 2 else nan,
+            "mimetype": nan,  # missing from every row: a column of floats
+            "authmethod": None,  # and a column of nothing
+        }
+        for i in range(300)
+    ]
+    frame = pandas.DataFrame(rows)
+    assert frame.pagerank.dtype == "float64" and frame.mimetype.dtype == "float64"
+    # Whole floats as integers, moments as seconds (which dicts take): what they mean.
+    dicts = [
+        {
+            k: int(v.timestamp() if k == "last_modified" else v) if k in NUMBERS else v
+            for k, v in r.items()
+            if not pandas.isna(v)
+        }
+        for r in rows
+    ]
+    # The same slice of records where pyarrow cannot make a column of them (metadata values
+    # both text and lists; content both text and bytes): they go as records.
+    mixed = [
+        {"url": "http://docs.example.com/m1", "metadata": {"a": "x"}, "content": b"\x00\xff"},
+        {"url": "http://docs.example.com/m2", "metadata": {"a": ["y", "z"]}, "content": "text"},
+    ]
+
+    for name, given, same in [("frame", frame, dicts), ("mixed", pandas.DataFrame(mixed), mixed)]:
+        # Dask would make text of columns of Python objects (True, dicts): keep them.
+        with dask.config.set({"dataframe.convert-string": False}):
+            collection = dask.dataframe.from_pandas(given, npartitions=1)
+        build(collection, tmp_path / name, "docs")
+        with FeedWriter(tmp_path / f"{name}-dicts", "docs") as writer:
+            writer.add_batch(same)
+        built = (tmp_path / name / "docs-000001.xml").read_bytes()
+        assert built == (tmp_path / f"{name}-dicts" / "docs-000001.xml").read_bytes()
+    fed = decode_set(tmp_path / "frame")
+    assert (fed[0].attrs.get("displayurl"), fed[1].attrs["displayurl"]) == (
+        None,
+        "http://shown.example.com/1",
+    )
+    assert (fed[0].attrs.get("pagerank"), fed[1].attrs["pagerank"]) == (None, "71")
+    assert fed[0].metadata == [] and sorted(fed[1].metadata) == [
+        (b"tags", b"a"),
+        (b"tags", b"b"),
+        (b"team", b"search"),
+    ]
+
+
+def test_a_partition_of_arrow_tables_and_dicts_names_refused_records_across_them(
+    tmp_path: Path,
+) -> None:
+    rows = records(12)
+    rows[2]["pagerank"] = 7
+    rows[4]["url"] = "not a url"
+    rows[9]["pagerank"] = 7
+    schema = pyarrow.schema(
+        {"url": pyarrow.string(), "content": pyarrow.string(), "pagerank": pyarrow.int64()}
+    )
+    first, last = (pyarrow.Table.from_pylist(part, schema) for part in (rows[:6], rows[8:]))
+
+    with PartitionedBuild(tmp_path / "feeds", "docs", on_error="skip") as job:
+        # Arrow tables (a Polars frame, pyarrow's) among dicts, read in place.
+        part = job.write([polars.DataFrame(first), *rows[6:8], last], 0)
+        summary = job.merge([part])
+
+    assert (summary.records, summary.rejected) == (9, 3)
+    log = (tmp_path / "feeds" / "rejected.log").read_text().splitlines()
+    assert [line.split(":")[0] for line in log] == [
+        "partition 0, record 2",
+        "partition 0, record 4",
+        "partition 0, record 9",
+    ]
+    saved = (tmp_path / "feeds" / "rejected.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in saved] == [rows[2], rows[4], rows[9]]
+    kept = [r for i, r in enumerate(rows) if i not in (2, 4, 9)]
+    assert {f.url: f.content for f in decode_set(tmp_path / "feeds")} == expected(kept)
 
 
 def test_the_merge_takes_every_partition_once_and_only_the_copy_reported(

@@ -110,25 +110,69 @@ def _write_frame(frame: Any, job: PartitionedBuild, partition_info: dict[str, An
     """Writes a partition of a data frame, as a series of one `Partition`."""
     import pandas
 
-    written = job.write(_frame_records(frame), partition_info["number"])
+    written = job.write(_frame_rows(frame), partition_info["number"])
     return pandas.Series([written], dtype=object)
 
 
-def _frame_records(frame: Any) -> Iterator[Record]:
-    """The rows of a partition as records, a slice at a time (a partition's records are never
-    all in memory at once). A missing value (None, NaN, NaT, NA: what pandas calls missing)
-    is an absent field."""
+def _frame_rows(frame: Any) -> Iterator[Any]:
+    """The rows of a partition as Arrow tables, for `add_arrow`, a slice at a time (a
+    partition is never copied whole). A missing value (None, NaN, NaT, NA: what pandas calls
+    missing) is a null, which is an absent field. A slice pyarrow cannot make a table of (a
+    column of values of several kinds: metadata both text and lists) goes as records."""
+    import pyarrow
+
     for start in range(0, len(frame), BATCH):
         part = frame.iloc[start : start + BATCH]
-        rows = part.to_dict("records")
-        missing = part.isna()
-        gaps = list(part.columns[missing.any()])
-        if gaps:
-            for row, absent in zip(rows, missing[gaps].itertuples(index=False), strict=True):
-                for name, gone in zip(gaps, absent, strict=True):
-                    if gone:
-                        del row[name]
-        yield from rows
+        try:
+            table = _table(pyarrow, part)
+        except (pyarrow.ArrowInvalid, pyarrow.ArrowTypeError):
+            table = None
+        if table is None:
+            yield from _records(part)
+        else:
+            yield table
+
+
+def _table(pa: Any, part: Any) -> Any:
+    """A slice of a partition as an Arrow table meaning what its records mean, or None where
+    pyarrow would change what they mean."""
+    import pandas
+
+    table = pa.Table.from_pandas(part, preserve_index=False)
+    for i, column in enumerate(table.columns):
+        name = table.column_names[i]
+        if column.null_count == len(column):
+            # A column missing from every row is absent, whatever type pandas gave it (NaN
+            # makes floats of a column of text).
+            table = table.set_column(i, name, pa.nulls(len(column)))
+        elif name == "pagerank" and pa.types.is_floating(column.type):
+            # pandas makes floats of integers with a value missing. A fraction goes as a
+            # record, to be refused as one.
+            try:
+                table = table.set_column(i, name, column.cast(pa.int64()))
+            except pa.ArrowInvalid:
+                return None
+        elif (
+            pa.types.is_binary(column.type)
+            and part[name].dtype == object
+            and pandas.api.types.infer_dtype(part[name], skipna=True) != "bytes"
+        ):
+            # pyarrow would encode text among bytes: text content is text, bytes are bytes.
+            return None
+    return table
+
+
+def _records(part: Any) -> Iterator[Record]:
+    """The rows of a slice as record dicts, a missing value left out."""
+    rows = part.to_dict("records")
+    missing = part.isna()
+    gaps = list(part.columns[missing.any()])
+    if gaps:
+        for row, absent in zip(rows, missing[gaps].itertuples(index=False), strict=True):
+            for name, gone in zip(gaps, absent, strict=True):
+                if gone:
+                    del row[name]
+    yield from rows
 
 
 def _is_dataframe(collection: object) -> bool:

@@ -21,7 +21,13 @@ from fastfeed.sets.build import BuildSummary, OnError
 from fastfeed.sets.manifest import ManifestEntry
 from fastfeed.sets.partitions import Partition
 from fastfeed.sets.records import Record
-from fastfeed.sets.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES, FeedWarning, RecordWriter
+from fastfeed.sets.writer import (
+    DEFAULT_LEVEL,
+    DEFAULT_MAX_BYTES,
+    ArrowData,
+    FeedWarning,
+    RecordWriter,
+)
 
 #: A feed file's header (declaration, doctype, datasource, feed type) fits in this many bytes.
 _HEAD = 64 * 1024
@@ -74,9 +80,10 @@ class PartitionedBuild:
             self._open(Path(directory), lambda _: None).abort()
         partitions.start_partitions(self.out_dir)
 
-    def write(self, records: Iterable[Record], index: int) -> Partition:
+    def write(self, records: Iterable[Record | ArrowData], index: int) -> Partition:
         """Writes the records of partition `index` into a directory of its own under `out_dir`
-        and returns what `merge` needs of it."""
+        and returns what `merge` needs of it. `records` are record dicts, or Arrow tables of
+        them (pyarrow, Polars, DuckDB), in any mix."""
         return partitions.write_partition(
             records, self.out_dir, index, self.feedtype, self._open, retype, on_error=self.on_error
         )

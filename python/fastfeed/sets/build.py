@@ -362,20 +362,17 @@ class _Builder:
         first = 0
         for batch in _ahead(tables.batches(name)):
             self._locate, self._done = _RowOf(name, first), 0
-            rows, first = batch, first + batch.num_rows
-            while True:
-                try:
-                    writer.add_arrow(rows)
-                    break
-                except RecordError as exc:
-                    # The rows before the refused one are written: go on after it.
-                    reason = f"{exc.field}: {exc.reason}" if exc.field else exc.reason
-                    self.refuse(self.where(exc.index), tables.row_json(rows, exc.index), reason)
-                    self._done += exc.index + 1
-                    rows = rows.slice(exc.index + 1)
-                except FeedError as exc:  # a column that is no record field
-                    raise InputError(name, str(exc)) from None
+            first += batch.num_rows
+            try:
+                tables.add_rows(writer, batch, self._refuse_row)
+            except FeedError as exc:  # a column that is no record field
+                raise InputError(name, str(exc)) from None
             self.show()
+
+    def _refuse_row(self, row: int, raw: bytes, reason: str) -> None:
+        """Refuses row `row` of the batch being taken; the rest of it follows."""
+        self.refuse(self._locate(row), raw, reason)
+        self._done = row + 1
 
     def _one_ahead(self, chunks: Iterator[tuple[Chunk, T]]) -> Iterator[tuple[Chunk, T]]:
         """Starts each chunk on the writer's threads, then yields the one before it to be

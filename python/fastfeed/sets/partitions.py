@@ -19,20 +19,20 @@ are empty (a filter emptied them), it is made full again at the merge.
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 import shutil
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
 
 from fastfeed.errors import EmptyFullFeed, FastfeedError, InputError, RecordError
+from fastfeed.sets import tables
 from fastfeed.sets.build import (
     REJECTED,
     REJECTED_LOG,
@@ -43,7 +43,7 @@ from fastfeed.sets.build import (
 )
 from fastfeed.sets.manifest import MANIFEST, ManifestEntry, read_manifest
 from fastfeed.sets.records import Record
-from fastfeed.sets.writer import FeedWarning, RecordWriter
+from fastfeed.sets.writer import ArrowData, FeedWarning, RecordWriter
 
 #: Where the partitions are written, inside the output directory (the same file system, so
 #: that the merge renames rather than copies).
@@ -72,7 +72,7 @@ class Partition:
 
 
 def write_partition(
-    records: Iterable[Record],
+    records: Iterable[Record | ArrowData],
     out_dir: str | os.PathLike[str],
     index: int,
     feedtype: str,
@@ -82,7 +82,8 @@ def write_partition(
     on_error: OnError = "stop",
 ) -> Partition:
     """Writes partition `index` of a set into its own directory under `out_dir`, publishes it
-    and returns what it holds."""
+    and returns what it holds. `records` are record dicts, or Arrow data (tables of records,
+    read in place by `add_arrow`), in any mix."""
     staging = Path(out_dir) / STAGING
     name = f"{index:06d}-{uuid.uuid4().hex}"
     work = staging / f"{name}.tmp"
@@ -97,16 +98,32 @@ def write_partition(
         ) from None
     warned: list[str] = []
     rejected = Rejected(work)
-    done = 0  # records of the partition taken or refused so far, to name a record
+    # Where, among the partition's records, the batch being written starts, and what the
+    # writer was last given (after a refused record): to name a record.
+    start = done = 0
 
     def warn(warning: FeedWarning) -> None:
         warned.append(f"partition {index}, record {done + warning.index}: {warning}")
+
+    def refuse(record: int, raw: bytes, reason: str) -> None:
+        """Refuses record `record` of the batch being written; the rest of it follows."""
+        nonlocal done
+        location = f"partition {index}, record {start + record}"
+        if on_error == "stop":
+            raise InputError(location, reason)
+        rejected.add(location, raw, reason)
+        done = start + record + 1
 
     try:
         writer = open_writer(work, warn)
         with writer:
             for batch in _batches(records):
-                done = _add(writer, batch, index, done, on_error, rejected)
+                if isinstance(batch, list):
+                    _add(writer, batch, refuse)
+                    start += len(batch)
+                else:
+                    start += tables.add_rows(writer, batch, refuse)
+                done = start
         entries = writer.manifest
         if feedtype == "full" and index > 0 and entries[0].records:
             entries = [retype(work, entries[0], "incremental"), *entries[1:]]
@@ -120,36 +137,39 @@ def write_partition(
     return Partition(index, name, entries, rejected.count, warned)
 
 
-def _batches(records: Iterable[Record]) -> Iterable[list[Record]]:
-    iterator = iter(records)
-    while batch := list(itertools.islice(iterator, BATCH)):
+def _batches(records: Iterable[Record | ArrowData]) -> Iterator[list[Record] | ArrowData]:
+    """Record dicts in lists of BATCH, and Arrow rows as they come."""
+    batch: list[Record] = []
+    for item in records:
+        if isinstance(item, dict) or not tables.is_arrow(item):
+            batch.append(item)  # type: ignore[arg-type]
+            if len(batch) == BATCH:
+                yield batch
+                batch = []
+            continue
+        if batch:
+            yield batch
+            batch = []
+        yield item
+    if batch:
         yield batch
 
 
-def _add(
-    writer: RecordWriter,
-    batch: list[Record],
-    partition: int,
-    done: int,
-    on_error: OnError,
-    rejected: Rejected,
-) -> int:
-    """Gives a batch to the writer; a refused record stops the partition or, with "skip", is
-    set aside and the rest of the batch written. Returns `done` plus the batch's length."""
+def _add(writer: RecordWriter, batch: list[Record], refuse: tables.Refuse) -> None:
+    """Gives a batch of records to the writer; a refused record goes to `refuse`, as
+    `tables.add_rows` does, and the rest of the batch follows."""
+    done = 0
     while batch:
         try:
             writer.add_batch(batch)
-            return done + len(batch)
+            return
         except RecordError as exc:
-            location = f"partition {partition}, record {done + exc.index}"
-            reason = f"{exc.field}: {exc.reason}" if exc.field else exc.reason
-            if on_error == "stop":
-                raise InputError(location, reason) from None
-            rejected.add(location, _raw(batch[exc.index]), reason)
-            writer.add_batch(batch[: exc.index])
-            batch = batch[exc.index + 1 :]
-            done += exc.index + 1
-    return done
+            error = exc  # refused outside the handler: what `refuse` raises is no aftermath
+        reason = f"{error.field}: {error.reason}" if error.field else error.reason
+        writer.add_batch(batch[: error.index])
+        refuse(done + error.index, _raw(batch[error.index]), reason)
+        batch = batch[error.index + 1 :]
+        done += error.index + 1
 
 
 def _raw(record: object) -> bytes:

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
 
-from fastfeed.errors import FastfeedError, InputError
+from fastfeed.errors import FastfeedError, InputError, RecordError
+from fastfeed.sets.writer import RecordWriter
 
 #: The inputs read as tables, by the end of their name; a directory is a tree of documents.
 SUFFIXES = (".parquet", ".arrow", ".feather", ".ipc")
@@ -82,6 +83,39 @@ def _ipc(pa: Any, name: str) -> Iterator[Any]:
             return
         for i in range(reader.num_record_batches):
             yield reader.get_batch(i)
+
+
+def is_arrow(data: object) -> bool:
+    """Whether `data` is Arrow data `add_arrow` takes (see `ArrowData`)."""
+    return hasattr(data, "__arrow_c_stream__") or hasattr(data, "__arrow_c_array__")
+
+
+#: Refuses row `row` of what was given to be added (its record as JSON Lines, the reason).
+Refuse = Callable[[int, bytes, str], None]
+
+
+def add_rows(writer: RecordWriter, rows: Any, refuse: Refuse) -> int:
+    """Gives the rows of Arrow data to `writer.add_arrow` and returns how many there were. A
+    refused row goes to `refuse(row, line, reason)`, `row` its place among `rows` and `line`
+    its record as JSON Lines: `refuse` raises to stop, or returns, and the rows after it are
+    given next (those before it are written; the writer's warnings about them count from
+    `row + 1`). A pyarrow Table or RecordBatch is read as it is; other Arrow data (a Polars
+    DataFrame, a DuckDB result) is made one first, in place, to be sliced there."""
+    pa = _pyarrow()
+    if not isinstance(rows, pa.Table | pa.RecordBatch):
+        rows = pa.table(rows)
+    count: int = rows.num_rows
+    done = 0
+    while True:
+        try:
+            writer.add_arrow(rows)
+            return count
+        except RecordError as exc:
+            error = exc  # refused outside the handler: what `refuse` raises is no aftermath
+        reason = f"{error.field}: {error.reason}" if error.field else error.reason
+        refuse(done + error.index, row_json(rows, error.index), reason)
+        done += error.index + 1
+        rows = rows.slice(error.index + 1)
 
 
 def row_json(batch: Any, index: int) -> bytes:

@@ -178,6 +178,24 @@ def test_every_exception_is_under_the_one_root() -> None:
     assert issubclass(fastfeed.FeedError, fastfeed.FastfeedError)
 
 
+def test_the_drawn_tree_and_the_readme_name_every_public_error() -> None:
+    """A user learns the errors from errors.py's tree and the README's list: a new one is in
+    both, drawn under its parent."""
+    import fastfeed.errors
+
+    doc = fastfeed.errors.__doc__ or ""
+    readme = (PACKAGE.parent.parent / "README.md").read_text()
+    drawn = {}  # the column of each name in the tree, the paragraph after the first line
+    for line in doc.split("\n\n")[1].splitlines():
+        name = line.lstrip(" │├└─").split()[0]
+        drawn[name] = line.index(name)
+    for name in fastfeed.errors.__all__:
+        # The tree steps in by 4 columns a generation, from the root at column 4.
+        depth = getattr(fastfeed.errors, name).__mro__.index(fastfeed.FastfeedError)
+        assert drawn.get(name) == 4 + 4 * depth, f"{name} is not drawn under its parent"
+        assert f"`{name}`" in readme, f"{name} is not in the README's list of errors"
+
+
 def test_the_allowed_exceptions_exist() -> None:
     """An allowance outlives nothing it was made for."""
     defined = {f"{module}.{name}" for module, name, _, _ in class_definitions(PACKAGE)}

@@ -21,10 +21,10 @@ from fastfeed.cli.options import (
 from fastfeed.cli.reports import ExitCode, describe, failed, refused, stopped
 from fastfeed.errors import FastfeedError, InputError
 from fastfeed.gsa.build import build
-from fastfeed.gsa.writer import FeedType
+from fastfeed.gsa.writer import FeedOptions, FeedType
 from fastfeed.progress import Progress, human_bytes, plural
 from fastfeed.sets.build import OnError
-from fastfeed.sets.writer import DEFAULT_MAX_BYTES, HARD_MAX_BYTES
+from fastfeed.sets.writer import DEFAULT_MAX_BYTES, HARD_MAX_BYTES, WriterOptions
 from fastfeed.thunderstone.build import build_thunderstone
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ def build_command(
         if format_ == "thunderstone":
             assert profile is not None
             # Thunderstone data is not compressed, nor has it ACLs.
-            for gsa_only in ("compress", "level", "acl_format"):
+            for gsa_only in FeedOptions.__optional_keys__ - WriterOptions.__optional_keys__:
                 del encoding[gsa_only]
             summary = build_thunderstone(
                 inputs, out, profile, on_error=on_error, progress=progress, **encoding

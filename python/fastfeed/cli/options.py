@@ -13,6 +13,7 @@ import click
 
 from fastfeed.cli.commands import F, option
 from fastfeed.delivery.settings import HTTP_PORT, HTTPS_PORT, PushSettings, Secret
+from fastfeed.gsa.writer import FeedOptions
 from fastfeed.sets.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES, HARD_MAX_BYTES
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
@@ -247,9 +248,10 @@ def push_settings(command: str, options: dict[str, Any]) -> PushSettings:
 BUILDING = "building (as `fastfeed build`)"
 
 
-#: The options of `encoding_options`, as the builders take them: commands hand them on by name
-#: (`take_encoding`), so that each is written once, in the option that defines it.
-ENCODING = ("max_bytes", "max_records", "compress", "level", "workers", "acl_format", "base_url")
+#: The options of `encoding_options`, as the builders take them (`FeedOptions`, and where a
+#: directory is on the web): commands hand them on by name (`take_encoding`), so that each is
+#: written once, in the option that defines it.
+ENCODING = (*sorted(FeedOptions.__optional_keys__), "base_url")
 
 
 def take_encoding(options: dict[str, Any]) -> dict[str, Any]:

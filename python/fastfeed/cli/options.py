@@ -51,6 +51,17 @@ def together(*decorators: Callable[[F], F]) -> Callable[[F], F]:
     return apply
 
 
+#: What INPUT is, for the commands that build from records and for the syncs (a snapshot).
+RECORDS = "JSON Lines, Parquet or Arrow file, glob, - (stdin) or directory"
+SNAPSHOT = "the whole source: JSON Lines file, - (stdin) or directory"
+
+
+def paths_argument(name: str, metavar: str, help: str) -> Callable[[F], F]:
+    """The one or more inputs or sets a command works on, the arguments of every command that
+    takes paths."""
+    return click.argument(name, nargs=-1, required=True, metavar=metavar, help=help)
+
+
 def json_option(
     what: str = "print a JSON summary on stdout", section: str | None = None
 ) -> Callable[[F], F]:
@@ -369,10 +380,13 @@ class Deletes(click.ParamType[float | int]):
         return fraction
 
 
-def sync_options() -> Callable[[F], F]:
-    """What every receiver's sync takes besides its receiver's settings."""
+def sync_options(collection: Callable[[F], F]) -> Callable[[F], F]:
+    """What every receiver's sync takes besides its receiver's settings: the snapshot, the
+    `collection` it is kept equal to (an option naming a datasource, a profile), the state."""
     s = SYNCING
     return together(
+        paths_argument("inputs", "INPUT", SNAPSHOT),
+        collection,
         option(
             "--state",
             required=True,

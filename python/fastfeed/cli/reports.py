@@ -69,6 +69,19 @@ def failed(
     return status
 
 
+def build_stopped(
+    command: str, exc: InputError | OSError, as_json: bool, *, out: str, item: str
+) -> int:
+    """A build stopped by a refused `item` (record, line) or by the disk: it left no manifest,
+    so nothing half-built can be pushed; says what to fix."""
+    remedy = f"the {item} (or use --on-error skip)" if isinstance(exc, InputError) else "it"
+    hint = (
+        f"stopped; {out} has no manifest and cannot be pushed. Fix {remedy} and build again "
+        "into an empty directory."
+    )
+    return failed(command, describe(exc), as_json, hint=hint, data={"out": out})
+
+
 def report(command: str, summary: PushSummary, as_json: bool) -> int:
     for result in summary.results:
         if result.outcome.value in ("failed", "blocked"):
@@ -79,7 +92,9 @@ def report(command: str, summary: PushSummary, as_json: bool) -> int:
 
 
 def stopped(command: str, exc: FastfeedError, as_json: bool) -> int:
-    """A push that could not go on: says why, and what was done before."""
+    """A push that could not go on: says why, and what was done before; status 3 when nothing
+    could be done because the setup is wrong. The commands that push report their errors so
+    (`Command`'s `errors`)."""
     summary = exc.summary if isinstance(exc, PushError) else None
     refused = not isinstance(exc, PushError) or exc.refused
     return failed(
@@ -94,7 +109,8 @@ def stopped(command: str, exc: FastfeedError, as_json: bool) -> int:
 
 def run_sync_command(command: str, as_json: bool, call: Callable[[], SyncSummary]) -> int:
     """Runs a sync and reports it: what it found (with example URLs), what it sent, where the
-    set is kept; a refusal names why, with the exit status the help promises."""
+    set is kept; a refusal names why, with the exit status the help promises (other errors
+    are reported by the command, as `stopped`)."""
     try:
         summary = call()
     except InputError as exc:
@@ -104,8 +120,6 @@ def run_sync_command(command: str, as_json: bool, call: Callable[[], SyncSummary
         print(f"fastfeed {command}: refused: {exc}", file=sys.stderr)
         emit({"ok": False, "error": str(exc), "deleted": exc.deleted, "held": exc.held}, as_json)
         return ExitCode.REFUSED
-    except FastfeedError as exc:
-        return stopped(command, exc, as_json)
     for kind, urls in summary.diff.examples.items():
         if urls:
             print(f"  {kind}: {', '.join(urls)}", file=sys.stderr)

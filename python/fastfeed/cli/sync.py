@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import click
-
 from fastfeed.cli.commands import command, option
 from fastfeed.cli.options import (
     BUILDING,
@@ -17,7 +15,7 @@ from fastfeed.cli.options import (
     sync_options,
     take_encoding,
 )
-from fastfeed.cli.reports import run_sync_command
+from fastfeed.cli.reports import run_sync_command, stopped
 from fastfeed.delivery.settings import Secret
 from fastfeed.gsa.confirm import DEFAULT_TIMEOUT
 from fastfeed.progress import Progress
@@ -66,16 +64,8 @@ exit status: 0 in sync, 1 some files not accepted, or failed in the feeder (sync
 CONFIRMING = "confirming"
 
 
-@command("sync", help=HELP, short_help="send only what changed since the last sync")
-@click.argument(
-    "inputs",
-    nargs=-1,
-    required=True,
-    metavar="INPUT",
-    help="the whole source: JSON Lines file, - (stdin) or directory",
-)
-@option("--datasource", required=True, section=SYNCING, help="datasource name")
-@sync_options()
+@command("sync", help=HELP, short_help="send only what changed since the last sync", errors=stopped)
+@sync_options(option("--datasource", required=True, section=SYNCING, help="datasource name"))
 # No --on-error skip: a record left out of a snapshot would be deleted from the appliance.
 @encoding_options(BUILDING, on_error=False)
 @connection_options()

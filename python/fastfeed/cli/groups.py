@@ -7,16 +7,16 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from fastfeed.cli.commands import group, option
+from fastfeed.cli.commands import group, option, pushing
 from fastfeed.cli.options import (
     connection_options,
     json_option,
     paths_argument,
     push_options,
+    push_settings,
     set_options,
 )
-from fastfeed.cli.push import push_sets
-from fastfeed.cli.reports import ExitCode, build_stopped, emit, refused, stopped
+from fastfeed.cli.reports import ExitCode, build_stopped, emit, push_sets, refused, stopped
 from fastfeed.errors import InputError, PushError
 from fastfeed.progress import Progress, human_bytes, plural
 from fastfeed.sets.build import OnError
@@ -183,4 +183,14 @@ def push_command(paths: tuple[str, ...], allow_full: bool, as_json: bool, **opti
     if full and allow_full:
         names = ", ".join(str(f.path) for f in full)
         print(f"fastfeed groups push: WARNING: {names}: {FULL_GROUPS_WARNING}", file=sys.stderr)
-    return push_sets("groups push", paths, as_json, options, allow_full_groups=allow_full)
+    settings = push_settings("groups push", options)
+    pushing(paths, settings.target)
+    empty = options["allow_empty_full"]
+    return push_sets(
+        "groups push",
+        paths,
+        settings,
+        as_json,
+        allow_full_groups=allow_full,
+        allow_empty_full=empty,
+    )

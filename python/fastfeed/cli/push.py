@@ -21,7 +21,7 @@ from fastfeed.cli.options import (
     record_options,
     take_encoding,
 )
-from fastfeed.cli.reports import ExitCode, emit, failed, report, stopped
+from fastfeed.cli.reports import ExitCode, emit, failed, push_sets, report, stopped
 from fastfeed.delivery.settings import HTTP_PORT, HTTPS_PORT, PushSettings
 from fastfeed.errors import BacklogError, InputError
 from fastfeed.gsa.writer import FeedType
@@ -98,7 +98,7 @@ example:
 @connection_options()
 @push_options()
 def push_command(paths: tuple[str, ...], as_json: bool, **options: Any) -> int:
-    return push_sets("push", paths, as_json, options)
+    return _push("push", paths, as_json, options)
 
 
 @command("replay", help=REPLAY_HELP, short_help="push saved feed sets again", errors=stopped)
@@ -106,33 +106,21 @@ def push_command(paths: tuple[str, ...], as_json: bool, **options: Any) -> int:
 @connection_options()
 @push_options()
 def replay_command(paths: tuple[str, ...], as_json: bool, **options: Any) -> int:
-    return push_sets("replay", paths, as_json, options, replay=True)
+    return _push("replay", paths, as_json, options, replay=True)
 
 
-def push_sets(
+def _push(
     command: str,
     paths: tuple[str, ...],
     as_json: bool,
     options: dict[str, Any],
     *,
     replay: bool = False,
-    allow_full_groups: bool = False,
 ) -> int:
-    """Pushes feed or groups sets to the appliance of the command line's `options`, and
-    reports it: the commands that push to /xmlfeed and /xmlgroups."""
-    from fastfeed.gsa.push import push
-
     settings = push_settings(command, options)
     pushing(paths, settings.target)
-    summary = push(
-        paths,
-        settings,
-        progress=Progress(),
-        replay=replay,
-        allow_full_groups=allow_full_groups,
-        allow_empty_full=options["allow_empty_full"],
-    )
-    return report(command, summary, as_json)
+    empty = options["allow_empty_full"]
+    return push_sets(command, paths, settings, as_json, replay=replay, allow_empty_full=empty)
 
 
 @command("run", help=RUN_HELP, short_help="build and push in one pipeline", errors=stopped)

@@ -4,17 +4,18 @@ summaries of pushes and syncs (on stderr, and as JSON on stdout with --json)."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from enum import IntEnum
 from typing import TYPE_CHECKING
 
 import orjson
 
 from fastfeed.errors import FastfeedError, InputError, MassDelete, PushError
-from fastfeed.progress import plural
+from fastfeed.progress import Progress, plural
 
 if TYPE_CHECKING:
     from fastfeed.delivery.results import PushSummary
+    from fastfeed.delivery.settings import PushSettings
     from fastfeed.sets.sync import SyncSummary
 
 
@@ -80,6 +81,31 @@ def build_stopped(
         "into an empty directory."
     )
     return failed(command, describe(exc), as_json, hint=hint, data={"out": out})
+
+
+def push_sets(
+    command: str,
+    paths: Sequence[str],
+    settings: PushSettings,
+    as_json: bool,
+    *,
+    replay: bool = False,
+    allow_full_groups: bool = False,
+    allow_empty_full: bool = False,
+) -> int:
+    """Pushes feed or groups sets (or files of them) and reports it: the commands that send to
+    /xmlfeed and /xmlgroups."""
+    from fastfeed.gsa.push import push  # httpx: only for the commands that push
+
+    summary = push(
+        paths,
+        settings,
+        progress=Progress(),
+        replay=replay,
+        allow_full_groups=allow_full_groups,
+        allow_empty_full=allow_empty_full,
+    )
+    return report(command, summary, as_json)
 
 
 def report(command: str, summary: PushSummary, as_json: bool) -> int:

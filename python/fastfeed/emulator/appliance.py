@@ -14,7 +14,6 @@ import ssl
 import threading
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -159,9 +158,7 @@ class Emulator:
     def __enter__(self) -> Emulator:
         return self.start()
 
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:

@@ -74,9 +74,6 @@ class GroupsWriter(SetWriter):
         They cross as JSON Lines: names are small, and so the core reads one schema."""
         self.add_jsonl(b"".join(orjson.dumps(m) + b"\n" for m in memberships))
 
-    def __enter__(self) -> GroupsWriter:
-        return self
-
 
 def build_groups(
     inputs: Sequence[str],

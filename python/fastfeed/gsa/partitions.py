@@ -12,7 +12,6 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from types import TracebackType
 from typing import Unpack
 
 from fastfeed.errors import FastfeedError
@@ -114,12 +113,7 @@ class PartitionedBuild:
         self.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.discard()
 
     def _open(self, directory: Path, on_warning: Callable[[FeedWarning], None]) -> RecordWriter:

@@ -63,6 +63,3 @@ class FeedWriter(RecordWriter):
             "(Python: allow_empty_full=True)"
         )
         super().__init__(core, out_dir, on_file, on_warning, refuse if empty else None)
-
-    def __enter__(self) -> FeedWriter:
-        return self

@@ -6,8 +6,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Iterable
-from types import TracebackType
-from typing import Protocol, TypedDict
+from typing import Protocol, Self, TypedDict
 
 from fastfeed import _core
 from fastfeed.errors import EmptyFullFeed
@@ -150,15 +149,10 @@ class SetWriter:
             for entry in finished:
                 self._on_file(ManifestEntry(**entry))  # type: ignore[arg-type]
 
-    def __enter__(self) -> SetWriter:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
         if exc_type is None:
             self.close()
         else:

@@ -30,6 +30,3 @@ class ThunderstoneWriter(RecordWriter):
             os.fspath(out_dir), profile, "incremental", kind="thunderstone", **options
         )
         super().__init__(core, out_dir, on_file, on_warning)
-
-    def __enter__(self) -> ThunderstoneWriter:
-        return self

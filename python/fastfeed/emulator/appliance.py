@@ -111,7 +111,7 @@ class Emulator:
         feeder.start()
         # Feeds received by an earlier run on this data dir and not yet applied stay in the backlog.
         for push in await asyncio.get_running_loop().run_in_executor(None, index.pushes):
-            if push.outcome == "accepted" and push.path and Path(push.path).exists():
+            if push.status() == "received" and push.path and Path(push.path).exists():
                 feeder.enqueue(push)
         app = make_app(self._state)
         thunderstone.register(app, self.thunderstone_profiles)

@@ -416,3 +416,10 @@ def sync_options(collection: Callable[[F], F]) -> Callable[[F], F]:
             help="where to keep the set sent (default: ./fastfeed-feeds/NAME-sync-...)",
         ),
     )
+
+
+def take_sync(options: dict[str, Any]) -> dict[str, Any]:
+    """Takes what `sync_options` gives out of a command's options, named as every receiver's
+    `sync` takes it (--out is its `out_dir`), so that each is handed on by name once."""
+    names = ("inputs", "state", "allow_deletes", "resend_all", "dry_run")
+    return {**{name: options.pop(name) for name in names}, "out_dir": options.pop("out")}

@@ -14,6 +14,7 @@ from fastfeed.cli.options import (
     push_settings,
     sync_options,
     take_encoding,
+    take_sync,
 )
 from fastfeed.cli.reports import run_sync_command, stopped
 from fastfeed.delivery.settings import Secret
@@ -99,13 +100,7 @@ CONFIRMING = "confirming"
     help="its password; prefer FASTFEED_ADMIN_PASSWORD, as flags show in `ps`",
 )
 def sync_command(
-    inputs: tuple[str, ...],
     datasource: str,
-    state: str,
-    allow_deletes: float | int | None,
-    resend_all: bool,
-    dry_run: bool,
-    out: str | None,
     as_json: bool,
     confirm: bool,
     confirm_timeout: float,
@@ -118,7 +113,7 @@ def sync_command(
     from fastfeed.gsa.confirm import Confirm
     from fastfeed.gsa.sync import sync
 
-    encoding = take_encoding(options)
+    syncing, encoding = take_sync(options), take_encoding(options)
     settings = push_settings("sync", options)
     confirming = None
     if confirm:
@@ -131,16 +126,11 @@ def sync_command(
         "sync",
         as_json,
         lambda: sync(
-            inputs,
-            state,
-            datasource,
-            settings,
-            allow_deletes=allow_deletes,
-            resend_all=resend_all,
-            dry_run=dry_run,
+            datasource=datasource,
+            settings=settings,
             confirm=confirming,
-            out_dir=out,
             progress=Progress(),
+            **syncing,
             **encoding,
         ),
     )

@@ -16,6 +16,7 @@ from fastfeed.cli.options import (
     retry_options,
     set_options,
     sync_options,
+    take_sync,
     tls_options,
     together,
 )
@@ -159,13 +160,7 @@ example:
         help="URL of a directory INPUT's root")  # fmt: skip
 @appliance_options()
 def sync_command(
-    inputs: tuple[str, ...],
     profile: str,
-    state: str,
-    allow_deletes: float | int | None,
-    resend_all: bool,
-    dry_run: bool,
-    out: str | None,
     max_bytes: int,
     max_records: int,
     base_url: str | None,
@@ -177,19 +172,16 @@ def sync_command(
     from fastfeed.thunderstone.push import url_settings
     from fastfeed.thunderstone.sync import sync
 
+    syncing = take_sync(options)
+
     def call() -> SyncSummary:
         target = url_settings(url)
         options.update(host=target.host, port=target.port, http=not target.https)
         return sync(
-            inputs,
-            state,
-            url,
-            profile,
-            push_settings("thunderstone sync", options),
-            allow_deletes=allow_deletes,
-            resend_all=resend_all,
-            dry_run=dry_run,
-            out_dir=out,
+            url=url,
+            profile=profile,
+            settings=push_settings("thunderstone sync", options),
+            **syncing,
             base_url=base_url,
             max_bytes=max_bytes,
             max_records=max_records,

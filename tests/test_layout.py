@@ -16,7 +16,7 @@ import pytest
 PACKAGE = Path(fastfeed.__file__).parent
 RECEIVERS = {"gsa", "thunderstone", "seedlist"}
 #: Shared code lives below the receivers: it imports none of them, nor the front ends.
-SHARED = {"sets", "delivery", "errors", "progress"}
+SHARED = {"sets", "delivery", "errors", "progress", "servers"}
 FRONT_ENDS = {"cli", "emulator"}
 #: The emulated appliance stands where an appliance does, facing every receiver: it shares their
 #: lower layers (the formats, the codecs) and imports none of them, nor the command line.

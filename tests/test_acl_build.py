@@ -181,8 +181,24 @@ def principal(**changes: Any) -> dict[str, Any]:
             {"url": "http://d.example.com/a", "acl": {"principals": [principal(name=" ")]}},
             "acl: principals[0]: the name is empty or white space",
         ),
+        (
+            {
+                "kind": "acl",
+                "url": "http://d.example.com/a",
+                "acl": {"principals": [principal()]},
+                "pagerank": 3,
+            },
+            "pagerank: a standalone ACL (kind acl) carries only url and acl",
+        ),
     ],
-    ids=["scope", "access", "url-in-record", "standalone-without-url", "empty-principal"],
+    ids=[
+        "scope",
+        "access",
+        "url-in-record",
+        "standalone-without-url",
+        "empty-principal",
+        "standalone-with-another-field",
+    ],
 )
 def test_bad_acls_are_refused_with_their_line_and_leave_no_feed(
     bad: dict[str, Any], reason: str, capsys: pytest.CaptureFixture[str]

@@ -24,6 +24,7 @@ import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 from xml.sax.saxutils import escape, quoteattr
 
 import orjson
@@ -31,6 +32,8 @@ import pytest
 from fastfeed import FeedWriter
 from fastfeed.gsa.build import build
 from peak import run_measuring_peak
+
+T = TypeVar("T")
 
 CORPUS_MB = int(os.environ.get("FASTFEED_BENCH_MB", "200"))
 MAX_BYTES = 50_000_000
@@ -136,7 +139,8 @@ def plain_python_build(src: Path, out: Path, datasource: str, max_bytes: int = M
     return total
 
 
-def timed(fn: Callable[[], object]) -> tuple[float, object]:
+def timed(fn: Callable[[], T]) -> tuple[float, T]:
+    """Seconds `fn` took, and what it returned."""
     start = time.perf_counter()
     result = fn()
     return time.perf_counter() - start, result

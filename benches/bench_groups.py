@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import json
 import random
-import time
-from collections.abc import Callable
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
 import orjson
+from bench_build import timed
 from fastfeed.gsa.build import build
 from fastfeed.gsa.groups import build_groups
 
@@ -106,12 +105,6 @@ def plain_python_groups(src: Path, out: Path, groupsource: str) -> int:
             size += len(xml)
     flush()
     return total
-
-
-def timed(fn: Callable[[], int]) -> tuple[float, int]:
-    start = time.perf_counter()
-    result = fn()
-    return time.perf_counter() - start, result
 
 
 def test_a_million_memberships(tmp_path: Path, benchmark) -> None:  # type: ignore[no-untyped-def]

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 
-use crate::escape::{escape_into, first_unrepresentable, Context};
+use crate::escape::{attr, escape_into, first_unrepresentable, Context};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scope {
@@ -180,14 +180,6 @@ impl Principal {
         escape_into(out, &self.name, Context::Text).expect("checked as representable");
         out.extend_from_slice(b"</principal>\n");
     }
-}
-
-fn attr(out: &mut Vec<u8>, name: &str, value: &str) {
-    out.push(b' ');
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(b"=\"");
-    escape_into(out, value, Context::Attribute).expect("checked as representable");
-    out.push(b'"');
 }
 
 impl Acl {

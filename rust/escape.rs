@@ -119,6 +119,16 @@ pub fn escape_into(out: &mut Vec<u8>, s: &str, ctx: Context) -> Result<(), Unrep
     Ok(())
 }
 
+/// Appends the attribute ` name="value"`, `value` escaped, to `out`. The value must have been
+/// checked as representable (`first_unrepresentable`).
+pub fn attr(out: &mut Vec<u8>, name: &str, value: &str) {
+    out.push(b' ');
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"=\"");
+    escape_into(out, value, Context::Attribute).expect("checked as representable");
+    out.push(b'"');
+}
+
 /// Whether `s` can travel as XML text at all (see the module docs).
 pub fn is_representable(s: &str) -> bool {
     first_unrepresentable(s).is_none()

@@ -48,19 +48,20 @@ fn close(out: &mut Vec<u8>, name: &str) {
 
 /// Record fields a Thunderstone item has no place for: refused rather than dropped.
 fn unsupported(r: &Record<'_>) -> Option<&'static str> {
-    [
-        ("displayurl", r.displayurl.is_some()),
-        ("lock", r.lock.is_some()),
-        ("authmethod", r.authmethod.is_some()),
-        ("pagerank", r.pagerank.is_some()),
-        ("crawl_immediately", r.crawl_immediately.is_some()),
-        ("crawl_once", r.crawl_once.is_some()),
-        ("acl", r.acl.is_some()),
-        ("overwrite_acls", r.overwrite_acls.is_some()),
-        ("kind", r.standalone_acl),
-    ]
-    .into_iter()
-    .find_map(|(field, given)| given.then_some(field))
+    r.given_fields().find(|field| {
+        matches!(
+            *field,
+            "displayurl"
+                | "lock"
+                | "authmethod"
+                | "pagerank"
+                | "crawl_immediately"
+                | "crawl_once"
+                | "acl"
+                | "overwrite_acls"
+                | "kind"
+        )
+    })
 }
 
 /// The one value of a metadata name that maps onto a single element.

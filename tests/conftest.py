@@ -34,6 +34,15 @@ class TLSFiles:
         return context
 
 
+def cli_target(emulator: Emulator, tls: TLSFiles) -> list[str]:
+    """The command-line options that push to `emulator`, trusting its certificate, with
+    test-sized delays."""
+    return [
+        "--host", "127.0.0.1", "--port", str(emulator.port), "--cacert", str(tls.ca_path),
+        "--backoff-base", "0.01", "--backlog-interval", "0.05",
+    ]  # fmt: skip
+
+
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The command line as a new user meets it: none of the shell's FASTFEED_* variables, and a

@@ -14,6 +14,8 @@ use proptest::prelude::*;
 use quick_xml::events::{BytesStart, Event};
 use quick_xml::Reader;
 
+mod common;
+
 #[derive(Debug, Default, PartialEq)]
 struct Decoded {
     url: String,
@@ -237,14 +239,7 @@ fn a_split_full_feed_is_full_first_then_incremental() {
 
 #[test]
 fn a_bad_record_leaves_nothing_of_its_batch() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut w = FeedWriter::new(
-        dir.path(),
-        "docs",
-        FeedType::Incremental,
-        Options::default(),
-    )
-    .unwrap();
+    let (_dir, mut w) = common::docs_writer(Options::default());
     let good = Record {
         url: "http://h.example.com/ok".into(),
         ..Default::default()

@@ -4,7 +4,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, ThreadId};
 
 use fastfeed_core::writer::SharedChunk;
-use fastfeed_core::{FeedType, FeedWriter, Options};
+use fastfeed_core::Options;
+
+mod common;
 
 /// Chunk bytes that note the thread that drops them.
 struct Noted {
@@ -35,12 +37,11 @@ fn lines(first: usize, count: usize) -> Vec<u8> {
 /// must never drop the last reference to a chunk, even when the caller waits for it at once.
 #[test]
 fn the_last_reference_to_a_chunk_is_dropped_by_the_caller() {
-    let dir = tempfile::tempdir().unwrap();
     let opts = Options {
         workers: 2,
         ..Options::default()
     };
-    let mut w = FeedWriter::new(dir.path(), "docs", FeedType::Incremental, opts).unwrap();
+    let (_dir, mut w) = common::docs_writer(opts);
     let dropped_on = Arc::new(Mutex::new(Vec::new()));
     let chunk = |first| -> SharedChunk {
         Arc::new(Noted {
@@ -66,14 +67,7 @@ fn the_last_reference_to_a_chunk_is_dropped_by_the_caller() {
 
 #[test]
 fn waiting_with_nothing_started_or_finishing_with_chunks_started_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut w = FeedWriter::new(
-        dir.path(),
-        "docs",
-        FeedType::Incremental,
-        Options::default(),
-    )
-    .unwrap();
+    let (_dir, mut w) = common::docs_writer(Options::default());
     let err = w.wait_jsonl().unwrap_err();
     assert_eq!(err.to_string(), "no chunk of JSON Lines was started");
     w.start_jsonl(Arc::new(lines(0, 3)));

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 import pytest
-from conftest import TLSFiles
+from conftest import TLSFiles, cli_target
 from fastfeed import read_manifest
 from fastfeed.cli import main
 from fastfeed.emulator import Acl, Emulator, Principal
@@ -93,10 +93,6 @@ def expected_acls(records: list[dict[str, Any]], datasource: str) -> dict[str, A
     return out
 
 
-def target(emulator: Emulator, tls: TLSFiles) -> list[str]:
-    return ["--host", "127.0.0.1", "--port", str(emulator.port), "--cacert", str(tls.ca_path)]
-
-
 def pushed_acls(emulator: Emulator, datasource: str) -> dict[str, Acl]:
     emulator.wait_idle()
     assert all(p.outcome == "applied" for p in emulator.pushes())
@@ -110,7 +106,7 @@ def build_validate_push(
     assert main(["build", str(source), "--datasource", "docs", "--out", "out", *options]) == 0
     for entry in read_manifest("out"):
         assert validate_file(Path("out") / entry.file) == []
-    assert main(["push", "out", *target(emulator, tls)]) == 0
+    assert main(["push", "out", *cli_target(emulator, tls)]) == 0
     return Path("out")
 
 
@@ -185,8 +181,24 @@ def principal(**changes: Any) -> dict[str, Any]:
             {"url": "http://d.example.com/a", "acl": {"principals": [principal(name=" ")]}},
             "acl: principals[0]: the name is empty or white space",
         ),
+        (
+            {
+                "kind": "acl",
+                "url": "http://d.example.com/a",
+                "acl": {"principals": [principal()]},
+                "pagerank": 3,
+            },
+            "pagerank: a standalone ACL (kind acl) carries only url and acl",
+        ),
     ],
-    ids=["scope", "access", "url-in-record", "standalone-without-url", "empty-principal"],
+    ids=[
+        "scope",
+        "access",
+        "url-in-record",
+        "standalone-without-url",
+        "empty-principal",
+        "standalone-with-another-field",
+    ],
 )
 def test_bad_acls_are_refused_with_their_line_and_leave_no_feed(
     bad: dict[str, Any], reason: str, capsys: pytest.CaptureFixture[str]

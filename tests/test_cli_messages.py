@@ -154,3 +154,31 @@ def test_help_fits_the_terminal_and_names_each_argument_once(
     # The argument's own line, once (click lists arguments under a heading of its own).
     listed = [line for line in out.splitlines() if line.startswith(("  INPUT  ", "  DIR|FILE  "))]
     assert len(listed) == 1
+
+
+SYNCS = {
+    "gsa": ["sync", "--datasource", "d", "--host", "127.0.0.1"],
+    "thunderstone": [
+        "thunderstone",
+        "sync",
+        "--profile",
+        "p",
+        "--url",
+        "https://127.0.0.1/recvdata.xml",
+    ],
+}
+
+
+@pytest.mark.parametrize("command", SYNCS.values(), ids=SYNCS.keys())
+def test_a_sync_with_bad_settings_sends_nothing_and_exits_3_naming_the_setting(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As the help says: 3, nothing sent, for bad settings, whichever the receiver."""
+    state = tmp_path / "s.state"
+    snapshot = write(tmp_path / "a.jsonl", GOOD)
+
+    status = main([*command, snapshot, "--state", str(state), "--timeout", "0"])
+
+    assert status == 3
+    assert "timeout" in capsys.readouterr().err
+    assert not state.exists()

@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 import pytest
+from conftest import cli_target
 from fastfeed import read_manifest
 from fastfeed.cli import main
 from fastfeed.emulator import Emulator, Fault
@@ -23,19 +24,12 @@ MakeSet = Callable[..., Path]
 pytestmark = pytest.mark.usefixtures("clean_env")
 
 
-def target(emulator: Emulator, tls: Any) -> list[str]:
-    return [
-        "--host", "127.0.0.1", "--port", str(emulator.port), "--cacert", str(tls.ca_path),
-        "--backoff-base", "0.01", "--backlog-interval", "0.05",
-    ]  # fmt: skip
-
-
 def test_push_prints_a_json_summary_and_exits_0(
     emulator: Emulator, tls: Any, make_feed_set: MakeSet, capsys: pytest.CaptureFixture[str]
 ) -> None:
     feeds = make_feed_set("docs", "full", files=2)
 
-    status = main(["push", str(feeds), *target(emulator, tls), "--json"])
+    status = main(["push", str(feeds), *cli_target(emulator, tls), "--json"])
 
     out, err = capsys.readouterr()
     assert status == 0
@@ -53,7 +47,7 @@ def test_an_untrusted_ip_exits_3_and_says_how_to_fix_it(
 ) -> None:
     emulator = make_emulator(trusted_ips=["10.1.2.3"])
 
-    status = main(["push", str(make_feed_set("docs")), *target(emulator, tls)])
+    status = main(["push", str(make_feed_set("docs")), *cli_target(emulator, tls)])
 
     assert status == 3
     assert "Crawl and Index > Feeds > List of Trusted IP Addresses" in capsys.readouterr().err
@@ -64,7 +58,7 @@ def test_a_missing_manifest_exits_3(
 ) -> None:
     (tmp_path / "empty").mkdir()
 
-    assert main(["push", str(tmp_path / "empty"), *target(emulator, tls)]) == 3
+    assert main(["push", str(tmp_path / "empty"), *cli_target(emulator, tls)]) == 3
     assert "manifest.jsonl" in capsys.readouterr().err
 
 
@@ -73,7 +67,7 @@ def test_a_refused_file_exits_1_and_shows_the_appliance_answer(
 ) -> None:
     emulator.add_fault(Fault.answer("Error - the appliance dislikes this"))
 
-    status = main(["push", str(make_feed_set("docs", files=2)), *target(emulator, tls)])
+    status = main(["push", str(make_feed_set("docs", files=2)), *cli_target(emulator, tls)])
 
     err = capsys.readouterr().err
     assert status == 1
@@ -102,7 +96,13 @@ def test_a_client_key_password_never_shows(
     os.environ["FASTFEED_CLIENT_KEY_PASSWORD"] = "hunter2-secret"
     try:
         status = main(
-            ["push", str(make_feed_set("docs")), *target(emulator, tls), "--client-cert", str(pem)]
+            [
+                "push",
+                str(make_feed_set("docs")),
+                *cli_target(emulator, tls),
+                "--client-cert",
+                str(pem),
+            ]
             + ["--json"]
         )
     finally:
@@ -116,11 +116,11 @@ def test_replay_sends_everything_again_and_push_then_skips_it(
     emulator: Emulator, tls: Any, make_feed_set: MakeSet, capsys: pytest.CaptureFixture[str]
 ) -> None:
     feeds = make_feed_set("docs", "full", files=2)
-    assert main(["push", str(feeds), *target(emulator, tls)]) == 0
+    assert main(["push", str(feeds), *cli_target(emulator, tls)]) == 0
 
-    assert main(["replay", str(feeds), *target(emulator, tls), "--json"]) == 0
+    assert main(["replay", str(feeds), *cli_target(emulator, tls), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["files"]["accepted"] == 2
-    assert main(["push", str(feeds), *target(emulator, tls), "--json"]) == 0
+    assert main(["push", str(feeds), *cli_target(emulator, tls), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["files"]["skipped"] == 2
     assert [p.feedtype for p in emulator.pushes()] == ["full", "incremental"] * 2
 
@@ -129,14 +129,14 @@ def test_backlog_prints_the_count(
     emulator: Emulator, tls: Any, make_feed_set: MakeSet, capsys: pytest.CaptureFixture[str]
 ) -> None:
     emulator.pause_feeder()
-    assert main(["push", str(make_feed_set("docs", files=3)), *target(emulator, tls)]) == 0
+    assert main(["push", str(make_feed_set("docs", files=3)), *cli_target(emulator, tls)]) == 0
     capsys.readouterr()
 
-    assert main(["backlog", *target(emulator, tls)[:6]]) == 0
+    assert main(["backlog", *cli_target(emulator, tls)[:6]]) == 0
     assert capsys.readouterr().out.strip() == "3"
 
     emulator.backlog_unsupported = True
-    assert main(["backlog", *target(emulator, tls)[:6]]) == 1
+    assert main(["backlog", *cli_target(emulator, tls)[:6]]) == 1
     assert "does not support" in capsys.readouterr().err
 
 
@@ -154,7 +154,7 @@ def test_run_builds_and_pushes_and_keeps_the_feed_set(
 
     status = main(
         ["run", str(corpus), "--datasource", "docs", "--feedtype", "full", "--max-records", "30"]
-        + [*target(emulator, tls), "--json"]
+        + [*cli_target(emulator, tls), "--json"]
     )
 
     out, err = capsys.readouterr()
@@ -187,7 +187,7 @@ def test_run_does_not_let_the_builder_run_far_ahead_of_the_appliance(
     emulator.pause_feeder()
     out = tmp_path / "set"
     argv = ["run", str(corpus), "--datasource", "docs", "--max-records", str(per_file)]
-    argv += ["--out", str(out), *target(emulator, tls), "--max-ahead", "2"]
+    argv += ["--out", str(out), *cli_target(emulator, tls), "--max-ahead", "2"]
     argv += ["--backlog-high", "0", "--backlog-low", "0"]
     result: list[int] = []
     runner = threading.Thread(target=lambda: result.append(main(argv)))
@@ -213,18 +213,20 @@ def test_help_teaches_with_examples(capsys: pytest.CaptureFixture[str]) -> None:
 def test_an_empty_full_feed_is_pushed_only_when_allowed(
     emulator: Emulator, tls: Any, make_feed_set: MakeSet, tmp_path: Path
 ) -> None:
-    assert main(["push", str(make_feed_set("docs", "full", files=1)), *target(emulator, tls)]) == 0
+    assert (
+        main(["push", str(make_feed_set("docs", "full", files=1)), *cli_target(emulator, tls)]) == 0
+    )
     empty = tmp_path / "empty"
     argv = ["build", "/dev/null", "--datasource", "docs", "--feedtype", "full", "--out", str(empty)]
     assert main([*argv, "--allow-empty-full"]) == 0
 
-    assert main(["push", str(empty), *target(emulator, tls)]) == 3
+    assert main(["push", str(empty), *cli_target(emulator, tls)]) == 3
     assert main(["run", "/dev/null", "--datasource", "docs", "--feedtype", "full"]
-                + target(emulator, tls)) == 3  # fmt: skip
+                + cli_target(emulator, tls)) == 3  # fmt: skip
     emulator.wait_idle()
     assert len(emulator.pushes()) == 1 and len(emulator.documents("docs")) == 5
 
-    assert main(["push", str(empty), *target(emulator, tls), "--allow-empty-full"]) == 0
+    assert main(["push", str(empty), *cli_target(emulator, tls), "--allow-empty-full"]) == 0
     emulator.wait_idle()
     assert emulator.documents("docs") == {}
 
@@ -243,7 +245,7 @@ def test_an_empty_full_groups_feed_is_neither_built_nor_pushed(
     entry = {"file": "ldap-groups-000001.xml", "datasource": "ldap", "feedtype": "full",
              "records": 0, "bytes": 25, "sha256": "0" * 64, "kind": "groups"}  # fmt: skip
     (out / "manifest.jsonl").write_bytes(json.dumps(entry).encode() + b"\n")
-    push = ["groups", "push", str(out), *target(emulator, tls), "--allow-full"]
+    push = ["groups", "push", str(out), *cli_target(emulator, tls), "--allow-full"]
     assert main(push) == 3
     assert "would remove every group of every source" in capsys.readouterr().err
     assert emulator.pushes() == []

@@ -43,12 +43,25 @@ def client(tls: TLSFiles) -> Iterator[httpx.Client]:
 
 
 def push(
-    client: httpx.Client, emu: Emulator, datasource: str, feedtype: str, data: bytes
+    client: httpx.Client,
+    emu: Emulator,
+    source: str,
+    feedtype: str,
+    data: bytes,
+    *,
+    groups: bool = False,
 ) -> httpx.Response:
+    """POSTs a feed to /xmlfeed for datasource `source` (with `groups`, a groups feed to
+    /xmlgroups for groupsource `source`) as a multipart form, as the pushers do."""
+    path, field, name = (
+        ("xmlgroups", "groupsource", "groups.xml")
+        if groups
+        else ("xmlfeed", "datasource", "feed.xml")
+    )
     return client.post(
-        f"{emu.url}/xmlfeed",
-        data={"datasource": datasource, "feedtype": feedtype},
-        files={"data": ("feed.xml", data, "text/xml")},
+        f"{emu.url}/{path}",
+        data={field: source, "feedtype": feedtype},
+        files={"data": (name, data, "text/xml")},
     )
 
 

@@ -64,16 +64,6 @@ def membership(group_name: str, *members: str, **attrs: str) -> str:
     )
 
 
-def push_groups(
-    client: httpx.Client, emu: Emulator, groupsource: str, feedtype: str, data: bytes
-) -> httpx.Response:
-    return client.post(
-        f"{emu.url}/xmlgroups",
-        data={"groupsource": groupsource, "feedtype": feedtype},
-        files={"data": ("groups.xml", data, "text/xml")},
-    )
-
-
 def test_record_and_standalone_acls_are_stored_as_fed(
     client: httpx.Client,
     emulator: Emulator,
@@ -219,7 +209,7 @@ def test_groups_feeds_add_replace_and_full_replaces_every_source(
         membership("eng", "alice", "@interns", namespace="Corp"),
         membership("ops", "bob", case_sensitivity_type="EVERYTHING_CASE_INSENSITIVE"),
     )
-    assert push_groups(client, emulator, "ldap", "incremental", ldap).text == "Success"
+    assert push(client, emulator, "ldap", "incremental", ldap, groups=True).text == "Success"
     # The guide's own client posts urlencoded forms too.
     sharepoint = groups_feed(membership("owners", "carol"))
     answer = client.post(
@@ -255,13 +245,15 @@ def test_groups_feeds_add_replace_and_full_replaces_every_source(
     assert status["datasources"] == []  # groups pushes are not feeds of a datasource
 
     # Incremental: a group fed again has its members replaced; others stay.
-    push_groups(client, emulator, "ldap", "incremental", groups_feed(membership("ops", "dave")))
+    push(
+        client, emulator, "ldap", "incremental", groups_feed(membership("ops", "dave")), groups=True
+    )
     emulator.wait_idle()
     assert [m.name for m in emulator.groups("ldap")[("Default", "ops")].members] == ["dave"]
     assert len(emulator.groups()) == 3
 
     # Full: every group of every source is replaced.
-    push_groups(client, emulator, "ldap", "full", groups_feed(membership("all", "erin")))
+    push(client, emulator, "ldap", "full", groups_feed(membership("all", "erin")), groups=True)
     emulator.wait_idle()
     assert set(emulator.groups()) == {("Default", "all")}
     assert emulator.groups("sharepoint") == {}
@@ -273,7 +265,7 @@ def test_groups_pushes_wait_in_the_backlog_and_bad_ones_fail_in_error(
 ) -> None:
     emulator.pause_feeder()
     lowercase_scope = groups_feed(membership("eng", "alice").replace('"USER"', '"user"'))
-    push_groups(client, emulator, "ldap", "incremental", lowercase_scope)
+    push(client, emulator, "ldap", "incremental", lowercase_scope, groups=True)
     # A groups feed sent to /xmlfeed is not a feed.
     push(client, emulator, "ldap", "incremental", groups_feed(membership("eng", "alice")))
     assert client.get(f"{emulator.url}/getbacklogcount").text == "2"
@@ -298,7 +290,7 @@ def test_xmlgroups_refuses_requests_without_a_groupsource_or_with_a_feed_feedtyp
         data={"datasource": "ldap", "feedtype": "incremental"},
         files={"data": ("g.xml", data, "text/xml")},
     )
-    wrong_type = push_groups(client, emulator, "ldap", "metadata-and-url", data)
+    wrong_type = push(client, emulator, "ldap", "metadata-and-url", data, groups=True)
 
     assert missing.status_code == 400 and "missing form field(s) groupsource" in missing.text
     assert wrong_type.status_code == 400 and "not one of full, incremental" in wrong_type.text
@@ -313,7 +305,7 @@ def test_xmlgroups_refuses_requests_without_a_groupsource_or_with_a_feed_feedtyp
 def test_groups_feeds_are_held_to_googles_groups_dtd(
     client: httpx.Client, emulator: Emulator, data: bytes
 ) -> None:
-    assert push_groups(client, emulator, "ldap", "incremental", data).text == "Success"
+    assert push(client, emulator, "ldap", "incremental", data, groups=True).text == "Success"
     emulator.wait_idle()
     [pushed] = emulator.pushes()
     if b"alice" in data:
@@ -330,7 +322,7 @@ def test_a_groups_feed_with_a_dtd_of_its_own_is_refused_as_a_feed_is(
         b'<xmlgroups><membership><principal scope="GROUP">g&x;</principal>'
         b'<members><principal scope="USER">u</principal></members></membership></xmlgroups>'
     )
-    push_groups(client, emulator, "ldap", "incremental", data)
+    push(client, emulator, "ldap", "incremental", data, groups=True)
     emulator.wait_idle()
     [pushed] = emulator.pushes()
     assert pushed.outcome.startswith("failed in error: ") and "a DTD of its own" in pushed.outcome

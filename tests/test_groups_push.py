@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 import pytest
-from conftest import TLSFiles
+from conftest import TLSFiles, cli_target
 from fastfeed import read_manifest
 from fastfeed.cli import main
 from fastfeed.delivery.results import Outcome
@@ -82,13 +82,6 @@ def write_groups(
     return out
 
 
-def target(emulator: Emulator, tls: TLSFiles) -> list[str]:
-    return [
-        "--host", "127.0.0.1", "--port", str(emulator.port), "--cacert", str(tls.ca_path),
-        "--backoff-base", "0.01", "--backlog-interval", "0.05",
-    ]  # fmt: skip
-
-
 def test_memberships_round_trip_through_the_appliance(
     tmp_path: Path, emulator: Emulator, push_settings: Settings
 ) -> None:
@@ -120,7 +113,7 @@ def test_cli_builds_and_pushes_groups(
     source.write_bytes(b"".join(orjson.dumps(g) + b"\n" for g in GROUPS))
 
     built = main(["groups", "build", str(source), "--groupsource", "ad", "--out", "out"])
-    pushed = main(["groups", "push", "out", *target(emulator, tls), "--json"])
+    pushed = main(["groups", "push", "out", *cli_target(emulator, tls), "--json"])
     emulator.wait_idle()
 
     out, err = capsys.readouterr()
@@ -129,7 +122,7 @@ def test_cli_builds_and_pushes_groups(
     assert orjson.loads(out)["results"][0]["kind"] == "groups"
     assert stored(emulator.groups("ad")) == expected(GROUPS, "ad")
     # The journal: pushing again sends nothing.
-    assert main(["groups", "push", "out", *target(emulator, tls)]) == 0
+    assert main(["groups", "push", "out", *cli_target(emulator, tls)]) == 0
     assert len(emulator.pushes()) == 1
 
 
@@ -149,8 +142,8 @@ def test_a_full_groups_feed_is_refused_without_allow_full(
     full = write_groups(tmp_path / "all", "ldap", GROUPS, "full")
     assert [e.feedtype for e in read_manifest(full)] == ["full", "incremental"]
 
-    refused = main(["groups", "push", str(full), *target(emulator, tls)])
-    plain = main(["push", str(full), *target(emulator, tls)])
+    refused = main(["groups", "push", str(full), *cli_target(emulator, tls)])
+    plain = main(["push", str(full), *cli_target(emulator, tls)])
     with pytest.raises(PushError, match="full groups feed") as caught:
         push(full, push_settings(emulator))
     _, err = capsys.readouterr()
@@ -159,7 +152,7 @@ def test_a_full_groups_feed_is_refused_without_allow_full(
     assert "replaces the groups of EVERY groupsource" in err and "--allow-full" in err
     assert len(emulator.pushes()) == 1  # only the sharepoint set: nothing of the full one
 
-    allowed = main(["groups", "push", str(full), *target(emulator, tls), "--allow-full"])
+    allowed = main(["groups", "push", str(full), *cli_target(emulator, tls), "--allow-full"])
     emulator.wait_idle()
     _, err = capsys.readouterr()
 
@@ -177,7 +170,7 @@ def test_groups_push_takes_only_groups_sets(
 ) -> None:
     feeds = make_feed_set("docs", files=1)
 
-    status = main(["groups", "push", str(feeds), *target(emulator, tls)])
+    status = main(["groups", "push", str(feeds), *cli_target(emulator, tls)])
 
     assert status == 3
     assert "not a groups set; push feed sets with `fastfeed push`" in capsys.readouterr().err

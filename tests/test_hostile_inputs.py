@@ -281,24 +281,27 @@ def test_good_ports_and_mime_types_still_pass(tmp_path: Path) -> None:
     assert len(urls(tmp_path / "out")) == 3
 
 
-def test_a_metadata_name_given_twice_is_refused_not_overwritten(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        (
+            b'{"url": "http://e.example.com/a", "metadata": {"k": "v1", "k": "v2"}}\n',
+            "docs.jsonl:1: metadata: the name 'k' is given twice: give its values as one list",
+        ),
+        (
+            b'\xef\xbb\xbf{"url": "http://e.example.com/a", "content": "x"}\n',
+            "docs.jsonl:1: the line starts with a byte order mark",
+        ),
+    ],
+    ids=["metadata-name-twice-refused-not-overwritten", "byte-order-mark-named-as-such"],
+)
+def test_a_line_json_reads_loosely_is_refused_saying_why(
+    line: bytes, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     source = tmp_path / "docs.jsonl"
-    source.write_bytes(b'{"url": "http://e.example.com/a", "metadata": {"k": "v1", "k": "v2"}}\n')
+    source.write_bytes(line)
     assert main(build_args(str(source), tmp_path / "out")) == 1
-    assert "metadata: the name 'k' is given twice: give its values as one list" in (
-        capsys.readouterr().err
-    )
-
-
-def test_a_byte_order_mark_is_named_as_such(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    source = tmp_path / "docs.jsonl"
-    source.write_bytes(b'\xef\xbb\xbf{"url": "http://e.example.com/a", "content": "x"}\n')
-    assert main(build_args(str(source), tmp_path / "out")) == 1
-    assert f"{source}:1: the line starts with a byte order mark" in capsys.readouterr().err
+    assert said in capsys.readouterr().err
 
 
 def test_a_huge_epoch_is_said_briefly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

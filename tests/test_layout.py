@@ -16,7 +16,7 @@ import pytest
 PACKAGE = Path(fastfeed.__file__).parent
 RECEIVERS = {"gsa", "thunderstone", "seedlist"}
 #: Shared code lives below the receivers: it imports none of them, nor the front ends.
-SHARED = {"sets", "delivery", "errors", "progress"}
+SHARED = {"sets", "delivery", "errors", "progress", "servers"}
 FRONT_ENDS = {"cli", "emulator"}
 #: The emulated appliance stands where an appliance does, facing every receiver: it shares their
 #: lower layers (the formats, the codecs) and imports none of them, nor the command line.
@@ -176,6 +176,24 @@ def test_every_exception_is_under_the_one_root() -> None:
     assert exceptions_outside_the_tree(PACKAGE, "fastfeed") == []
     assert issubclass(fastfeed.RecordError, fastfeed.FeedError)
     assert issubclass(fastfeed.FeedError, fastfeed.FastfeedError)
+
+
+def test_the_drawn_tree_and_the_readme_name_every_public_error() -> None:
+    """A user learns the errors from errors.py's tree and the README's list: a new one is in
+    both, drawn under its parent."""
+    import fastfeed.errors
+
+    doc = fastfeed.errors.__doc__ or ""
+    readme = (PACKAGE.parent.parent / "README.md").read_text()
+    drawn = {}  # the column of each name in the tree, the paragraph after the first line
+    for line in doc.split("\n\n")[1].splitlines():
+        name = line.lstrip(" │├└─").split()[0]
+        drawn[name] = line.index(name)
+    for name in fastfeed.errors.__all__:
+        # The tree steps in by 4 columns a generation, from the root at column 4.
+        depth = getattr(fastfeed.errors, name).__mro__.index(fastfeed.FastfeedError)
+        assert drawn.get(name) == 4 + 4 * depth, f"{name} is not drawn under its parent"
+        assert f"`{name}`" in readme, f"{name} is not in the README's list of errors"
 
 
 def test_the_allowed_exceptions_exist() -> None:

@@ -14,9 +14,9 @@ import pyarrow.feather as feather
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
+from conftest import cli_target
 from fastfeed.cli import main
 from fastfeed.emulator import Emulator
-from test_cli_push import target
 
 pytestmark = pytest.mark.usefixtures("clean_env")
 
@@ -163,7 +163,7 @@ def test_run_builds_and_pushes_a_parquet_file(
     pq.write_table(pa.Table.from_pylist(corpus(300)), tmp_path / "docs.parquet")
     argv = ["run", str(tmp_path / "docs.parquet"), "--datasource", "docs", "--feedtype", "full"]
     status = main(
-        [*argv, "--max-records", "100", "--out", str(tmp_path / "set"), *target(emulator, tls)]
+        [*argv, "--max-records", "100", "--out", str(tmp_path / "set"), *cli_target(emulator, tls)]
     )
     assert status == 0, capsys.readouterr().err
     emulator.wait_idle()

@@ -21,9 +21,9 @@ from typing import Any
 
 import orjson
 import pytest
+from conftest import cli_target
 from fastfeed.emulator import Emulator
 from fastfeed.progress import human_bytes
-from test_cli_push import target
 
 pytestmark = pytest.mark.usefixtures("clean_env")
 
@@ -124,7 +124,7 @@ def test_push_draws_every_file_accepted_at_100_percent(
 ) -> None:
     feeds = make_feed_set("docs", "full", files=4, per_file=300)
 
-    ran = on_terminal("push", str(feeds), *target(emulator, tls), "--json")
+    ran = on_terminal("push", str(feeds), *cli_target(emulator, tls), "--json")
 
     assert ran.status == 0
     line = ran.last("push")
@@ -140,7 +140,7 @@ def test_run_draws_its_build_and_its_push(emulator: Emulator, tls: Any, tmp_path
 
     ran = on_terminal(
         "run", str(source), "--datasource", "docs", "--out", "feeds", "--max-records", "500",
-        *target(emulator, tls),
+        *cli_target(emulator, tls),
     )  # fmt: skip
 
     assert ran.status == 0
@@ -184,7 +184,13 @@ def test_sync_draws_each_stage(emulator: Emulator, tls: Any, tmp_path: Path) -> 
     source = records(tmp_path / "docs.jsonl", 1500)
 
     ran = on_terminal(
-        "sync", str(source), "--datasource", "docs", "--state", "docs.state", *target(emulator, tls)
+        "sync",
+        str(source),
+        "--datasource",
+        "docs",
+        "--state",
+        "docs.state",
+        *cli_target(emulator, tls),
     )
 
     assert ran.status == 0
@@ -199,7 +205,7 @@ def test_with_stderr_on_a_pipe_only_the_summary_is_printed(
     source = records(tmp_path / "docs.jsonl", 2000)
 
     built = piped("build", str(source), "--datasource", "docs", "--out", "feeds")
-    pushed = piped("push", "feeds", *target(emulator, tls))
+    pushed = piped("push", "feeds", *cli_target(emulator, tls))
     checked = piped("validate", "feeds")
 
     assert built.returncode == pushed.returncode == checked.returncode == 0

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 import trustme
 from cryptography.hazmat.primitives import serialization
 from fastfeed import read_manifest
-from fastfeed.delivery.results import Outcome
+from fastfeed.delivery.results import Outcome, PushSummary
 from fastfeed.delivery.settings import PushSettings, Secret
 from fastfeed.emulator import Emulator, Fault
 from fastfeed.errors import PushError, SettingsError
@@ -298,23 +299,34 @@ def test_trustme_ca_unrelated_to_the_server_is_refused(
     assert caught.value.refused and "certificate verify failed" in str(caught.value)
 
 
+@contextlib.contextmanager
+def pushing_held(
+    emulator: Emulator, sets: list[Path], settings: PushSettings
+) -> Iterator[list[PushSummary]]:
+    """Pushes `sets` on a thread of its own while the block looks on; the list yielded holds the
+    summary once the push is done. Leaving the block resumes the emulator's (paused) feeder
+    and waits for the push."""
+    done: list[PushSummary] = []
+    pusher = threading.Thread(target=lambda: done.append(push(sets, settings)))
+    pusher.start()
+    try:
+        yield done
+    finally:
+        emulator.resume_feeder()
+        pusher.join(30)
+
+
 def test_sending_pauses_above_the_backlog_high_mark_and_resumes_at_the_low_mark(
     emulator: Emulator, make_feed_set: MakeSet, push_settings: Settings
 ) -> None:
     sets = [make_feed_set(f"ds{i}", files=1) for i in range(6)]
     emulator.pause_feeder()
     settings = push_settings(emulator, backlog_high=2, backlog_low=0, concurrency=1)
-    done: list[Any] = []
-    pusher = threading.Thread(target=lambda: done.append(push(sets, settings)))
-    pusher.start()
-    try:
+    with pushing_held(emulator, sets, settings) as done:
         _wait_until(lambda: emulator.backlog >= 3)
         # Many polls later, still only the files that brought the backlog above the mark.
         time.sleep(0.5)
         assert len(emulator.pushes()) == 3 and not done
-    finally:
-        emulator.resume_feeder()
-        pusher.join(30)
     assert done and done[0].ok and len(emulator.pushes()) == 6
 
 
@@ -327,15 +339,9 @@ def test_a_push_does_not_start_into_a_backlog_already_above_the_mark(
     assert earlier.ok and emulator.backlog == 4
     sets = [make_feed_set(f"ds{i}", files=1) for i in range(4)]
     settings = push_settings(emulator, backlog_high=2, backlog_low=0, concurrency=4)
-    done: list[Any] = []
-    pusher = threading.Thread(target=lambda: done.append(push(sets, settings)))
-    pusher.start()
-    try:
+    with pushing_held(emulator, sets, settings) as done:
         time.sleep(0.5)  # many polls: with a gate open before the first one, 4 files went out
         assert len(emulator.pushes()) == 4 and not done
-    finally:
-        emulator.resume_feeder()
-        pusher.join(30)
     assert done and done[0].ok and len(emulator.pushes()) == 8
 
 

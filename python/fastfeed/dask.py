@@ -13,15 +13,14 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, Unpack
 
 from fastfeed.errors import FastfeedError
 from fastfeed.gsa.partitions import PartitionedBuild
-from fastfeed.gsa.writer import AclFormat, Compress, FeedType
+from fastfeed.gsa.writer import FeedOptions, FeedType
 from fastfeed.sets.build import BuildSummary, OnError
 from fastfeed.sets.partitions import BATCH, Partition
 from fastfeed.sets.records import Record
-from fastfeed.sets.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES
 
 __all__ = ["build"]
 
@@ -32,15 +31,10 @@ def build(
     datasource: str,
     feedtype: FeedType = "incremental",
     *,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-    max_records: int = 0,
-    compress: Compress = "auto",
-    level: int = DEFAULT_LEVEL,
-    workers: int = 1,
-    acl_format: AclFormat = "per-url",
     allow_empty_full: bool = False,
     on_error: OnError = "stop",
     on_warning: Callable[[str], None] | None = None,
+    **options: Unpack[FeedOptions],
 ) -> BuildSummary:
     """Builds a feed set from a Dask DataFrame (a row per record, a column per field of the
     record schema; a missing value is an absent field) or a Dask bag of record dicts, one part
@@ -52,22 +46,17 @@ def build(
     `allow_empty_full`; with `on_error="stop"` the first refused record fails the job, and with
     `"skip"` refused records are saved to OUT/rejected.jsonl. A failed job leaves no manifest,
     so nothing half-built can be pushed; a partition Dask runs again (a worker lost) is pushed
-    once. `workers` is each partition writer's encoding threads: Dask's workers are the
-    parallelism.
+    once. The `options` are `FeedWriter`'s, but `workers` is each partition writer's encoding
+    threads, 1 unless given: Dask's workers are the parallelism.
     """
     dask, bag = _import_dask()
     job = PartitionedBuild(
         out_dir,
         datasource,
         feedtype,
-        max_bytes=max_bytes,
-        max_records=max_records,
-        compress=compress,
-        level=level,
-        workers=workers,
-        acl_format=acl_format,
         allow_empty_full=allow_empty_full,
         on_error=on_error,
+        **options,
     )
     started = time.monotonic()
     # Each partition is written in the task that makes it (fused with it), where it is: its

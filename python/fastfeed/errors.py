@@ -5,7 +5,9 @@
     │   └── RecordError      a record breaks a rule: `.index`, `.field`, `.reason`, `.kind`
     ├── InputError           an input record that cannot be read or is refused, where it came from
     ├── EmptyFullFeed        a full feed with no records, refused unless allowed
-    ├── SettingsError        a push setting is missing or out of range
+    ├── StateError           a sync state file cannot be used (not a state, another's, too new)
+    ├── MassDelete           a sync would delete more than allowed: `.deleted`, `.held`
+    ├── SettingsError        a setting is missing or out of range
     ├── JournalError         the push journal cannot be used
     ├── FileChanged          a feed file is not the one its manifest describes
     ├── PushError            a push cannot go on: `.refused`, `.summary`
@@ -14,8 +16,10 @@
     └── LoadError            a seedlist load refused a record
 
 The servers (emulator, seedlist) have private errors of their own, under the same root, that
-become HTTP answers and never reach a caller. Errors of the system (a file that cannot be
-read or written) stay `OSError`, which `describe` words for the command line.
+become HTTP answers and never reach a caller; so has the sync state (`DuplicateUrl`), which
+the sync turns into an `InputError` naming where the URL was given. Errors of the system (a
+file that cannot be read or written) stay `OSError`, which `describe` words for the command
+line.
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterable
-from types import TracebackType
 from typing import TYPE_CHECKING, Literal, TextIO
 
 if TYPE_CHECKING:
@@ -140,12 +139,7 @@ class Stage:
     def __enter__(self) -> Stage:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
         self.close(done=exc_type is None)
 
 

@@ -284,8 +284,10 @@ impl<'a> Record<'a> {
         check_url(&self.url).map_err(err)
     }
 
-    /// The first field a standalone ACL must not carry, if any.
-    fn field_besides_acl(&self) -> Option<&'static str> {
+    /// The names of the fields this record gives besides `url`, in the record schema's order
+    /// (`kind` for a standalone ACL): what a receiver or a kind of record has no place for is
+    /// found among them, and refused by name.
+    pub fn given_fields(&self) -> impl Iterator<Item = &'static str> {
         [
             ("action", self.action.is_some()),
             ("mimetype", self.mimetype.is_some()),
@@ -298,10 +300,18 @@ impl<'a> Record<'a> {
             ("crawl_once", self.crawl_once.is_some()),
             ("metadata", !self.metadata.is_empty()),
             ("content", self.content.is_some()),
+            ("acl", self.acl.is_some()),
             ("overwrite_acls", self.overwrite_acls.is_some()),
+            ("kind", self.standalone_acl),
         ]
         .into_iter()
-        .find_map(|(field, given)| given.then_some(field))
+        .filter_map(|(field, given)| given.then_some(field))
+    }
+
+    /// The first field a standalone ACL must not carry, if any.
+    fn field_besides_acl(&self) -> Option<&'static str> {
+        self.given_fields()
+            .find(|field| !matches!(*field, "acl" | "kind"))
     }
 
     /// Checks and writes a standalone ACL: `<acl url=...>` in the group.

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use crate::encode::{base64_into, Compress, Encoding, Scratch};
 use crate::error::Result;
-use crate::escape::{escape_into, first_unrepresentable, Context};
+use crate::escape::{attr, escape_into, first_unrepresentable, Context};
 
 use super::{AclFormat, Action, Content, EncodeOptions, Record};
 
@@ -15,14 +15,6 @@ pub(super) struct Checked<'r, 'a> {
     pub(super) last_modified: Option<String>,
     /// Sorted by name, repeated names in input order: the input's own when it already is.
     pub(super) metadata: Cow<'r, [(String, String)]>,
-}
-
-fn attr(out: &mut Vec<u8>, name: &str, value: &str) {
-    out.push(b' ');
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(b"=\"");
-    escape_into(out, value, Context::Attribute).expect("checked as representable");
-    out.push(b'"');
 }
 
 fn flag(out: &mut Vec<u8>, name: &str, value: Option<bool>) {

@@ -12,19 +12,21 @@ import orjson
 
 from fastfeed.cli.commands import command, option
 from fastfeed.cli.options import (
+    RECORDS,
     allow_empty_full,
     json_option,
+    paths_argument,
     record_options,
     require_datasource,
     take_encoding,
 )
-from fastfeed.cli.reports import ExitCode, describe, failed, refused, stopped
-from fastfeed.errors import FastfeedError, InputError
+from fastfeed.cli.reports import ExitCode, build_stopped, refused, stopped
+from fastfeed.errors import InputError
 from fastfeed.gsa.build import build
-from fastfeed.gsa.writer import FeedType
+from fastfeed.gsa.writer import FeedOptions, FeedType
 from fastfeed.progress import Progress, human_bytes, plural
 from fastfeed.sets.build import OnError
-from fastfeed.sets.writer import DEFAULT_MAX_BYTES, HARD_MAX_BYTES
+from fastfeed.sets.writer import DEFAULT_MAX_BYTES, HARD_MAX_BYTES, WriterOptions
 from fastfeed.thunderstone.build import build_thunderstone
 
 if TYPE_CHECKING:
@@ -75,13 +77,7 @@ without a manifest).
 
 
 @command("build", help=BUILD_HELP, short_help="build feed files from records")
-@click.argument(
-    "inputs",
-    nargs=-1,
-    required=True,
-    metavar="INPUT",
-    help="JSON Lines, Parquet or Arrow file, glob, - (stdin) or directory",
-)
+@paths_argument("inputs", "INPUT", RECORDS)
 @option("--out", required=True, metavar="DIR", help="new or empty output directory")
 @record_options()
 @option(
@@ -117,7 +113,7 @@ def build_command(
         if format_ == "thunderstone":
             assert profile is not None
             # Thunderstone data is not compressed, nor has it ACLs.
-            for gsa_only in ("compress", "level", "acl_format"):
+            for gsa_only in FeedOptions.__optional_keys__ - WriterOptions.__optional_keys__:
                 del encoding[gsa_only]
             summary = build_thunderstone(
                 inputs, out, profile, on_error=on_error, progress=progress, **encoding
@@ -133,15 +129,10 @@ def build_command(
                 progress=progress,
                 **encoding,
             )
-    except (FastfeedError, OSError) as exc:  # OSError: writing the set (disk full, permissions)
-        if not isinstance(exc, (InputError, OSError)):
-            raise  # the command's own error (settings, an empty full feed): Command.invoke
-        remedy = "the record (or use --on-error skip)" if isinstance(exc, InputError) else "it"
-        hint = (
-            f"stopped; {out} has no manifest and cannot be pushed. Fix {remedy} and build again "
-            "into an empty directory."
-        )
-        return failed("build", describe(exc), as_json, hint=hint, data={"out": out})
+    # OSError: writing the set (disk full, permissions). The command's own errors (settings, an
+    # empty full feed) are Command.invoke's.
+    except (InputError, OSError) as exc:
+        return build_stopped("build", exc, as_json, out=out, item="record")
     result: dict[str, Any] = {
         "ok": not summary.rejected,  # as the exit status: 1 when records were refused
         "out": summary.out_dir,
@@ -169,14 +160,10 @@ def build_command(
     return ExitCode.OK
 
 
-@command("validate", help=VALIDATE_HELP, short_help="check feed sets and feed files")
-@click.argument(
-    "paths",
-    nargs=-1,
-    required=True,
-    metavar="DIR|FILE",
-    help="feed set directory, or a feed file",
+@command(
+    "validate", help=VALIDATE_HELP, short_help="check feed sets and feed files", errors=stopped
 )
+@paths_argument("paths", "DIR|FILE", "feed set directory, or a feed file")
 @json_option()
 def validate_command(paths: tuple[str, ...], as_json: bool) -> int:
     # lxml and the DTD, only for this command.
@@ -184,10 +171,7 @@ def validate_command(paths: tuple[str, ...], as_json: bool) -> int:
     from fastfeed.gsa.validate import validate_file
 
     started = time.monotonic()
-    try:
-        files = files_to_validate(paths)
-    except FastfeedError as exc:
-        return stopped("validate", exc, as_json)
+    files = files_to_validate(paths)
     total = sum(_size(path) for path, _ in files)
     problems: list[Problem] = []
     checked = bad = done = read = 0

@@ -63,14 +63,26 @@ def _write_help(formatter: click.HelpFormatter, text: str) -> None:
                 formatter.write_text(" ".join(line.strip() for line in lines))
 
 
+#: How a command reports a `FastfeedError` of its work: given the command's name, the error
+#: and --json, says it and returns the exit status.
+Report = Callable[[str, FastfeedError, bool], int]
+
+
+def _failed(command: str, exc: FastfeedError, as_json: bool) -> int:
+    return failed(command, describe(exc), as_json)
+
+
 class Command(click.Command):
     """A fastfeed command: takes --config and FASTFEED_* settings (see `settings`), and turns
-    the errors of its work into a message on stderr and an exit status."""
+    the errors of its work into a message on stderr and an exit status: a `FastfeedError` as
+    `errors` reports it (default: `failed`, status 1; the commands that push give `stopped`),
+    an `OSError` as `failed`."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, errors: Report = _failed, **kwargs: Any) -> None:
         kwargs.setdefault("context_settings", CONTEXT)
         super().__init__(*args, **kwargs)
         self.params.append(settings.config_option())
+        self.errors = errors
 
     def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         if self.help:
@@ -104,7 +116,9 @@ class Command(click.Command):
         as_json = bool(ctx.params.get("as_json"))
         try:
             return super().invoke(ctx)
-        except (FastfeedError, OSError) as exc:
+        except FastfeedError as exc:
+            return self.errors(command, exc, as_json)
+        except OSError as exc:
             return failed(command, describe(exc), as_json)
         except KeyboardInterrupt:
             print(f"fastfeed {command}: interrupted", file=sys.stderr)

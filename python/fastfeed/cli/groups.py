@@ -11,12 +11,13 @@ from fastfeed.cli.commands import group, option, pushing
 from fastfeed.cli.options import (
     connection_options,
     json_option,
+    paths_argument,
     push_options,
     push_settings,
     set_options,
 )
-from fastfeed.cli.reports import ExitCode, emit, failed, refused, report, stopped
-from fastfeed.errors import FastfeedError, InputError, PushError
+from fastfeed.cli.reports import ExitCode, build_stopped, emit, push_sets, refused, stopped
+from fastfeed.errors import InputError, PushError
 from fastfeed.progress import Progress, human_bytes, plural
 from fastfeed.sets.build import OnError
 from fastfeed.sets.writer import DEFAULT_MAX_BYTES
@@ -90,9 +91,7 @@ def groups() -> None:
 
 
 @groups.command("build", help=BUILD_HELP, short_help="build groups feed files")
-@click.argument(
-    "inputs", nargs=-1, required=True, metavar="INPUT", help="JSON Lines file or - (stdin)"
-)
+@paths_argument("inputs", "INPUT", "JSON Lines file or - (stdin)")
 @option(
     "--groupsource",
     required=True,
@@ -131,12 +130,8 @@ def build_command(
             on_error=on_error,
             progress=Progress(),
         )
-    except InputError as exc:
-        hint = (
-            f"stopped; {out} has no manifest and cannot be pushed. Fix the line (or use "
-            "--on-error skip) and build again into an empty directory."
-        )
-        return failed("groups build", str(exc), as_json, hint=hint, data={"out": out})
+    except (InputError, OSError) as exc:
+        return build_stopped("groups build", exc, as_json, out=out, item="line")
     emit(
         {
             "ok": not summary.rejected,
@@ -164,14 +159,8 @@ def build_command(
     return ExitCode.OK
 
 
-@groups.command("push", help=PUSH_HELP, short_help="push groups feed sets")
-@click.argument(
-    "paths",
-    nargs=-1,
-    required=True,
-    metavar="DIR|FILE",
-    help="groups set directory, or a file of one",
-)
+@groups.command("push", help=PUSH_HELP, short_help="push groups feed sets", errors=stopped)
+@paths_argument("paths", "DIR|FILE", "groups set directory, or a file of one")
 @option(
     "--allow-full",
     is_flag=True,
@@ -182,32 +171,26 @@ def build_command(
 def push_command(paths: tuple[str, ...], allow_full: bool, as_json: bool, **options: Any) -> int:
     from fastfeed.gsa.files import feed_files
     from fastfeed.gsa.groups import FULL_GROUPS_WARNING, full_groups
-    from fastfeed.gsa.push import push
 
-    try:
-        files = feed_files(paths)
-        feeds = sorted({str(f.directory) for f in files if f.entry.kind != "groups"})
-        if feeds:
-            raise PushError(
-                f"{', '.join(feeds)}: not a groups set; push feed sets with `fastfeed push`",
-                refused=True,
-            )
-        full = full_groups(files)
-        if full and allow_full:
-            names = ", ".join(str(f.path) for f in full)
-            print(
-                f"fastfeed groups push: WARNING: {names}: {FULL_GROUPS_WARNING}",
-                file=sys.stderr,
-            )
-        settings = push_settings("groups push", options)
-        pushing(paths, settings.target)
-        summary = push(
-            paths,
-            settings,
-            progress=Progress(),
-            allow_full_groups=allow_full,
-            allow_empty_full=options["allow_empty_full"],
+    files = feed_files(paths)
+    feeds = sorted({str(f.directory) for f in files if f.entry.kind != "groups"})
+    if feeds:
+        raise PushError(
+            f"{', '.join(feeds)}: not a groups set; push feed sets with `fastfeed push`",
+            refused=True,
         )
-    except FastfeedError as exc:
-        return stopped("groups push", exc, as_json)
-    return report("groups push", summary, as_json)
+    full = full_groups(files)
+    if full and allow_full:
+        names = ", ".join(str(f.path) for f in full)
+        print(f"fastfeed groups push: WARNING: {names}: {FULL_GROUPS_WARNING}", file=sys.stderr)
+    settings = push_settings("groups push", options)
+    pushing(paths, settings.target)
+    empty = options["allow_empty_full"]
+    return push_sets(
+        "groups push",
+        paths,
+        settings,
+        as_json,
+        allow_full_groups=allow_full,
+        allow_empty_full=empty,
+    )

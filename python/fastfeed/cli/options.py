@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import sys
+import typing
 from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
@@ -13,6 +14,8 @@ import click
 
 from fastfeed.cli.commands import F, option
 from fastfeed.delivery.settings import HTTP_PORT, HTTPS_PORT, PushSettings, Secret
+from fastfeed.gsa.writer import AclFormat, Compress, FeedOptions, FeedType
+from fastfeed.sets.build import OnError
 from fastfeed.sets.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES, HARD_MAX_BYTES
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
@@ -50,6 +53,32 @@ def together(*decorators: Callable[[F], F]) -> Callable[[F], F]:
     return apply
 
 
+#: What INPUT is, for the commands that build from records and for the syncs (a snapshot).
+RECORDS = "JSON Lines, Parquet or Arrow file, glob, - (stdin) or directory"
+SNAPSHOT = "the whole source: JSON Lines file, - (stdin) or directory"
+
+
+def paths_argument(name: str, metavar: str, help: str) -> Callable[[F], F]:
+    """The one or more inputs or sets a command works on, the arguments of every command that
+    takes paths."""
+    return click.argument(name, nargs=-1, required=True, metavar=metavar, help=help)
+
+
+def one_of(
+    flag: str, values: object, section: str | None, help: str, default: str | None = None
+) -> Callable[[F], F]:
+    """An option taking one of the values of `values`, the Literal type the Python API takes
+    (so that the command line and the API cannot disagree); by default the first."""
+    choices = typing.get_args(values)
+    return option(
+        flag,
+        type=click.Choice(choices),
+        default=choices[0] if default is None else default,
+        section=section,
+        help=help,
+    )
+
+
 def json_option(
     what: str = "print a JSON summary on stdout", section: str | None = None
 ) -> Callable[[F], F]:
@@ -61,11 +90,10 @@ def set_options(
 ) -> Callable[[F], F]:
     """How a set is split and what a refused line does: every command that writes a set."""
     refused = [
-        option(
+        one_of(
             "--on-error",
-            type=click.Choice(["stop", "skip"]),
-            default="stop",
-            section=section,
+            OnError,
+            section,
             help="stop at the first refused line (default, no manifest written), or skip it into "
             "DIR/rejected.jsonl and go on",
         )
@@ -247,9 +275,10 @@ def push_settings(command: str, options: dict[str, Any]) -> PushSettings:
 BUILDING = "building (as `fastfeed build`)"
 
 
-#: The options of `encoding_options`, as the builders take them: commands hand them on by name
-#: (`take_encoding`), so that each is written once, in the option that defines it.
-ENCODING = ("max_bytes", "max_records", "compress", "level", "workers", "acl_format", "base_url")
+#: The options of `encoding_options`, as the builders take them (`FeedOptions`, and where a
+#: directory is on the web): commands hand them on by name (`take_encoding`), so that each is
+#: written once, in the option that defines it.
+ENCODING = (*sorted(FeedOptions.__optional_keys__), "base_url")
 
 
 def take_encoding(options: dict[str, Any]) -> dict[str, Any]:
@@ -268,11 +297,11 @@ def record_options(section: str | None = None, *, gsa_only: bool = False) -> Cal
             help="datasource name, [a-zA-Z_][a-zA-Z0-9_-]*"
             + ("" if gsa_only else " (required for GSA feeds)"),
         ),
-        option(
+        one_of(
             "--feedtype",
-            type=click.Choice(["full", "incremental", "metadata-and-url"]),
+            FeedType,
+            section,
             default="incremental",
-            section=section,
             help="full replaces the datasource; incremental adds and deletes (default); "
             "metadata-and-url feeds URLs and metadata for the crawler",
         ),
@@ -284,11 +313,10 @@ def encoding_options(section: str | None = None, *, on_error: bool = True) -> Ca
     """How records become feed files: every command that builds GSA feeds takes these."""
     return together(
         set_options("records", section, on_error=on_error),
-        option(
+        one_of(
             "--compress",
-            type=click.Choice(["auto", "always", "never"]),
-            default="auto",
-            section=section,
+            Compress,
+            section,
             help="auto: zlib content that shrinks: binary, and text of 2 KB or more (default); "
             "always: zlib every content; never: text as text and binary as plain base64 "
             "(appliances before 6.2)",
@@ -309,11 +337,10 @@ def encoding_options(section: str | None = None, *, on_error: bool = True) -> Ca
             section=section,
             help="encoding threads (default: one per core)",
         ),
-        option(
+        one_of(
             "--acl-format",
-            type=click.Choice(["per-url", "legacy"]),
-            default="per-url",
-            section=section,
+            AclFormat,
+            section,
             help="per-url: <acl> elements (software 7.0 and later, default); legacy: google:acl* "
             "meta names, for older appliances (no namespaces, no standalone ACLs)",
         ),
@@ -379,10 +406,13 @@ def allow_deletes_option(section: str | None = None) -> Callable[[F], F]:
     )
 
 
-def sync_options() -> Callable[[F], F]:
-    """What every receiver's sync takes besides its receiver's settings."""
+def sync_options(collection: Callable[[F], F]) -> Callable[[F], F]:
+    """What every receiver's sync takes besides its receiver's settings: the snapshot, the
+    `collection` it is kept equal to (an option naming a datasource, a profile), the state."""
     s = SYNCING
     return together(
+        paths_argument("inputs", "INPUT", SNAPSHOT),
+        collection,
         option(
             "--state",
             required=True,
@@ -405,3 +435,10 @@ def sync_options() -> Callable[[F], F]:
             help="where to keep the set sent (default: ./fastfeed-feeds/NAME-sync-...)",
         ),
     )
+
+
+def take_sync(options: dict[str, Any]) -> dict[str, Any]:
+    """Takes what `sync_options` gives out of a command's options, named as every receiver's
+    `sync` takes it (--out is its `out_dir`), so that each is handed on by name once."""
+    names = ("inputs", "state", "allow_deletes", "resend_all", "dry_run")
+    return {**{name: options.pop(name) for name in names}, "out_dir": options.pop("out")}

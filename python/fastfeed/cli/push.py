@@ -8,22 +8,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-import click
-
 from fastfeed.cli.commands import command, option, pushing
 from fastfeed.cli.options import (
     BUILDING,
+    RECORDS,
     connection_options,
     count,
     json_option,
+    paths_argument,
     push_options,
     push_settings,
     record_options,
     take_encoding,
 )
-from fastfeed.cli.reports import ExitCode, emit, failed, report, stopped
+from fastfeed.cli.reports import ExitCode, emit, failed, push_sets, report, stopped
 from fastfeed.delivery.settings import HTTP_PORT, HTTPS_PORT, PushSettings
-from fastfeed.errors import BacklogError, FastfeedError, InputError
+from fastfeed.errors import BacklogError, InputError
 from fastfeed.gsa.writer import FeedType
 from fastfeed.progress import Progress
 from fastfeed.sets.build import OnError
@@ -93,22 +93,16 @@ example:
 """
 
 
-@command("push", help=PUSH_HELP, short_help="push feed sets to an appliance")
-@click.argument(
-    "paths",
-    nargs=-1,
-    required=True,
-    metavar="DIR|FILE",
-    help="feed set directory, or a feed file of one",
-)
+@command("push", help=PUSH_HELP, short_help="push feed sets to an appliance", errors=stopped)
+@paths_argument("paths", "DIR|FILE", "feed set directory, or a feed file of one")
 @connection_options()
 @push_options()
 def push_command(paths: tuple[str, ...], as_json: bool, **options: Any) -> int:
-    return _push("push", paths, as_json, options, replay=False)
+    return _push("push", paths, as_json, options)
 
 
-@command("replay", help=REPLAY_HELP, short_help="push saved feed sets again")
-@click.argument("paths", nargs=-1, required=True, metavar="DIR", help="feed set directory")
+@command("replay", help=REPLAY_HELP, short_help="push saved feed sets again", errors=stopped)
+@paths_argument("paths", "DIR", "feed set directory")
 @connection_options()
 @push_options()
 def replay_command(paths: tuple[str, ...], as_json: bool, **options: Any) -> int:
@@ -116,33 +110,21 @@ def replay_command(paths: tuple[str, ...], as_json: bool, **options: Any) -> int
 
 
 def _push(
-    command: str, paths: tuple[str, ...], as_json: bool, options: dict[str, Any], *, replay: bool
+    command: str,
+    paths: tuple[str, ...],
+    as_json: bool,
+    options: dict[str, Any],
+    *,
+    replay: bool = False,
 ) -> int:
-    from fastfeed.gsa.push import push
-
-    try:
-        settings = push_settings(command, options)
-        pushing(paths, settings.target)
-        summary = push(
-            paths,
-            settings,
-            progress=Progress(),
-            replay=replay,
-            allow_empty_full=options["allow_empty_full"],
-        )
-    except FastfeedError as exc:
-        return stopped(command, exc, as_json)
-    return report(command, summary, as_json)
+    settings = push_settings(command, options)
+    pushing(paths, settings.target)
+    empty = options["allow_empty_full"]
+    return push_sets(command, paths, settings, as_json, replay=replay, allow_empty_full=empty)
 
 
-@command("run", help=RUN_HELP, short_help="build and push in one pipeline")
-@click.argument(
-    "inputs",
-    nargs=-1,
-    required=True,
-    metavar="INPUT",
-    help="JSON Lines, Parquet or Arrow file, glob, - (stdin) or directory",
-)
+@command("run", help=RUN_HELP, short_help="build and push in one pipeline", errors=stopped)
+@paths_argument("inputs", "INPUT", RECORDS)
 @record_options(BUILDING, gsa_only=True)
 @option(
     "--out",
@@ -195,13 +177,13 @@ def run_command(
             "the input (or use --on-error skip) and run again with a new --out."
         )
         return failed("run", str(exc), as_json, hint=hint, data={"out": out})
-    except FastfeedError as exc:
-        return stopped("run", exc, as_json)
     print(f"fastfeed run: the feed set is kept in {out}", file=sys.stderr)
     return report("run", pushed, as_json)
 
 
-@command("backlog", help=BACKLOG_HELP, short_help="print the appliance's feed backlog")
+@command(
+    "backlog", help=BACKLOG_HELP, short_help="print the appliance's feed backlog", errors=stopped
+)
 @connection_options()
 @json_option('print {"ok": true, "backlog": N} on stdout')
 def backlog_command(as_json: bool, **options: Any) -> int:
@@ -210,8 +192,6 @@ def backlog_command(as_json: bool, **options: Any) -> int:
         count = asyncio.run(_backlog(settings))
     except BacklogError as exc:
         return failed("backlog", str(exc), as_json)
-    except FastfeedError as exc:
-        return stopped("backlog", exc, as_json)
     if count is None:
         unsupported = f"{settings.base_url} does not support /getbacklogcount (HTTP 404)"
         return failed("backlog", unsupported, as_json)

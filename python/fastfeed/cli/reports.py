@@ -4,17 +4,18 @@ summaries of pushes and syncs (on stderr, and as JSON on stdout with --json)."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from enum import IntEnum
 from typing import TYPE_CHECKING
 
 import orjson
 
 from fastfeed.errors import FastfeedError, InputError, MassDelete, PushError
-from fastfeed.progress import plural
+from fastfeed.progress import Progress, plural
 
 if TYPE_CHECKING:
     from fastfeed.delivery.results import PushSummary
+    from fastfeed.delivery.settings import PushSettings
     from fastfeed.sets.sync import SyncSummary
 
 
@@ -69,6 +70,44 @@ def failed(
     return status
 
 
+def build_stopped(
+    command: str, exc: InputError | OSError, as_json: bool, *, out: str, item: str
+) -> int:
+    """A build stopped by a refused `item` (record, line) or by the disk: it left no manifest,
+    so nothing half-built can be pushed; says what to fix."""
+    remedy = f"the {item} (or use --on-error skip)" if isinstance(exc, InputError) else "it"
+    hint = (
+        f"stopped; {out} has no manifest and cannot be pushed. Fix {remedy} and build again "
+        "into an empty directory."
+    )
+    return failed(command, describe(exc), as_json, hint=hint, data={"out": out})
+
+
+def push_sets(
+    command: str,
+    paths: Sequence[str],
+    settings: PushSettings,
+    as_json: bool,
+    *,
+    replay: bool = False,
+    allow_full_groups: bool = False,
+    allow_empty_full: bool = False,
+) -> int:
+    """Pushes feed or groups sets (or files of them) and reports it: the commands that send to
+    /xmlfeed and /xmlgroups."""
+    from fastfeed.gsa.push import push  # httpx: only for the commands that push
+
+    summary = push(
+        paths,
+        settings,
+        progress=Progress(),
+        replay=replay,
+        allow_full_groups=allow_full_groups,
+        allow_empty_full=allow_empty_full,
+    )
+    return report(command, summary, as_json)
+
+
 def report(command: str, summary: PushSummary, as_json: bool) -> int:
     for result in summary.results:
         if result.outcome.value in ("failed", "blocked"):
@@ -79,7 +118,9 @@ def report(command: str, summary: PushSummary, as_json: bool) -> int:
 
 
 def stopped(command: str, exc: FastfeedError, as_json: bool) -> int:
-    """A push that could not go on: says why, and what was done before."""
+    """A push that could not go on: says why, and what was done before; status 3 when nothing
+    could be done because the setup is wrong. The commands that push report their errors so
+    (`Command`'s `errors`)."""
     summary = exc.summary if isinstance(exc, PushError) else None
     refused = not isinstance(exc, PushError) or exc.refused
     return failed(
@@ -101,7 +142,8 @@ def mass_delete(command: str, exc: MassDelete, as_json: bool) -> int:
 
 def run_sync_command(command: str, as_json: bool, call: Callable[[], SyncSummary]) -> int:
     """Runs a sync and reports it: what it found (with example URLs), what it sent, where the
-    set is kept; a refusal names why, with the exit status the help promises."""
+    set is kept; a refusal names why, with the exit status the help promises (other errors
+    are reported by the command, as `stopped`)."""
     try:
         summary = call()
     except InputError as exc:
@@ -109,8 +151,6 @@ def run_sync_command(command: str, as_json: bool, call: Callable[[], SyncSummary
         return failed(command, str(exc), as_json, hint=hint)
     except MassDelete as exc:
         return mass_delete(command, exc, as_json)
-    except FastfeedError as exc:
-        return stopped(command, exc, as_json)
     for kind, urls in summary.diff.examples.items():
         if urls:
             print(f"  {kind}: {', '.join(urls)}", file=sys.stderr)

@@ -38,6 +38,10 @@ def _when(seconds: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(seconds))
 
 
+#: The argument of every state command.
+STATE_FILE = click.argument("path", metavar="STATE", help="a state file of fastfeed sync")
+
+
 @group("state", help=HELP, short_help="look at or adjust a sync state")
 def state() -> None:
     pass
@@ -51,7 +55,7 @@ def state() -> None:
     "http://docs.example.com/a\n",
     short_help="what a state holds",
 )
-@click.argument("path", metavar="STATE", help="a state file of fastfeed sync")
+@STATE_FILE
 @option("--url", multiple=True, help="show this URL's fingerprint (repeatable)")
 @json_option("print it as JSON")
 def show_command(path: str, url: tuple[str, ...], as_json: bool) -> int:
@@ -101,7 +105,7 @@ def show_command(path: str, url: tuple[str, ...], as_json: bool) -> int:
     "docs.state > held.jsonl\n",
     short_help="every URL held, as JSON Lines",
 )
-@click.argument("path", metavar="STATE", help="a state file of fastfeed sync")
+@STATE_FILE
 def export_command(path: str) -> int:
     out = sys.stdout.buffer
     with SyncState(path, None) as st:
@@ -121,7 +125,7 @@ def export_command(path: str) -> int:
     "http://docs.example.com/a\n  fastfeed state forget docs.state --all --yes\n",
     short_help="forget URLs, to send them again",
 )
-@click.argument("path", metavar="STATE", help="a state file of fastfeed sync")
+@STATE_FILE
 @option("--url", multiple=True, help="a URL to forget (repeatable)")
 @option("--all", "forget_all", is_flag=True, help="forget every URL, and any unfinished set")
 @option("--yes", is_flag=True, help="with --all: yes, forget everything the state holds")
@@ -149,7 +153,7 @@ def forget_command(path: str, url: tuple[str, ...], forget_all: bool, yes: bool)
     "source.\n\nexample:\n  fastfeed state abandon docs.state\n",
     short_help="drop an unfinished sync's set",
 )
-@click.argument("path", metavar="STATE", help="a state file of fastfeed sync")
+@STATE_FILE
 def abandon_command(path: str) -> int:
     with SyncState(path, None) as st, locked(path):
         pending, left = st.pending_set, st.pending_count()

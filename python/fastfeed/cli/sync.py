@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import click
-
 from fastfeed.cli.commands import command, option
 from fastfeed.cli.options import (
     BUILDING,
@@ -16,8 +14,9 @@ from fastfeed.cli.options import (
     push_settings,
     sync_options,
     take_encoding,
+    take_sync,
 )
-from fastfeed.cli.reports import run_sync_command
+from fastfeed.cli.reports import run_sync_command, stopped
 from fastfeed.delivery.settings import Secret
 from fastfeed.gsa.confirm import DEFAULT_TIMEOUT
 from fastfeed.progress import Progress
@@ -66,16 +65,8 @@ exit status: 0 in sync, 1 some files not accepted, or failed in the feeder (sync
 CONFIRMING = "confirming"
 
 
-@command("sync", help=HELP, short_help="send only what changed since the last sync")
-@click.argument(
-    "inputs",
-    nargs=-1,
-    required=True,
-    metavar="INPUT",
-    help="the whole source: JSON Lines file, - (stdin) or directory",
-)
-@option("--datasource", required=True, section=SYNCING, help="datasource name")
-@sync_options()
+@command("sync", help=HELP, short_help="send only what changed since the last sync", errors=stopped)
+@sync_options(option("--datasource", required=True, section=SYNCING, help="datasource name"))
 # No --on-error skip: a record left out of a snapshot would be deleted from the appliance.
 @encoding_options(BUILDING, on_error=False)
 @connection_options()
@@ -109,13 +100,7 @@ CONFIRMING = "confirming"
     help="its password; prefer FASTFEED_ADMIN_PASSWORD, as flags show in `ps`",
 )
 def sync_command(
-    inputs: tuple[str, ...],
     datasource: str,
-    state: str,
-    allow_deletes: float | int | None,
-    resend_all: bool,
-    dry_run: bool,
-    out: str | None,
     as_json: bool,
     confirm: bool,
     confirm_timeout: float,
@@ -128,7 +113,7 @@ def sync_command(
     from fastfeed.gsa.confirm import Confirm
     from fastfeed.gsa.sync import sync
 
-    encoding = take_encoding(options)
+    syncing, encoding = take_sync(options), take_encoding(options)
     settings = push_settings("sync", options)
     confirming = None
     if confirm:
@@ -141,16 +126,11 @@ def sync_command(
         "sync",
         as_json,
         lambda: sync(
-            inputs,
-            state,
-            datasource,
-            settings,
-            allow_deletes=allow_deletes,
-            resend_all=resend_all,
-            dry_run=dry_run,
+            datasource=datasource,
+            settings=settings,
             confirm=confirming,
-            out_dir=out,
             progress=Progress(),
+            **syncing,
             **encoding,
         ),
     )

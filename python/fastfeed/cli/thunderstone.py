@@ -6,22 +6,22 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import click
-
 from fastfeed.cli.commands import F, group, option, pushing
 from fastfeed.cli.options import (
     BUILDING,
     SYNCING,
     json_option,
+    paths_argument,
     push_settings,
     retry_options,
     set_options,
     sync_options,
+    take_sync,
     tls_options,
     together,
 )
 from fastfeed.cli.reports import report, run_sync_command, stopped
-from fastfeed.errors import FastfeedError, PushError
+from fastfeed.errors import PushError
 
 if TYPE_CHECKING:
     from fastfeed.sets.sync import SyncSummary
@@ -101,26 +101,26 @@ def thunderstone() -> None:
     pass
 
 
-@thunderstone.command("push", help=PUSH_HELP, short_help="send the sets to the appliance")
-@click.argument(
-    "paths", nargs=-1, required=True, metavar="DIR", help="a set made by fastfeed build"
+@thunderstone.command(
+    "push", help=PUSH_HELP, short_help="send the sets to the appliance", errors=stopped
 )
+@paths_argument("paths", "DIR", "a set made by fastfeed build")
 @appliance_options()
 def push_command(paths: tuple[str, ...], url: str, as_json: bool, **options: Any) -> int:
     from fastfeed.progress import Progress
     from fastfeed.thunderstone.push import ThunderstoneSummary, push, url_settings
 
+    # The URL gives host, port and scheme; TLS and retries are read as `fastfeed push` reads
+    # them, so both commands treat them alike.
+    target = url_settings(url)
+    options.update(host=target.host, port=target.port, http=not target.https)
+    pushing(paths, url)
     try:
-        # The URL gives host, port and scheme; TLS and retries are read as `fastfeed push`
-        # reads them, so both commands treat them alike.
-        target = url_settings(url)
-        options.update(host=target.host, port=target.port, http=not target.https)
-        pushing(paths, url)
         summary = push(paths, url, push_settings("thunderstone push", options), progress=Progress())
-    except FastfeedError as exc:  # Not Allowed, TLS, a wrong URL, bad settings, a bad journal
-        if isinstance(exc, PushError) and isinstance(exc.summary, ThunderstoneSummary):
+    except PushError as exc:  # Not Allowed, TLS, a wrong URL: reported by the command
+        if isinstance(exc.summary, ThunderstoneSummary):
             show_failures(exc.summary)
-        return stopped("thunderstone push", exc, as_json)
+        raise
     show_failures(summary)
     return report("thunderstone push", summary, as_json)
 
@@ -150,29 +150,17 @@ example:
 
 
 @thunderstone.command(
-    "sync", help=SYNC_HELP, short_help="send only what changed since the last sync"
+    "sync", help=SYNC_HELP, short_help="send only what changed since the last sync", errors=stopped
 )
-@click.argument(
-    "inputs",
-    nargs=-1,
-    required=True,
-    metavar="INPUT",
-    help="the whole source: JSON Lines file, - (stdin) or directory",
+@sync_options(
+    option("--profile", required=True, section=SYNCING, help="the profile that receives the data")
 )
-@option("--profile", required=True, section=SYNCING, help="the profile that receives the data")
-@sync_options()
 @set_options("records", BUILDING, on_error=False)
 @option("--base-url", metavar="URL", section=BUILDING,
         help="URL of a directory INPUT's root")  # fmt: skip
 @appliance_options()
 def sync_command(
-    inputs: tuple[str, ...],
     profile: str,
-    state: str,
-    allow_deletes: float | int | None,
-    resend_all: bool,
-    dry_run: bool,
-    out: str | None,
     max_bytes: int,
     max_records: int,
     base_url: str | None,
@@ -184,19 +172,16 @@ def sync_command(
     from fastfeed.thunderstone.push import url_settings
     from fastfeed.thunderstone.sync import sync
 
+    syncing = take_sync(options)
+
     def call() -> SyncSummary:
         target = url_settings(url)
         options.update(host=target.host, port=target.port, http=not target.https)
         return sync(
-            inputs,
-            state,
-            url,
-            profile,
-            push_settings("thunderstone sync", options),
-            allow_deletes=allow_deletes,
-            resend_all=resend_all,
-            dry_run=dry_run,
-            out_dir=out,
+            url=url,
+            profile=profile,
+            settings=push_settings("thunderstone sync", options),
+            **syncing,
             base_url=base_url,
             max_bytes=max_bytes,
             max_records=max_records,

@@ -66,7 +66,7 @@ async def _feeds(request: web.Request) -> list[Push]:
 
     index: Index = request.app[STATE].index
     pushes = await asyncio.get_running_loop().run_in_executor(None, index.pushes)
-    return [p for p in pushes if p.kind == "feed" and not p.outcome.startswith("refused")]
+    return [p for p in pushes if p.kind == "feed" and p.status() != "rejected"]
 
 
 def _entry_id(push: Push) -> str:
@@ -75,10 +75,13 @@ def _entry_id(push: Push) -> str:
 
 
 def _state(push: Push) -> int:
-    """ACCEPTED:0, COMPLETED:2, COMPLETED_WITH_ERROR:3, FAILED_IN_ERROR:4."""
-    if push.outcome == "accepted":
+    """ACCEPTED:0, COMPLETED:2, COMPLETED_WITH_ERROR:3, FAILED_IN_ERROR:4: the Feeds page's
+    status (`Push.status`) in the API's numbers, a failed feed that changed documents being
+    completed with errors."""
+    status = push.status()
+    if status == "received":
         return 0
-    if push.outcome == "applied":
+    if status == "processed":
         return 2
     return 3 if push.added or push.deleted else 4
 
@@ -95,7 +98,7 @@ def _entry(push: Push, base: str, *, log: bool, root: bool = False) -> str:
         "errorRecords": str(push.in_error),
     }
     if log:
-        text = "" if push.outcome in ("accepted", "applied") else push.outcome
+        text = push.outcome if push.status() == "failed" else ""
         props.update(logContent=text, fromLine="1", toLine="1", totalLines="1")
     contents = "".join(
         f"<gsa:content name={quoteattr(k)}>{escape(v)}</gsa:content>" for k, v in props.items()

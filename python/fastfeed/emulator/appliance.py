@@ -9,12 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import ssl
-import threading
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -27,6 +24,7 @@ from fastfeed.emulator.security import Acl, Membership
 from fastfeed.emulator.server import State, make_app
 from fastfeed.emulator.status import snapshot
 from fastfeed.emulator.thunderstone import ThunderstoneDocument, ThunderstoneRequest
+from fastfeed.servers import LoopThread, listen
 
 T = TypeVar("T")
 STARTUP_TIMEOUT = 30.0
@@ -71,8 +69,7 @@ class Emulator:
         self.thunderstone_profiles = thunderstone_profiles
         self._tls = tls
         self._requested = (port, http_port)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._thread: LoopThread | None = None
         self._runner: web.AppRunner | None = None
         self._state: State | None = None
         self.port = 0
@@ -84,21 +81,7 @@ class Emulator:
         feeds_dir = self.data_dir / "feeds"
         feeds_dir.mkdir(parents=True, exist_ok=True)
         index = Index(self.data_dir / "index.sqlite3")
-        ready = threading.Event()
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            loop.call_soon(ready.set)
-            loop.run_forever()
-            # Ends the threads that hold SQLite connections, so a stopped emulator holds no files.
-            loop.run_until_complete(loop.shutdown_default_executor())
-            loop.close()
-
-        self._thread = threading.Thread(target=run, name="fastfeed-emulator", daemon=True)
-        self._thread.start()
-        ready.wait()
+        self._thread = LoopThread("fastfeed-emulator")
         try:
             self._call(self._start(index, feeds_dir), STARTUP_TIMEOUT)
         except BaseException:
@@ -112,7 +95,7 @@ class Emulator:
         feeder.start()
         # Feeds received by an earlier run on this data dir and not yet applied stay in the backlog.
         for push in await asyncio.get_running_loop().run_in_executor(None, index.pushes):
-            if push.outcome == "accepted" and push.path and Path(push.path).exists():
+            if push.status() == "received" and push.path and Path(push.path).exists():
                 feeder.enqueue(push)
         app = make_app(self._state)
         thunderstone.register(app, self.thunderstone_profiles)
@@ -125,12 +108,7 @@ class Emulator:
 
     async def _listen(self, port: int, context: ssl.SSLContext | None) -> int:
         assert self._runner is not None
-        # Our own socket, so that port 0 resolves to a port we can report.
-        sock = socket.create_server((self.host, port), reuse_port=False)
-        site = web.SockSite(self._runner, sock, ssl_context=context)
-        await site.start()
-        bound: int = sock.getsockname()[1]
-        return bound
+        return await listen(self._runner, self.host, port, context)
 
     def _ssl_context(self) -> ssl.SSLContext | None:
         if self._tls is None:
@@ -141,14 +119,9 @@ class Emulator:
         return context
 
     def stop(self) -> None:
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        if loop.is_running():
-            self._call(self._stop(), STARTUP_TIMEOUT)
-            loop.call_soon_threadsafe(loop.stop)
-        thread.join(STARTUP_TIMEOUT)
-        self._loop = self._thread = None
+        if self._thread is not None:
+            self._thread.stop(self._stop, STARTUP_TIMEOUT)
+            self._thread = None
 
     async def _stop(self) -> None:
         if self._runner is not None:
@@ -159,16 +132,14 @@ class Emulator:
     def __enter__(self) -> Emulator:
         return self.start()
 
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        if self._loop is None:
+        if self._thread is None:
             coro.close()
             raise RuntimeError("the emulator is not running; use `with Emulator(...)` or start()")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+        return self._thread.call(coro, timeout)
 
     @property
     def state(self) -> State:

@@ -24,7 +24,7 @@ from fastfeed.emulator.index import Changes, Index, Push
 from fastfeed.emulator.security import Acl, acl_principals, legacy_acl, membership
 from fastfeed.emulator.status import describe, outcome_line
 from fastfeed.sets.codec import decode_base64, inflate
-from fastfeed.sets.validate import validate_file
+from fastfeed.sets.validate import iterparse, validate_file
 
 #: The largest document the emulator keeps: a content inflating past it (a zlib bomb of a few MB
 #: can make gigabytes) skips its record, as a malformed one does, instead of filling the memory.
@@ -186,18 +186,6 @@ class _Applier:
         )
 
 
-def _iterparse(path: str, tags: tuple[str, ...]) -> etree.iterparse[tuple[str, etree._Element]]:
-    return etree.iterparse(
-        path,
-        events=("start", "end"),
-        tag=tags,
-        resolve_entities=False,
-        no_network=True,
-        load_dtd=False,
-        huge_tree=True,
-    )
-
-
 def _free(elem: etree._Element) -> None:
     """Frees an applied element and those before it, so a 1 GB feed applies in little memory."""
     elem.clear(keep_tail=False)
@@ -237,7 +225,7 @@ def apply_feed(index: Index, push: Push) -> str:
             db.execute("DELETE FROM documents WHERE datasource = ?", (push.datasource,))
             db.execute("DELETE FROM acls WHERE datasource = ?", (push.datasource,))
         group_action = "add"
-        for event, elem in _iterparse(push.path, ("group", "record", "acl")):
+        for event, elem in iterparse(push.path, ("group", "record", "acl")):
             if elem.tag == "group":
                 group_action = elem.get("action", "add")
             elif event == "end" and elem.tag == "record":
@@ -263,7 +251,7 @@ def apply_groups(index: Index, push: Push) -> str:
         changes = Changes()
         if push.feedtype == "full":
             changes.deleted = db.execute("DELETE FROM memberships").rowcount
-        for event, elem in _iterparse(push.path, ("membership",)):
+        for event, elem in iterparse(push.path, ("membership",)):
             if event != "end":
                 continue
             changes.records += 1

@@ -43,6 +43,10 @@ class State:
     faults: FaultQueue = field(default_factory=FaultQueue)
     backlog_unsupported: bool = False
 
+    def upload_path(self, prefix: str = "") -> Path:
+        """A new file in the feeds directory, for an upload to be written to."""
+        return self.feeds_dir / f"{prefix}{time.time_ns()}-{uuid.uuid4().hex[:8]}.xml"
+
 
 STATE = web.AppKey("state", State)
 #: The push a feedergate request made, for its line in the log.
@@ -175,6 +179,18 @@ async def drop(request: web.Request, after_bytes: int) -> int:
     return size
 
 
+async def take_fault(state: State, request: web.Request) -> tuple[Fault | None, int | None]:
+    """The next fault, and what it does before the upload is read, the same for every receiver:
+    `slow` waits; `drop_connection` reads its bytes and closes the connection, and their count
+    is returned (else None)."""
+    fault = state.faults.take()
+    if fault is not None and fault.kind == "drop_connection":
+        return fault, await drop(request, fault.after_bytes)
+    if fault is not None and fault.kind == "slow":
+        await asyncio.sleep(fault.seconds)
+    return fault, None
+
+
 async def receive_feed(request: web.Request, kind: str) -> web.StreamResponse:
     """POST /xmlfeed (kind "feed") and /xmlgroups (kind "groups"): the same feedergate, with
     the same faults and trusted IPs; only the form's source field and feed types differ."""
@@ -200,16 +216,13 @@ async def _receive_feed(state: State, request: web.Request, kind: str) -> web.St
         await _log(state, request, outcome, kind, size=size)
         return plain_text(UNAUTHORIZED)
 
-    fault = state.faults.take()
-    if fault is not None and fault.kind == "drop_connection":
-        size = await drop(request, fault.after_bytes)
-        outcome = f"refused: connection dropped after {size} bytes"
-        await _log(state, request, outcome, kind, size=size)
+    fault, dropped = await take_fault(state, request)
+    if dropped is not None:
+        outcome = f"refused: connection dropped after {dropped} bytes"
+        await _log(state, request, outcome, kind, size=dropped)
         return plain_text("")  # never sent: the transport is closed
-    if fault is not None and fault.kind == "slow":
-        await asyncio.sleep(fault.seconds)
 
-    path = state.feeds_dir / f"{time.time_ns()}-{uuid.uuid4().hex[:8]}.xml"
+    path = state.upload_path()
     with DataFile(path) as data:
         try:
             fields = await receive(request, data)

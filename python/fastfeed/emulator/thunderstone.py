@@ -27,7 +27,6 @@ import json
 import re
 import sqlite3
 import time
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +35,7 @@ from aiohttp import web
 from lxml import etree
 
 from fastfeed.emulator.index import Index
-from fastfeed.emulator.server import STATE, State, drain, drop, plain_text
+from fastfeed.emulator.server import STATE, State, drain, plain_text, take_fault
 from fastfeed.emulator.upload import MAX_FEED_BYTES, DataFile, UploadError, receive, too_large
 from fastfeed.errors import FastfeedError
 from fastfeed.sets.validate import OWN_DTD, declares
@@ -165,15 +164,12 @@ async def _receive(state: State, receiver: Receiver, request: web.Request) -> we
         await _log(state, request, "", [refusal], "refused: Not Allowed")
         return _reply([refusal])
 
-    fault = state.faults.take()
-    if fault is not None and fault.kind == "drop_connection":
-        size = await drop(request, fault.after_bytes)
-        await _log(state, request, "", [], f"refused: connection dropped after {size} bytes")
+    fault, dropped = await take_fault(state, request)
+    if dropped is not None:
+        await _log(state, request, "", [], f"refused: connection dropped after {dropped} bytes")
         return plain_text("")  # never sent: the transport is closed
-    if fault is not None and fault.kind == "slow":
-        await asyncio.sleep(fault.seconds)
 
-    path = state.feeds_dir / f"thunderstone-{time.time_ns()}-{uuid.uuid4().hex[:8]}.xml"
+    path = state.upload_path("thunderstone-")
     with DataFile(path) as data:
         try:
             fields = await receive(request, data)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
-from types import TracebackType
 from urllib.parse import unquote_to_bytes
 
 from aiohttp import BodyPartReader, web
@@ -73,11 +72,9 @@ class DataFile:
     def __enter__(self) -> DataFile:
         return self
 
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
         self.close()
-        if exc is not None:
+        if exc_type is not None:
             self.path.unlink(missing_ok=True)
 
 

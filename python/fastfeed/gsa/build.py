@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from typing import Unpack
 
-from fastfeed.gsa.writer import AclFormat, Compress, FeedType, FeedWriter
+from fastfeed.gsa.writer import FeedOptions, FeedType, FeedWriter
 from fastfeed.progress import Progress
 from fastfeed.sets.build import BuildSummary, OnError, check_directories, write_set
-from fastfeed.sets.manifest import ManifestEntry
-from fastfeed.sets.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES, FeedWarning, SetWriter
+from fastfeed.sets.writer import FeedWarning, OnFile, SetWriter
 
 
 def build(
@@ -19,17 +19,12 @@ def build(
     feedtype: FeedType = "incremental",
     *,
     base_url: str | None = None,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-    max_records: int = 0,
-    compress: Compress = "auto",
-    level: int = DEFAULT_LEVEL,
-    workers: int = 0,
-    acl_format: AclFormat = "per-url",
     allow_empty_full: bool = False,
     on_error: OnError = "stop",
-    on_file: Callable[[ManifestEntry], None] | None = None,
+    on_file: OnFile | None = None,
     on_warning: Callable[[str], None] | None = None,
     progress: Progress | None = None,
+    **options: Unpack[FeedOptions],
 ) -> BuildSummary:
     """Builds a feed set from `inputs` into `out_dir` and returns what was written.
 
@@ -37,7 +32,8 @@ def build(
     With `on_error="stop"` the first refused record raises `InputError` and no manifest is
     written. With `"skip"`, refused records are saved byte for byte to `rejected.jsonl` (with
     the reasons in `rejected.log`) so that they can be fixed and fed again; none is lost.
-    A `full` set with no records raises `EmptyFullFeed` unless `allow_empty_full`.
+    A `full` set with no records raises `EmptyFullFeed` unless `allow_empty_full`. The
+    `options` (`max_bytes`, `compress`...) are `FeedWriter`'s.
     """
     check_directories(inputs, base_url)
 
@@ -46,15 +42,10 @@ def build(
             out_dir,
             datasource,
             feedtype,
-            max_bytes=max_bytes,
-            max_records=max_records,
-            compress=compress,
-            level=level,
-            workers=workers,
-            acl_format=acl_format,
             allow_empty_full=allow_empty_full,
             on_file=on_file,
             on_warning=warn,
+            **options,
         )
 
     return write_set(inputs, out_dir, writer, base_url, on_error, on_warning, progress)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Literal, TypedDict
+from typing import Literal, TypedDict, Unpack
 
 import orjson
 
@@ -20,9 +20,8 @@ from fastfeed.delivery.results import FeedFile
 from fastfeed.errors import FastfeedError
 from fastfeed.progress import Progress
 from fastfeed.sets.build import BuildSummary, OnError, write_set
-from fastfeed.sets.manifest import ManifestEntry
 from fastfeed.sets.records import Principal
-from fastfeed.sets.writer import DEFAULT_MAX_BYTES, FeedWarning, SetWriter
+from fastfeed.sets.writer import FeedWarning, OnFile, SetWriter, WriterOptions
 
 GroupsFeedType = Literal["full", "incremental"]
 
@@ -55,21 +54,11 @@ class GroupsWriter(SetWriter):
         groupsource: str,
         feedtype: GroupsFeedType = "incremental",
         *,
-        max_bytes: int = DEFAULT_MAX_BYTES,
-        max_records: int = 0,
-        workers: int = 0,
-        on_file: Callable[[ManifestEntry], None] | None = None,
+        on_file: OnFile | None = None,
         on_warning: Callable[[FeedWarning], None] | None = None,
+        **options: Unpack[WriterOptions],
     ) -> None:
-        core = _core.FeedWriter(
-            os.fspath(out_dir),
-            groupsource,
-            feedtype,
-            kind="groups",
-            max_bytes=max_bytes,
-            max_records=max_records,
-            workers=workers,
-        )
+        core = _core.FeedWriter(os.fspath(out_dir), groupsource, feedtype, kind="groups", **options)
         refuse = (
             "a full groups feed needs at least one membership (the groups DTD has no empty "
             "feed); nothing was written. Is the input the export you meant?"
@@ -85,9 +74,6 @@ class GroupsWriter(SetWriter):
         They cross as JSON Lines: names are small, and so the core reads one schema."""
         self.add_jsonl(b"".join(orjson.dumps(m) + b"\n" for m in memberships))
 
-    def __enter__(self) -> GroupsWriter:
-        return self
-
 
 def build_groups(
     inputs: Sequence[str],
@@ -95,13 +81,11 @@ def build_groups(
     groupsource: str,
     feedtype: GroupsFeedType = "incremental",
     *,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-    max_records: int = 0,
-    workers: int = 0,
     on_error: OnError = "stop",
-    on_file: Callable[[ManifestEntry], None] | None = None,
+    on_file: OnFile | None = None,
     on_warning: Callable[[str], None] | None = None,
     progress: Progress | None = None,
+    **options: Unpack[WriterOptions],
 ) -> BuildSummary:
     """Builds a groups feed set from JSON Lines `inputs` (`-` for standard input), like
     `fastfeed.build`: refused lines stop the build, or with `on_error="skip"` go to
@@ -112,14 +96,7 @@ def build_groups(
 
     def writer(warn: Callable[[FeedWarning], None]) -> SetWriter:
         return GroupsWriter(
-            out_dir,
-            groupsource,
-            feedtype,
-            max_bytes=max_bytes,
-            max_records=max_records,
-            workers=workers,
-            on_file=on_file,
-            on_warning=warn,
+            out_dir, groupsource, feedtype, on_file=on_file, on_warning=warn, **options
         )
 
     return write_set(inputs, out_dir, writer, None, on_error, on_warning, progress)

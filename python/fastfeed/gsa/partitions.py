@@ -12,29 +12,22 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from types import TracebackType
+from typing import Unpack
 
 from fastfeed.errors import FastfeedError
-from fastfeed.gsa.writer import AclFormat, Compress, FeedType, FeedWriter
+from fastfeed.gsa.writer import FeedOptions, FeedType, FeedWriter
 from fastfeed.sets import partitions
 from fastfeed.sets.build import BuildSummary, OnError
 from fastfeed.sets.manifest import ManifestEntry
 from fastfeed.sets.partitions import Partition
 from fastfeed.sets.records import Record
-from fastfeed.sets.writer import (
-    DEFAULT_LEVEL,
-    DEFAULT_MAX_BYTES,
-    ArrowData,
-    FeedWarning,
-    RecordWriter,
-)
+from fastfeed.sets.writer import ArrowData, FeedWarning, RecordWriter
 
 #: A feed file's header (declaration, doctype, datasource, feed type) fits in this many bytes.
 _HEAD = 64 * 1024
 _BLOCK = 1 << 20
 
 
-@dataclasses.dataclass(frozen=True)
 class PartitionedBuild:
     """A feed set built from the partitions of a collection, each written where it is (a
     worker), into `out_dir`, a directory the workers and this process share::
@@ -50,28 +43,30 @@ class PartitionedBuild:
     removes every partition, so nothing half-built can be pushed.
 
     The settings are `FeedWriter`'s, with `workers` the encoding threads of each partition's
-    writer (the scheduler's workers are the parallelism). As in a single build, a `full` set's
-    first file is full and the rest incremental, in partition order; a full set with no
-    records is refused (`EmptyFullFeed`) unless `allow_empty_full`; with `on_error="skip"`
-    refused records are gathered into OUT/rejected.jsonl, with `"stop"` the first one raises
-    `InputError`.
+    writer, 1 unless given (the scheduler's workers are the parallelism). As in a single
+    build, a `full` set's first file is full and the rest incremental, in partition order; a
+    full set with no records is refused (`EmptyFullFeed`) unless `allow_empty_full`; with
+    `on_error="skip"` refused records are gathered into OUT/rejected.jsonl, with `"stop"` the
+    first one raises `InputError`.
     """
 
-    out_dir: str | os.PathLike[str]
-    datasource: str
-    feedtype: FeedType = "incremental"
-    max_bytes: int = DEFAULT_MAX_BYTES
-    max_records: int = 0
-    compress: Compress = "auto"
-    level: int = DEFAULT_LEVEL
-    workers: int = 1
-    acl_format: AclFormat = "per-url"
-    allow_empty_full: bool = False
-    on_error: OnError = "stop"
-
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        out_dir: str | os.PathLike[str],
+        datasource: str,
+        feedtype: FeedType = "incremental",
+        *,
+        allow_empty_full: bool = False,
+        on_error: OnError = "stop",
+        **options: Unpack[FeedOptions],
+    ) -> None:
         # The workers may not share this process's working directory.
-        object.__setattr__(self, "out_dir", os.path.abspath(self.out_dir))
+        self.out_dir = os.path.abspath(out_dir)
+        self.datasource = datasource
+        self.feedtype = feedtype
+        self.allow_empty_full = allow_empty_full
+        self.on_error = on_error
+        self.options: FeedOptions = {"workers": 1, **options}
 
     def start(self) -> None:
         """Checks the settings and readies `out_dir` (new or empty) on the driver, before any
@@ -119,12 +114,7 @@ class PartitionedBuild:
         self.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.discard()
 
     def _open(self, directory: Path, on_warning: Callable[[FeedWarning], None]) -> RecordWriter:
@@ -134,14 +124,9 @@ class PartitionedBuild:
             directory,
             self.datasource,
             self.feedtype,
-            max_bytes=self.max_bytes,
-            max_records=self.max_records,
-            compress=self.compress,
-            level=self.level,
-            workers=self.workers,
-            acl_format=self.acl_format,
             allow_empty_full=True,
             on_warning=on_warning,
+            **self.options,
         )
 
 

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import httpx
 
+from fastfeed.delivery.blocking import blocking
 from fastfeed.delivery.body import check_file
 from fastfeed.delivery.exchange import exchange
 from fastfeed.delivery.results import FeedFile, FileResult, Outcome, PushSummary
@@ -412,7 +413,7 @@ def _failed(job: _Job) -> bool:
 
 
 async def push_async(
-    paths: Sequence[str | os.PathLike[str]],
+    paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
     settings: PushSettings,
     *,
     progress: Progress | None = None,
@@ -420,7 +421,7 @@ async def push_async(
     allow_full_groups: bool = False,
     allow_empty_full: bool = False,
 ) -> PushSummary:
-    """Pushes feed sets (directories) or files of them; see `feed_files` for the order.
+    """Pushes feed sets (directories) or files of them (or one); see `feed_files` for the order.
 
     Files the journal says this target accepted are skipped, so running the same push again
     after an interruption sends only what is missing. With `replay`, the journal is reset for
@@ -430,7 +431,7 @@ async def push_async(
     every groupsource) is refused unless `allow_empty_full`.
     Raises `PushError` (with `.refused` and `.summary`) when the push cannot go on at all.
     """
-    files = feed_files(paths)
+    files = feed_files([paths] if isinstance(paths, (str, os.PathLike)) else paths)
     full = full_groups(files)
     if full and not allow_full_groups:
         raise PushError(
@@ -466,25 +467,7 @@ async def push_async(
             return await pusher.run()
 
 
-def push(
-    paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
-    settings: PushSettings,
-    *,
-    progress: Progress | None = None,
-    replay: bool = False,
-    allow_full_groups: bool = False,
-    allow_empty_full: bool = False,
-) -> PushSummary:
-    """Synchronous `push_async`: `push("feeds/", PushSettings(host="gsa.example.com"))`."""
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    return asyncio.run(
-        push_async(
-            paths,
-            settings,
-            progress=progress,
-            replay=replay,
-            allow_full_groups=allow_full_groups,
-            allow_empty_full=allow_empty_full,
-        )
-    )
+push = blocking(
+    push_async,
+    """Synchronous `push_async`: `push("feeds/", PushSettings(host="gsa.example.com"))`.""",
+)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fastfeed.delivery.blocking import blocking
 from fastfeed.delivery.results import FeedFile, PushSummary
 from fastfeed.delivery.settings import PushSettings
 from fastfeed.errors import PushError
@@ -93,27 +94,4 @@ async def build_and_push_async(
             return await building, pushed
 
 
-def build_and_push(
-    inputs: Sequence[str],
-    out_dir: str | os.PathLike[str],
-    datasource: str,
-    feedtype: FeedType,
-    settings: PushSettings,
-    *,
-    max_ahead: int = 4,
-    progress: Progress | None = None,
-    **build_options: Any,
-) -> tuple[BuildSummary, PushSummary]:
-    """Synchronous `build_and_push_async`."""
-    return asyncio.run(
-        build_and_push_async(
-            inputs,
-            out_dir,
-            datasource,
-            feedtype,
-            settings,
-            max_ahead=max_ahead,
-            progress=progress,
-            **build_options,
-        )
-    )
+build_and_push = blocking(build_and_push_async, "Synchronous `build_and_push_async`.")

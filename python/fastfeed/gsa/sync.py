@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Unpack
 
 from fastfeed import _core
 from fastfeed.delivery.results import PushSummary
@@ -14,11 +15,10 @@ from fastfeed.errors import SettingsError
 from fastfeed.gsa.build import build
 from fastfeed.gsa.confirm import Confirm, Finish, start_confirm
 from fastfeed.gsa.push import push
-from fastfeed.gsa.writer import AclFormat, Compress
+from fastfeed.gsa.writer import FeedOptions
 from fastfeed.progress import Progress
 from fastfeed.sets.guard import AllowDeletes
 from fastfeed.sets.sync import Receiver, SyncSummary, default_out, run_sync
-from fastfeed.sets.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES
 
 
 def sync(
@@ -33,13 +33,8 @@ def sync(
     confirm: Confirm | None = None,
     out_dir: str | os.PathLike[str] | None = None,
     base_url: str | None = None,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-    max_records: int = 0,
-    compress: Compress = "auto",
-    level: int = DEFAULT_LEVEL,
-    workers: int = 0,
-    acl_format: AclFormat = "per-url",
     progress: Progress | None = None,
+    **options: Unpack[FeedOptions],
 ) -> SyncSummary:
     """Makes the appliance's `datasource` equal to the snapshot `inputs` (JSON Lines files, `-`,
     directories with `base_url`), sending only what differs from `state` (a file, made if
@@ -49,25 +44,15 @@ def sync(
     `allow_deletes`: a share of the datasource, or a number of documents; default 10%).
     `confirm` waits, after the last file, until the appliance processed what it accepted and,
     with its Administrative API, reports the files its feeder failed (`SyncSummary.confirmed`)
-    and undoes them in the state, so that the next sync sends them again."""
+    and undoes them in the state, so that the next sync sends them again. The `options`
+    (`max_bytes`, `compress`...) are `FeedWriter`'s."""
     problem = _core.datasource_problem(datasource)
     if problem:
         raise SettingsError(problem)
 
     def build_set(inputs: list[str], out: Path, progress: Progress | None) -> object:
         return build(
-            inputs,
-            out,
-            datasource,
-            "incremental",
-            base_url=base_url,
-            max_bytes=max_bytes,
-            max_records=max_records,
-            compress=compress,
-            level=level,
-            workers=workers,
-            acl_format=acl_format,
-            progress=progress,
+            inputs, out, datasource, "incremental", base_url=base_url, progress=progress, **options
         )
 
     def push_set(feed_set: Path, progress: Progress | None) -> PushSummary:

@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, Unpack
 
 from fastfeed import _core
-from fastfeed.sets.manifest import ManifestEntry
-from fastfeed.sets.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES, FeedWarning, RecordWriter
+from fastfeed.sets.writer import FeedWarning, OnFile, RecordWriter, WriterOptions
 
 FeedType = Literal["full", "incremental", "metadata-and-url"]
 Compress = Literal["auto", "always", "never"]
 AclFormat = Literal["per-url", "legacy"]
+
+
+class FeedOptions(WriterOptions, total=False):
+    """`WriterOptions` and how GSA feeds encode content and ACLs (see `FeedWriter`)."""
+
+    #: `auto` (default): zlib content that shrinks; `always`; `never`.
+    compress: Compress
+    #: zlib level, 1 to 12 (default `DEFAULT_LEVEL`).
+    level: int
+    #: `per-url` (default): <acl> elements; `legacy`: google:acl* meta names.
+    acl_format: AclFormat
 
 
 class FeedWriter(RecordWriter):
@@ -40,27 +50,12 @@ class FeedWriter(RecordWriter):
         datasource: str,
         feedtype: FeedType = "incremental",
         *,
-        max_bytes: int = DEFAULT_MAX_BYTES,
-        max_records: int = 0,
-        compress: Compress = "auto",
-        level: int = DEFAULT_LEVEL,
-        workers: int = 0,
-        acl_format: AclFormat = "per-url",
         allow_empty_full: bool = False,
-        on_file: Callable[[ManifestEntry], None] | None = None,
+        on_file: OnFile | None = None,
         on_warning: Callable[[FeedWarning], None] | None = None,
+        **options: Unpack[FeedOptions],
     ) -> None:
-        core = _core.FeedWriter(
-            os.fspath(out_dir),
-            datasource,
-            feedtype,
-            max_bytes=max_bytes,
-            max_records=max_records,
-            compress=compress,
-            level=level,
-            workers=workers,
-            acl_format=acl_format,
-        )
+        core = _core.FeedWriter(os.fspath(out_dir), datasource, feedtype, **options)
         empty = feedtype == "full" and not allow_empty_full
         refuse = (
             f"a full feed with no records would remove every document of {datasource!r}; "
@@ -68,6 +63,3 @@ class FeedWriter(RecordWriter):
             "(Python: allow_empty_full=True)"
         )
         super().__init__(core, out_dir, on_file, on_warning, refuse if empty else None)
-
-    def __enter__(self) -> FeedWriter:
-        return self

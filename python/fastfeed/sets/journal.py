@@ -20,7 +20,6 @@ import os
 import time
 import warnings
 from pathlib import Path
-from types import TracebackType
 
 import orjson
 
@@ -150,10 +149,5 @@ class Journal:
     def __enter__(self) -> Journal:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()

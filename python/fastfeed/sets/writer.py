@@ -6,8 +6,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Iterable
-from types import TracebackType
-from typing import Protocol
+from typing import Protocol, Self, TypedDict
 
 from fastfeed import _core
 from fastfeed.errors import EmptyFullFeed
@@ -17,6 +16,22 @@ from fastfeed.sets.records import Record
 DEFAULT_MAX_BYTES: int = _core.DEFAULT_MAX_BYTES
 HARD_MAX_BYTES: int = _core.HARD_MAX_BYTES
 DEFAULT_LEVEL: int = _core.DEFAULT_LEVEL
+
+#: Called with each file's manifest entry as soon as the file is finished.
+OnFile = Callable[[ManifestEntry], None]
+
+
+class WriterOptions(TypedDict, total=False):
+    """How every writer cuts a set into files, taken by keyword by the writers, the builders
+    and the syncs (`max_bytes=50_000_000`) and handed on whole, so that each is declared once
+    here; one left out takes the Rust core's default."""
+
+    #: Cap on each file, in bytes (default `DEFAULT_MAX_BYTES`, at most `HARD_MAX_BYTES`).
+    max_bytes: int
+    #: Cap on the records of each file (default 0: none).
+    max_records: int
+    #: Encoding threads (default 0: one per core).
+    workers: int
 
 
 class ArrowStream(Protocol):
@@ -55,7 +70,7 @@ class SetWriter:
         self,
         core: _core.FeedWriter,
         out_dir: str | os.PathLike[str],
-        on_file: Callable[[ManifestEntry], None] | None,
+        on_file: OnFile | None,
         on_warning: Callable[[FeedWarning], None] | None,
         refuse_empty: str | None = None,
     ) -> None:
@@ -134,15 +149,10 @@ class SetWriter:
             for entry in finished:
                 self._on_file(ManifestEntry(**entry))  # type: ignore[arg-type]
 
-    def __enter__(self) -> SetWriter:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
         if exc_type is None:
             self.close()
         else:

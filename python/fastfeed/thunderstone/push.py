@@ -44,6 +44,7 @@ from urllib.parse import urlencode, urlsplit
 
 import httpx
 
+from fastfeed.delivery.blocking import blocking
 from fastfeed.delivery.body import check_file
 from fastfeed.delivery.exchange import ANSWER_BYTES, exchange
 from fastfeed.delivery.results import FeedFile, FileResult, Outcome, PushSummary
@@ -373,7 +374,7 @@ class _Pusher:
 
 
 async def push_async(
-    paths: Sequence[str | os.PathLike[str]],
+    paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
     url: str,
     settings: PushSettings | None = None,
     *,
@@ -389,7 +390,7 @@ async def push_async(
         raise SettingsError(
             f"the settings are for {settings.base_url}, not {url}: see url_settings"
         )
-    sets = thunderstone_sets(paths)
+    sets = thunderstone_sets([paths] if isinstance(paths, (str, os.PathLike)) else paths)
     total = sum(e.bytes for _, entries in sets for e in entries)
     with stage(progress, "push", total) as line:
         async with http_client(settings) as client:
@@ -407,15 +408,7 @@ async def push_async(
     return pusher.summary
 
 
-def push(
-    paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
-    url: str,
-    settings: PushSettings | None = None,
-    *,
-    progress: Progress | None = None,
-) -> ThunderstoneSummary:
-    """Synchronous `push_async`:
-    `push("set/", url, url_settings(url, cacert="ca.pem"))`."""
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    return asyncio.run(push_async(paths, url, settings, progress=progress))
+push = blocking(
+    push_async,
+    """Synchronous `push_async`: `push("set/", url, url_settings(url, cacert="ca.pem"))`.""",
+)

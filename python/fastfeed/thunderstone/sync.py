@@ -6,13 +6,14 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Unpack
 
 from fastfeed.delivery.results import PushSummary
 from fastfeed.delivery.settings import PushSettings
 from fastfeed.progress import Progress
 from fastfeed.sets.guard import AllowDeletes
 from fastfeed.sets.sync import Receiver, SyncSummary, default_out, run_sync
-from fastfeed.sets.writer import DEFAULT_MAX_BYTES
+from fastfeed.sets.writer import WriterOptions
 from fastfeed.thunderstone.build import build_thunderstone
 from fastfeed.thunderstone.push import push, url_settings
 
@@ -29,10 +30,8 @@ def sync(
     dry_run: bool = False,
     out_dir: str | os.PathLike[str] | None = None,
     base_url: str | None = None,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-    max_records: int = 0,
-    workers: int = 0,
     progress: Progress | None = None,
+    **options: Unpack[WriterOptions],
 ) -> SyncSummary:
     """Makes the Thunderstone `profile` at `url` (its recvdata.xml) equal to the snapshot
     `inputs`, sending only what differs from `state`, as GSA's `sync` does for a datasource."""
@@ -40,14 +39,7 @@ def sync(
 
     def build_set(inputs: list[str], out: Path, progress: Progress | None) -> object:
         return build_thunderstone(
-            inputs,
-            out,
-            profile,
-            base_url=base_url,
-            max_bytes=max_bytes,
-            max_records=max_records,
-            workers=workers,
-            progress=progress,
+            inputs, out, profile, base_url=base_url, progress=progress, **options
         )
 
     def push_set(feed_set: Path, progress: Progress | None) -> PushSummary:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Unpack
 
 from fastfeed import _core
-from fastfeed.sets.manifest import ManifestEntry
-from fastfeed.sets.writer import DEFAULT_MAX_BYTES, FeedWarning, RecordWriter
+from fastfeed.sets.writer import FeedWarning, OnFile, RecordWriter, WriterOptions
 
 
 class ThunderstoneWriter(RecordWriter):
@@ -22,22 +22,11 @@ class ThunderstoneWriter(RecordWriter):
         out_dir: str | os.PathLike[str],
         profile: str,
         *,
-        max_bytes: int = DEFAULT_MAX_BYTES,
-        max_records: int = 0,
-        workers: int = 0,
-        on_file: Callable[[ManifestEntry], None] | None = None,
+        on_file: OnFile | None = None,
         on_warning: Callable[[FeedWarning], None] | None = None,
+        **options: Unpack[WriterOptions],
     ) -> None:
         core = _core.FeedWriter(
-            os.fspath(out_dir),
-            profile,
-            "incremental",
-            kind="thunderstone",
-            max_bytes=max_bytes,
-            max_records=max_records,
-            workers=workers,
+            os.fspath(out_dir), profile, "incremental", kind="thunderstone", **options
         )
         super().__init__(core, out_dir, on_file, on_warning)
-
-    def __enter__(self) -> ThunderstoneWriter:
-        return self

@@ -94,16 +94,7 @@ impl Content<'_> {
 /// larger can fit under (a file that grows while read stops there too).
 fn read_content_file(path: &std::path::Path, buf: &mut Vec<u8>) -> std::result::Result<(), String> {
     let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
-    let mut options = std::fs::OpenOptions::new();
-    options.read(true);
-    // Opening a FIFO for reading waits for a writer: O_NONBLOCK returns at once, and fstat then
-    // tells what it is. It changes nothing for a regular file's reads.
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.custom_flags(libc::O_NONBLOCK);
-    }
-    let file = options.open(path).map_err(cannot)?;
+    let file = open_content_file(path).map_err(cannot)?;
     let meta = file.metadata().map_err(cannot)?;
     if !meta.is_file() {
         return Err(format!(
@@ -130,4 +121,96 @@ fn read_content_file(path: &std::path::Path, buf: &mut Vec<u8>) -> std::result::
         ));
     }
     Ok(())
+}
+
+/// Opens a `content_path` file for reading. Opening a FIFO for reading waits for a writer:
+/// O_NONBLOCK returns at once, and fstat then tells what it is. It changes nothing for a
+/// regular file's reads.
+fn open_content_file(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    options.open(path)
+}
+
+/// Threads that open the files a chunk names and ask the kernel to read them ahead. Opening a
+/// file on a cold cache waits for the disk (its directory entry, its inode), and the encoding
+/// threads read one file each at a time: with the files asked for here first, the disk has many
+/// reads in flight whatever the number of encoding threads.
+const READ_THREADS: usize = 16;
+/// The most asked of one file ahead of its read: the kernel's own read-ahead follows a
+/// sequential read from there, so a huge file does not flood the page cache.
+const READ_AHEAD_FILE: u64 = 8 << 20;
+/// The most asked of one chunk's files ahead: pages read ahead and evicted before they are
+/// read would be read twice.
+const READ_AHEAD_CHUNK: u64 = 256 << 20;
+
+/// The pool that reads ahead (and plans the chunks that name files, see `writer::tasks`).
+pub(crate) fn read_pool() -> &'static rayon::ThreadPool {
+    static POOL: std::sync::OnceLock<rayon::ThreadPool> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(READ_THREADS)
+            .thread_name(|i| format!("fastfeed-read-{i}"))
+            .build()
+            .expect("cannot start the reading threads")
+    })
+}
+
+/// Asks the kernel to read the start of each file ahead, many at a time, and returns each
+/// file's size (0 for what cannot be opened or is not a regular file: its read will say why).
+/// Runs on the read pool, whose threads may wait for the disk.
+pub(crate) fn read_ahead(paths: &[&std::path::Path]) -> Vec<u64> {
+    use rayon::prelude::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let budget = AtomicU64::new(READ_AHEAD_CHUNK);
+    read_pool().install(|| {
+        paths
+            .par_iter()
+            .with_max_len(1)
+            .map(|path| {
+                let Ok(file) = open_content_file(path) else {
+                    return 0;
+                };
+                let size = file
+                    .metadata()
+                    .ok()
+                    .filter(std::fs::Metadata::is_file)
+                    .map_or(0, |m| m.len());
+                let len = size.min(READ_AHEAD_FILE);
+                let granted = budget
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                        left.checked_sub(len)
+                    })
+                    .is_ok();
+                if granted && len > 0 {
+                    will_need(&file, len);
+                }
+                size
+            })
+            .collect()
+    })
+}
+
+/// Starts reading the first `len` bytes of `file` into the page cache, without waiting for them.
+fn will_need(file: &std::fs::File, len: u64) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a valid descriptor; the call only advises the kernel.
+        unsafe {
+            libc::posix_fadvise(
+                file.as_raw_fd(),
+                0,
+                len as libc::off_t,
+                libc::POSIX_FADV_WILLNEED,
+            )
+        };
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file, len);
 }

@@ -453,13 +453,19 @@ pub fn cut_by_cost(
     }
     let target = costs.iter().sum::<u64>() / count.max(1) as u64;
     let mut parts = Vec::new();
-    let (mut from, mut sum) = (0, 0);
+    let (mut from, mut sum, mut start) = (0, 0, 0);
     for (end, cost) in ends.into_iter().zip(costs) {
+        // A heavy line goes alone rather than at the end of a part already full enough.
+        if sum > 0 && sum + cost > target {
+            parts.push((from..start, sum));
+            (from, sum) = (start, 0);
+        }
         sum += cost;
         if sum >= target {
             parts.push((from..end, sum));
             (from, sum) = (end, 0);
         }
+        start = end;
     }
     if from < chunk.len() || parts.is_empty() {
         parts.push((from..chunk.len(), sum));

@@ -414,15 +414,23 @@ pub fn names_files(chunk: &[u8]) -> bool {
 
 const CONTENT_PATH: &[u8] = b"\"content_path\"";
 
-/// The `content_path` a line names, if any, read without parsing the lines that name none. For
-/// planning only: the line's own parse says what is wrong with it.
+/// The `content_path` a line names, if any, read without parsing the line: a path without
+/// escapes is taken as it is, others are left to serde. For planning only: the line's own parse
+/// says what is wrong with it.
 fn content_path_of(line: &[u8]) -> Option<PathBuf> {
     #[derive(Deserialize)]
     struct Named {
         content_path: Option<PathBuf>,
     }
-    memchr::memmem::find(line, CONTENT_PATH)?;
-    serde_json::from_slice::<Named>(line).ok()?.content_path
+    let after = memchr::memmem::find(line, CONTENT_PATH)? + CONTENT_PATH.len();
+    let value = line[after..].trim_ascii_start().strip_prefix(b":")?;
+    let value = value.trim_ascii_start().strip_prefix(b"\"")?;
+    match memchr::memchr2(b'"', b'\\', value) {
+        Some(end) if value[end] == b'"' => {
+            std::str::from_utf8(&value[..end]).ok().map(PathBuf::from)
+        }
+        _ => serde_json::from_slice::<Named>(line).ok()?.content_path,
+    }
 }
 
 /// A chunk cut at line starts into about `count` parts of equal cost, each with its cost: a

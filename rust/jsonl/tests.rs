@@ -161,6 +161,12 @@ fn chunks_that_name_files_are_cut_by_what_their_records_cost() {
         }
     }
     assert!(names_files(&chunk) && !names_files(b"{\"content\":\"content path\"}"));
+    let escaped = br#"{"content_path" : "/f/a\"b\u00e9"}"#;
+    assert_eq!(
+        content_path_of(escaped),
+        Some(PathBuf::from("/f/a\"b\u{e9}"))
+    );
+    assert_eq!(content_path_of(br#"{"content_path": null}"#), None);
     // File 40 is as big as all the others together: it stands alone.
     let size = |path: &std::path::Path| {
         if path.ends_with("40") {

@@ -210,31 +210,46 @@ pub(super) fn start_chunk(
     how: LineEncoding,
 ) -> Started {
     let count = pool.current_num_threads() * 8;
-    let bytes = (*chunk).as_ref();
-    if !jsonl::names_files(bytes) {
-        let pieces: Vec<_> = jsonl::pieces(bytes.len(), count)
-            .into_iter()
-            .map(|p| (p.clone(), p.len() as u64))
-            .collect();
-        let results = Arc::new(Results::new(pieces.len(), false));
-        spawn_pieces(pool, &chunk, &results, pieces, how);
-        return Started { chunk, results };
+    if !jsonl::names_files((*chunk).as_ref()) {
+        return start_by_bytes(pool, chunk, count, how);
     }
     let results = Arc::new(Results::new(0, true));
-    let (pool, plan_chunk, plan_results) =
+    let (plan_pool, plan_chunk, plan_results) =
         (Arc::clone(pool), Arc::clone(&chunk), Arc::clone(&results));
-    crate::record::read_pool().spawn(move || {
+    // A thread of its own: planning waits for the disk where the cache is cold.
+    let planner = std::thread::Builder::new().name("fastfeed-plan".into());
+    let planning = planner.spawn(move || {
         let bytes = (*plan_chunk).as_ref();
         let pieces = catch_unwind(AssertUnwindSafe(|| {
             jsonl::cut_by_cost(bytes, count, crate::record::read_ahead)
         }))
         .unwrap_or_else(|_| vec![(0..bytes.len(), bytes.len() as u64)]);
         plan_results.expect(pieces.len());
-        spawn_pieces(&pool, &plan_chunk, &plan_results, pieces, how);
+        spawn_pieces(&plan_pool, &plan_chunk, &plan_results, pieces, how);
         // Before the plan reports: the writer's own reference must be the last (see SharedChunk).
         drop(plan_chunk);
         plan_results.planned();
     });
+    match planning {
+        Ok(_) => Started { chunk, results },
+        // No thread to plan on (out of threads): cut by bytes, as a chunk naming no file.
+        Err(_) => start_by_bytes(pool, chunk, count, how),
+    }
+}
+
+/// Starts a chunk cut into `count` pieces of equal bytes of JSON.
+fn start_by_bytes(
+    pool: &rayon::ThreadPool,
+    chunk: SharedChunk,
+    count: usize,
+    how: LineEncoding,
+) -> Started {
+    let pieces: Vec<_> = jsonl::pieces((*chunk).as_ref().len(), count)
+        .into_iter()
+        .map(|p| (p.clone(), p.len() as u64))
+        .collect();
+    let results = Arc::new(Results::new(pieces.len(), false));
+    spawn_pieces(pool, &chunk, &results, pieces, how);
     Started { chunk, results }
 }
 

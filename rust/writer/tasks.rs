@@ -253,6 +253,9 @@ fn start_by_bytes(
     Started { chunk, results }
 }
 
+/// The most room reserved ahead for a piece's output.
+const MAX_PIECE_CAPACITY: u64 = 16 << 20;
+
 /// Hands `pieces` (ranges of `chunk`, with their cost) to the encoding threads, heaviest first:
 /// a chunk ends when its last piece does, and a heavy piece started last would leave the other
 /// threads idle.
@@ -270,7 +273,10 @@ fn spawn_pieces(
         pool.spawn_fifo(move || {
             let done = catch_unwind(AssertUnwindSafe(|| {
                 with_scratch(how.level, |scratch| {
-                    how.encode_piece((*chunk).as_ref(), piece, cost as usize, scratch)
+                    // Room for what the piece will likely take, but not a huge file's worth
+                    // at once: a big record grows its buffer as it goes.
+                    let capacity = cost.min(MAX_PIECE_CAPACITY) as usize;
+                    how.encode_piece((*chunk).as_ref(), piece, capacity, scratch)
                 })
             }))
             .unwrap_or_else(|_| {

@@ -124,11 +124,15 @@ def plain_python_build(src: Path, out: Path, datasource: str, max_bytes: int = M
             if "content" in rec:
                 body = f"<content>{escape(rec['content'])}</content>"
             else:
-                data = zlib.compress(base64.b64decode(rec["content_base64"]))
-                encoded = base64.b64encode(data).decode()
+                if "content_path" in rec:
+                    raw = Path(rec["content_path"]).read_bytes()
+                else:
+                    raw = base64.b64decode(rec["content_base64"])
+                encoded = base64.b64encode(zlib.compress(raw)).decode()
                 body = f'<content encoding="base64compressed">{encoded}</content>'
             record = (
-                f"<record url={quoteattr(rec['url'])} mimetype={quoteattr(rec['mimetype'])}>"
+                f"<record url={quoteattr(rec['url'])} "
+                f"mimetype={quoteattr(rec.get('mimetype', 'application/octet-stream'))}>"
                 f"<metadata>{''.join(meta)}</metadata>{body}</record>\n"
             ).encode()
             if size + len(record) + len(footer) > max_bytes and len(part) > 1:

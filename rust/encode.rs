@@ -207,6 +207,15 @@ impl Deflater {
     /// when `compress` asks for it and it pays, else `data` itself. Text has already been sent as
     /// text where it could be, so everything that reaches here is binary.
     pub fn choose<'a>(&'a mut self, data: &'a [u8], compress: Compress) -> (Encoding, &'a [u8]) {
+        match self.deflate_if_worth(data, compress) {
+            Some(n) => (Encoding::Base64Compressed, &self.scratch[..n]),
+            None => (Encoding::Base64Binary, data),
+        }
+    }
+
+    /// `choose` without borrowing `data` in its answer: the deflated length, the bytes left in
+    /// `deflated_len`'s buffer, or None to send `data` as it is.
+    pub fn deflate_if_worth(&mut self, data: &[u8], compress: Compress) -> Option<usize> {
         let try_deflate = match compress {
             Compress::Never => false,
             Compress::Always => true,
@@ -219,10 +228,15 @@ impl Deflater {
         if try_deflate {
             let n = self.deflate(data);
             if n < data.len() || compress == Compress::Always {
-                return (Encoding::Base64Compressed, &self.scratch[..n]);
+                return Some(n);
             }
         }
-        (Encoding::Base64Binary, data)
+        None
+    }
+
+    /// The first `n` bytes deflated last.
+    pub fn deflated_len(&self, n: usize) -> &[u8] {
+        &self.scratch[..n]
     }
 }
 
@@ -235,13 +249,21 @@ pub struct Scratch {
 }
 
 /// Above this a scratch buffer is given back after use: one huge record must not pin its size.
-const KEEP: usize = 64 << 20;
+const KEEP: usize = 4 << 20;
 
 impl Scratch {
     pub fn new(level: u8) -> Self {
         Scratch {
             deflater: Deflater::new(level),
             bytes: Vec::new(),
+        }
+    }
+
+    /// Gives back the bytes buffer if it is big, once its content is deflated: a big file's
+    /// bytes and its base64 are then never held together.
+    pub fn release_bytes(bytes: &mut Vec<u8>) {
+        if bytes.capacity() > KEEP {
+            *bytes = Vec::new();
         }
     }
 

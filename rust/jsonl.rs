@@ -412,6 +412,81 @@ pub fn pieces(len: usize, count: usize) -> Vec<Range<usize>> {
     (0..count).map(|i| cut(i)..cut(i + 1)).collect()
 }
 
+/// Whether a chunk may name files by `content_path`: only such chunks are worth planning
+/// line by line (see `cut_by_cost`).
+pub fn names_files(chunk: &[u8]) -> bool {
+    memchr::memmem::find(chunk, CONTENT_PATH).is_some()
+}
+
+const CONTENT_PATH: &[u8] = b"\"content_path\"";
+
+/// The `content_path` a line names, if any, read without parsing the line: a path without
+/// escapes is taken as it is, others are left to serde. For planning only: the line's own parse
+/// says what is wrong with it.
+fn content_path_of(line: &[u8]) -> Option<PathBuf> {
+    #[derive(Deserialize)]
+    struct Named {
+        content_path: Option<PathBuf>,
+    }
+    let after = memchr::memmem::find(line, CONTENT_PATH)? + CONTENT_PATH.len();
+    let value = line[after..].trim_ascii_start().strip_prefix(b":")?;
+    let value = value.trim_ascii_start().strip_prefix(b"\"")?;
+    match memchr::memchr2(b'"', b'\\', value) {
+        Some(end) if value[end] == b'"' => {
+            std::str::from_utf8(&value[..end]).ok().map(PathBuf::from)
+        }
+        _ => serde_json::from_slice::<Named>(line).ok()?.content_path,
+    }
+}
+
+/// A chunk cut at line starts into about `count` parts of equal cost, each with its cost: a
+/// line costs its bytes, plus the size of the file it names, as `sizes` tells (given the named
+/// files in order). A record that names a file is much heavier than its line: cut by bytes of
+/// JSON, one part would hold most of the work.
+pub fn cut_by_cost(
+    chunk: &[u8],
+    count: usize,
+    sizes: impl FnOnce(&[&std::path::Path]) -> Vec<u64>,
+) -> Vec<(Range<usize>, u64)> {
+    let mut ends = Vec::new();
+    let mut costs = Vec::new();
+    let mut named = Vec::new();
+    let mut start = 0;
+    while start < chunk.len() {
+        let end = memchr::memchr(b'\n', &chunk[start..]).map_or(chunk.len(), |k| start + k + 1);
+        if let Some(path) = content_path_of(&chunk[start..end]) {
+            named.push((costs.len(), path));
+        }
+        ends.push(end);
+        costs.push((end - start) as u64);
+        start = end;
+    }
+    let paths: Vec<&std::path::Path> = named.iter().map(|(_, p)| p.as_path()).collect();
+    for ((line, _), size) in named.iter().zip(sizes(&paths)) {
+        costs[*line] += size;
+    }
+    let target = costs.iter().sum::<u64>() / count.max(1) as u64;
+    let mut parts = Vec::new();
+    let (mut from, mut sum, mut start) = (0, 0, 0);
+    for (end, cost) in ends.into_iter().zip(costs) {
+        // A heavy line goes alone rather than at the end of a part already full enough.
+        if sum > 0 && sum + cost > target {
+            parts.push((from..start, sum));
+            (from, sum) = (start, 0);
+        }
+        sum += cost;
+        if sum >= target {
+            parts.push((from..end, sum));
+            (from, sum) = (end, 0);
+        }
+        start = end;
+    }
+    if from < chunk.len() || parts.is_empty() {
+        parts.push((from..chunk.len(), sum));
+    }
+    parts
+}
+
 /// The non-blank lines of `chunk` that start in `part` (a line starts at 0 or after a newline;
 /// it may end past the part), with their index among those lines, blank ones counted, so that
 /// errors can name the input line; and how many lines start in the part.

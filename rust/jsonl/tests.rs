@@ -150,6 +150,61 @@ fn the_lines_of_all_pieces_are_the_lines_of_the_chunk_once_each() {
     assert!(parts.into_iter().all(|p| lines_in(&short, p).1 > 0));
 }
 
+#[test]
+fn chunks_that_name_files_are_cut_by_what_their_records_cost() {
+    let mut chunk = Vec::new();
+    for n in 0..64 {
+        chunk.extend_from_slice(format!("{{\"url\":\"http://f.example.com/{n}\",").as_bytes());
+        chunk.extend_from_slice(format!("\"content_path\":\"/f/{n}\"}}\n").as_bytes());
+        if n % 5 == 0 {
+            chunk.extend_from_slice(b"{\"url\":\"http://f.example.com/t\",\"content\":\"x\"}\n\n");
+        }
+    }
+    assert!(names_files(&chunk) && !names_files(b"{\"content\":\"content path\"}"));
+    let escaped = br#"{"content_path" : "/f/a\"b\u00e9"}"#;
+    assert_eq!(
+        content_path_of(escaped),
+        Some(PathBuf::from("/f/a\"b\u{e9}"))
+    );
+    assert_eq!(content_path_of(br#"{"content_path": null}"#), None);
+    // File 40 is as big as all the others together: it stands alone.
+    let size = |path: &std::path::Path| {
+        if path.ends_with("40") {
+            63_000_000
+        } else {
+            1_000_000
+        }
+    };
+    let mut asked = Vec::new();
+    let parts = cut_by_cost(&chunk, 8, |paths| {
+        asked = paths.iter().map(|p| p.to_path_buf()).collect();
+        paths.iter().map(|p| size(p)).collect()
+    });
+    assert_eq!(asked.len(), 64);
+    assert_eq!(asked[40], std::path::Path::new("/f/40"));
+    let heavy: Vec<_> = parts
+        .iter()
+        .filter(|(_, cost)| *cost > 60_000_000)
+        .collect();
+    assert_eq!(heavy.len(), 1);
+    assert_eq!(lines_in(&chunk, heavy[0].0.clone()).1, 1);
+    assert!(parts.len() >= 5, "{} parts", parts.len());
+    // Parts start at line starts, cover the chunk, and their lines are the chunk's, once each.
+    assert_eq!(parts.first().unwrap().0.start, 0);
+    assert_eq!(parts.last().unwrap().0.end, chunk.len());
+    assert!(parts
+        .windows(2)
+        .all(|w| w[0].0.end == w[1].0.start && chunk[w[1].0.start - 1] == b'\n'));
+    let mut joined = Vec::new();
+    let mut total = 0;
+    for (part, _) in parts {
+        let (found, n) = lines_in(&chunk, part);
+        joined.extend(found.into_iter().map(|(i, line)| (i + total, line)));
+        total += n;
+    }
+    assert_eq!((joined, total), lines(&chunk));
+}
+
 /// The fields of a struct as its derived `Deserialize` knows them: serde hands them to the
 /// deserializer, which here keeps them and stops.
 fn serde_fields<'de, T: Deserialize<'de>>() -> &'static [&'static str] {

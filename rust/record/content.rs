@@ -94,16 +94,7 @@ impl Content<'_> {
 /// larger can fit under (a file that grows while read stops there too).
 fn read_content_file(path: &std::path::Path, buf: &mut Vec<u8>) -> std::result::Result<(), String> {
     let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
-    let mut options = std::fs::OpenOptions::new();
-    options.read(true);
-    // Opening a FIFO for reading waits for a writer: O_NONBLOCK returns at once, and fstat then
-    // tells what it is. It changes nothing for a regular file's reads.
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.custom_flags(libc::O_NONBLOCK);
-    }
-    let file = options.open(path).map_err(cannot)?;
+    let file = open_content_file(path).map_err(cannot)?;
     let meta = file.metadata().map_err(cannot)?;
     if !meta.is_file() {
         return Err(format!(
@@ -130,4 +121,101 @@ fn read_content_file(path: &std::path::Path, buf: &mut Vec<u8>) -> std::result::
         ));
     }
     Ok(())
+}
+
+/// Opens a `content_path` file for reading. Opening a FIFO for reading waits for a writer:
+/// O_NONBLOCK returns at once, and fstat then tells what it is. It changes nothing for a
+/// regular file's reads.
+fn open_content_file(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    options.open(path)
+}
+
+/// Threads that open the files a chunk names and ask the kernel to read them ahead, at most
+/// one per this many files. Opening a file on a cold cache waits for the disk (its directory
+/// entry, its inode), and the encoding threads read one file each at a time: with the files
+/// asked for here first, the disk has many reads in flight whatever the number of encoding
+/// threads. Plain threads of their own, not a pool's: idle pool threads spin a while before
+/// they sleep, and did so after every chunk, on the cores the encoding needs (0.1 s of CPU a
+/// 300 MB build).
+const FILES_PER_THREAD: usize = 32;
+/// And at most this many.
+const READ_THREADS: usize = 16;
+/// The most asked of one file ahead of its read: the kernel's own read-ahead follows a
+/// sequential read from there, so a huge file does not flood the page cache.
+const READ_AHEAD_FILE: u64 = 8 << 20;
+/// The most asked of one chunk's files ahead: pages read ahead and evicted before they are
+/// read would be read twice.
+const READ_AHEAD_CHUNK: u64 = 256 << 20;
+
+/// Asks the kernel to read the start of each file ahead, many at a time, and returns each
+/// file's size (0 for what cannot be opened or is not a regular file: its read will say why).
+/// Its threads may wait for the disk.
+pub(crate) fn read_ahead(paths: &[&std::path::Path]) -> Vec<u64> {
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    let budget = AtomicU64::new(READ_AHEAD_CHUNK);
+    let next = AtomicUsize::new(0);
+    let sizes: Vec<AtomicU64> = paths.iter().map(|_| AtomicU64::new(0)).collect();
+    let one = |path: &std::path::Path| {
+        let Ok(file) = open_content_file(path) else {
+            return 0;
+        };
+        let size = file
+            .metadata()
+            .ok()
+            .filter(std::fs::Metadata::is_file)
+            .map_or(0, |m| m.len());
+        let len = size.min(READ_AHEAD_FILE);
+        let granted = budget
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                left.checked_sub(len)
+            })
+            .is_ok();
+        if granted && len > 0 {
+            will_need(&file, len);
+        }
+        size
+    };
+    // Each thread takes the next file not taken yet.
+    let claim = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let Some(path) = paths.get(i) else { break };
+        sizes[i].store(one(path), Ordering::Relaxed);
+    };
+    let threads = paths
+        .len()
+        .div_ceil(FILES_PER_THREAD)
+        .clamp(1, READ_THREADS);
+    std::thread::scope(|scope| {
+        for _ in 1..threads {
+            scope.spawn(claim);
+        }
+        claim();
+    });
+    sizes.into_iter().map(AtomicU64::into_inner).collect()
+}
+
+/// Starts reading the first `len` bytes of `file` into the page cache, without waiting for them.
+fn will_need(file: &std::fs::File, len: u64) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a valid descriptor; the call only advises the kernel.
+        unsafe {
+            libc::posix_fadvise(
+                file.as_raw_fd(),
+                0,
+                len as libc::off_t,
+                libc::POSIX_FADV_WILLNEED,
+            )
+        };
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file, len);
 }

@@ -126,8 +126,13 @@ impl Checked<'_, '_> {
             // XML cannot carry this text as text: base64 keeps every byte.
             out.truncate(mark);
         }
-        let (encoding, payload) = deflater.choose(bytes, opts.compress);
-        write_encoded(out, encoding, payload);
+        match deflater.deflate_if_worth(bytes, opts.compress) {
+            Some(n) => {
+                Scratch::release_bytes(buf);
+                write_encoded(out, Encoding::Base64Compressed, deflater.deflated_len(n));
+            }
+            None => write_encoded(out, Encoding::Base64Binary, bytes),
+        }
         Ok(())
     }
 }

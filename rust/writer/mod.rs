@@ -13,7 +13,6 @@ mod tasks;
 
 use std::collections::VecDeque;
 use std::fs;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender, TryRecvError};
 use std::sync::{Arc, Mutex};
@@ -22,13 +21,10 @@ use std::thread::JoinHandle;
 use crate::encode::Scratch;
 use crate::error::{Error, Result};
 use crate::groups::Membership;
-use crate::jsonl;
 use crate::record::{EncodeOptions, FeedKind, FeedType, Record};
 
 use files::{write_files, Files, Job};
-use tasks::{
-    check_sizes, encode_piece, run_tasks, runs, with_scratch, Encoded, Limits, Results, Started,
-};
+use tasks::{check_sizes, run_tasks, runs, start_chunk, Encoded, Limits, LineEncoding, Started};
 
 pub use set::{check_datasource, BatchReport, ManifestEntry, Options, SetKind};
 pub use tasks::SharedChunk;
@@ -44,7 +40,8 @@ pub struct FeedWriter {
     kind: FeedKind,
     opts: Options,
     limits: Limits,
-    pool: rayon::ThreadPool,
+    /// Shared with the reading threads, which start the pieces of the chunks they plan.
+    pool: Arc<rayon::ThreadPool>,
     /// Encoded batches go to a thread of their own, which writes one while the next is read
     /// and encoded: writing is one thread's work and must not leave the other cores idle.
     jobs: Option<SyncSender<Job>>,
@@ -103,11 +100,13 @@ impl FeedWriter {
                 dir.display()
             )));
         }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(opts.workers)
-            .thread_name(|i| format!("fastfeed-encode-{i}"))
-            .build()
-            .map_err(|e| Error::Config(format!("cannot start encoding threads: {e}")))?;
+        let pool = Arc::new(
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(opts.workers)
+                .thread_name(|i| format!("fastfeed-encode-{i}"))
+                .build()
+                .map_err(|e| Error::Config(format!("cannot start encoding threads: {e}")))?,
+        );
         let files = Files {
             set,
             dir: dir.to_owned(),
@@ -311,30 +310,15 @@ impl FeedWriter {
         self.started.get_mut().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Hands the pieces of a chunk to the encoding threads, first in, first done.
+    /// Hands the pieces of a chunk to the encoding threads (see `tasks::start_chunk`).
     fn launch(&self, chunk: SharedChunk) -> Started {
-        let (set, kind, enc, level) = (self.set, self.kind, self.encode_options(), self.opts.level);
-        let ranges = jsonl::pieces((*chunk).as_ref().len(), self.pool.current_num_threads() * 8);
-        let results = Arc::new(Results::new(ranges.len()));
-        for (at, piece) in ranges.into_iter().enumerate() {
-            let (chunk, results) = (Arc::clone(&chunk), Arc::clone(&results));
-            self.pool.spawn_fifo(move || {
-                let done = catch_unwind(AssertUnwindSafe(|| {
-                    with_scratch(level, |scratch| {
-                        encode_piece(set, kind, enc, (*chunk).as_ref(), piece, scratch)
-                    })
-                }))
-                .unwrap_or_else(|_| {
-                    Err(Error::Config(
-                        "an encoding thread failed (a bug in fastfeed: please report it)".into(),
-                    ))
-                });
-                // Before reporting: the writer's own reference must be the last (see SharedChunk).
-                drop(chunk);
-                results.put(at, done);
-            });
-        }
-        Started { chunk, results }
+        let how = LineEncoding {
+            set: self.set,
+            kind: self.kind,
+            enc: self.encode_options(),
+            level: self.opts.level,
+        };
+        start_chunk(&self.pool, chunk, how)
     }
 
     /// Waits for a chunk's pieces and takes them. Line numbers are counted from each piece's

@@ -3,6 +3,7 @@
 
 use std::cell::RefCell;
 use std::ops::Range;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -19,8 +20,26 @@ thread_local! {
     static SCRATCH: RefCell<Option<Scratch>> = const { RefCell::new(None) };
 }
 
+/// Buffers above this size are mapped and unmapped by malloc on their own: see `with_scratch`.
+#[cfg(target_os = "linux")]
+const MMAP_THRESHOLD: libc::c_int = 4 << 20;
+
 /// Runs `f` with this thread's scratch, made for `level` if it has none or another level.
-pub(super) fn with_scratch<T>(level: u8, f: impl FnOnce(&mut Scratch) -> T) -> T {
+fn with_scratch<T>(level: u8, f: impl FnOnce(&mut Scratch) -> T) -> T {
+    // glibc raises its mmap threshold to the size of each big buffer freed, up to 32 MB, and
+    // its trim threshold to twice that: after a few big files, every buffer of up to 32 MB
+    // comes from, and stays in, the heap of the thread that made it. Memory then grew with the
+    // corpus (317 MB building 4 GB of files by path). Fixed thresholds give big buffers and
+    // free heap tops back.
+    #[cfg(target_os = "linux")]
+    {
+        static FIXED: std::sync::Once = std::sync::Once::new();
+        // SAFETY: mallopt only sets tunables of the allocator.
+        FIXED.call_once(|| unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, MMAP_THRESHOLD);
+        });
+    }
     SCRATCH.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.as_ref().is_none_or(|s| s.deflater.level() != level) {
@@ -94,16 +113,36 @@ pub(super) struct Results {
 }
 
 impl Results {
-    pub(super) fn new(pieces: usize) -> Self {
+    /// Results for `pieces`, or, while a chunk is planned, for none yet and the plan out.
+    fn new(pieces: usize, planning: bool) -> Self {
         Results {
-            slots: Mutex::new(((0..pieces).map(|_| None).collect(), pieces)),
+            slots: Mutex::new((
+                (0..pieces).map(|_| None).collect(),
+                pieces + usize::from(planning),
+            )),
             all_in: Condvar::new(),
         }
     }
 
-    pub(super) fn put(&self, at: usize, piece: Piece) {
+    /// The plan cut the chunk into `pieces`.
+    fn expect(&self, pieces: usize) {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots.0 = (0..pieces).map(|_| None).collect();
+        slots.1 += pieces;
+    }
+
+    fn put(&self, at: usize, piece: Piece) {
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         slots.0[at] = Some(piece);
+        self.one_less(slots);
+    }
+
+    /// The plan has started every piece.
+    fn planned(&self) {
+        self.one_less(self.slots.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    fn one_less(&self, mut slots: std::sync::MutexGuard<'_, (Vec<Option<Piece>>, usize)>) {
         slots.1 -= 1;
         if slots.1 == 0 {
             self.all_in.notify_one();
@@ -129,24 +168,127 @@ impl Started {
     }
 }
 
-/// Encodes the lines that start in `piece` of `chunk`; returns them, numbered from the piece's
-/// first line, and how many lines started there.
-pub(super) fn encode_piece(
-    set: SetKind,
-    kind: FeedKind,
-    enc: EncodeOptions,
-    chunk: &[u8],
-    piece: Range<usize>,
-    scratch: &mut Scratch,
-) -> Piece {
-    let (lines, count) = jsonl::lines_in(chunk, piece.clone());
-    let mut done = Encoded::with_capacity(piece.len());
-    for (index, line) in lines {
-        let out = &mut done.buf;
-        set.encode_line(index, line, kind, enc, scratch, out)?;
-        done.ended(index);
+/// How a writer encodes the lines of its chunks.
+#[derive(Clone, Copy)]
+pub(super) struct LineEncoding {
+    pub(super) set: SetKind,
+    pub(super) kind: FeedKind,
+    pub(super) enc: EncodeOptions,
+    pub(super) level: u8,
+}
+
+impl LineEncoding {
+    /// Encodes the lines that start in `piece` of `chunk` into about `capacity` bytes; returns
+    /// them, numbered from the piece's first line, and how many lines started there.
+    fn encode_piece(
+        self,
+        chunk: &[u8],
+        piece: Range<usize>,
+        capacity: usize,
+        scratch: &mut Scratch,
+    ) -> Piece {
+        let (lines, count) = jsonl::lines_in(chunk, piece);
+        let mut done = Encoded::with_capacity(capacity);
+        for (index, line) in lines {
+            let out = &mut done.buf;
+            self.set
+                .encode_line(index, line, self.kind, self.enc, scratch, out)?;
+            done.ended(index);
+        }
+        Ok((done, count))
     }
-    Ok((done, count))
+}
+
+/// Starts encoding a chunk of JSON Lines on `pool`, pieces first in, first done; returns at
+/// once. A chunk that names files is planned first on the reading threads, which ask the kernel
+/// to read its files ahead and learn their sizes, so that its pieces are cut by what their
+/// records cost and not by their bytes of JSON. Planned while the chunk before is encoded, it
+/// keeps many file reads in flight, however few the encoding threads.
+pub(super) fn start_chunk(
+    pool: &Arc<rayon::ThreadPool>,
+    chunk: SharedChunk,
+    how: LineEncoding,
+) -> Started {
+    let count = pool.current_num_threads() * 8;
+    if !jsonl::names_files((*chunk).as_ref()) {
+        return start_by_bytes(pool, chunk, count, how);
+    }
+    let results = Arc::new(Results::new(0, true));
+    let (plan_pool, plan_chunk, plan_results) =
+        (Arc::clone(pool), Arc::clone(&chunk), Arc::clone(&results));
+    // A thread of its own: planning waits for the disk where the cache is cold.
+    let planner = std::thread::Builder::new().name("fastfeed-plan".into());
+    let planning = planner.spawn(move || {
+        let bytes = (*plan_chunk).as_ref();
+        let pieces = catch_unwind(AssertUnwindSafe(|| {
+            jsonl::cut_by_cost(bytes, count, crate::record::read_ahead)
+        }))
+        .unwrap_or_else(|_| vec![(0..bytes.len(), bytes.len() as u64)]);
+        plan_results.expect(pieces.len());
+        spawn_pieces(&plan_pool, &plan_chunk, &plan_results, pieces, how);
+        // Before the plan reports: the writer's own reference must be the last (see SharedChunk).
+        drop(plan_chunk);
+        plan_results.planned();
+    });
+    match planning {
+        Ok(_) => Started { chunk, results },
+        // No thread to plan on (out of threads): cut by bytes, as a chunk naming no file.
+        Err(_) => start_by_bytes(pool, chunk, count, how),
+    }
+}
+
+/// Starts a chunk cut into `count` pieces of equal bytes of JSON.
+fn start_by_bytes(
+    pool: &rayon::ThreadPool,
+    chunk: SharedChunk,
+    count: usize,
+    how: LineEncoding,
+) -> Started {
+    let pieces: Vec<_> = jsonl::pieces((*chunk).as_ref().len(), count)
+        .into_iter()
+        .map(|p| (p.clone(), p.len() as u64))
+        .collect();
+    let results = Arc::new(Results::new(pieces.len(), false));
+    spawn_pieces(pool, &chunk, &results, pieces, how);
+    Started { chunk, results }
+}
+
+/// The most room reserved ahead for a piece's output.
+const MAX_PIECE_CAPACITY: u64 = 16 << 20;
+
+/// Hands `pieces` (ranges of `chunk`, with their cost) to the encoding threads, heaviest first:
+/// a chunk ends when its last piece does, and a heavy piece started last would leave the other
+/// threads idle.
+fn spawn_pieces(
+    pool: &rayon::ThreadPool,
+    chunk: &SharedChunk,
+    results: &Arc<Results>,
+    pieces: Vec<(Range<usize>, u64)>,
+    how: LineEncoding,
+) {
+    let mut order: Vec<(usize, (Range<usize>, u64))> = pieces.into_iter().enumerate().collect();
+    order.sort_by_key(|(_, (_, cost))| std::cmp::Reverse(*cost));
+    for (at, (piece, cost)) in order {
+        let (chunk, results) = (Arc::clone(chunk), Arc::clone(results));
+        pool.spawn_fifo(move || {
+            let done = catch_unwind(AssertUnwindSafe(|| {
+                with_scratch(how.level, |scratch| {
+                    // Room for what the piece will likely take, but not a huge file's worth
+                    // at once: a big record grows its buffer as it goes.
+                    let capacity = cost.min(MAX_PIECE_CAPACITY) as usize;
+                    how.encode_piece((*chunk).as_ref(), piece, capacity, scratch)
+                })
+            }))
+            .unwrap_or_else(|_| {
+                Err(Error::Config(
+                    "an encoding thread failed (a bug in fastfeed: please report it)".into(),
+                ))
+            });
+            // Before reporting: the writer's own reference must be the last (see SharedChunk).
+            drop(chunk);
+            results.put(at, done);
+        });
+    }
 }
 
 /// Runs `work` on every task on the current pool's threads, each thread with its own scratch,

@@ -42,6 +42,12 @@ Chunk = bytes | memoryview
 #: JSON Lines go to the core in chunks of about this size; directory files in batches of at
 #: most this many bytes or DIR_BATCH files.
 CHUNK_BYTES = 4 * 1024 * 1024
+#: A mapped input's chunks shrink down to this when their records encode to much more than
+#: their lines (see `MappedInput.resize`), and start no bigger than FILES_CHUNK_BYTES where
+#: their first FILES_PROBE bytes name files by content_path.
+MIN_CHUNK_BYTES = 64 * 1024
+FILES_CHUNK_BYTES = 256 * 1024
+FILES_PROBE = 64 * 1024
 DIR_BATCH = 1024
 
 #: A line of a stream longer than this is refused: it is held in memory until its end, and no
@@ -80,6 +86,18 @@ class MappedInput:
         # would make an explicit close fail.
         self._mapped = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
         self._guard = _core.MappingGuard(self._mapped)
+        self._chunk_bytes = CHUNK_BYTES
+
+    def resize(self, taken: int, encoded: int) -> None:
+        """Sizes the next chunks by what the last one, of `taken` bytes, encoded to: about
+        CHUNK_BYTES of records. A chunk is held encoded until all of it is, and a few are in
+        flight: lines that name files by content_path encode to many times their size, and
+        4 MB of them held 100 MB. A chunk whose start names files starts small (`chunks`): a
+        tree's text given inline, then its files by path, would otherwise make one 4 MB chunk
+        of the latter before the ratio is known."""
+        if taken:
+            ratio = max(encoded / taken, 1.0)
+            self._chunk_bytes = max(MIN_CHUNK_BYTES, int(CHUNK_BYTES / ratio))
 
     def changed(self) -> bool:
         return self._guard.truncated or os.fstat(self._stream.fileno()).st_size < self.size
@@ -92,7 +110,12 @@ class MappedInput:
         mapped, size = self._mapped, self.size
         start = last = released = 0
         while start < size:
-            end = min(start + CHUNK_BYTES, size)
+            length = self._chunk_bytes
+            if length > FILES_CHUNK_BYTES and (
+                mapped.find(b'"content_path"', start, start + FILES_PROBE) >= 0
+            ):
+                length = FILES_CHUNK_BYTES
+            end = min(start + length, size)
             if end < size:
                 cut = mapped.rfind(b"\n", start, end)
                 if cut < 0:
@@ -312,15 +335,22 @@ class _Builder:
         return self._locate(self._done + index)
 
     def jsonl(
-        self, chunks: Iterable[Chunk], name: str, changed: Callable[[], bool] = lambda: False
+        self,
+        chunks: Iterable[Chunk],
+        name: str,
+        changed: Callable[[], bool] = lambda: False,
+        resize: Callable[[int, int], None] = lambda taken, encoded: None,
     ) -> None:
         """Takes the chunks of the input `name`; `changed` says whether the input is no longer
-        what was read (checked after each chunk, and before a refused line is believed)."""
+        what was read (checked after each chunk, and before a refused line is believed);
+        `resize` is told each chunk's size and what it encoded to."""
         self._changed = functools.partial(self._check_unchanged, name, changed)
         try:
             first = 1
             for chunk, _ in self._one_ahead((chunk, None) for chunk in chunks):
+                encoded = self.writer.bytes
                 first += self._take(chunk, _LineOf(name, first))
+                resize(len(chunk), self.writer.bytes - encoded)
                 self._changed()
                 self.taken += len(chunk)
                 self.show()
@@ -559,7 +589,9 @@ def _feed(builder: _Builder, inputs: Sequence[str], base_url: str | None, out: s
                         continue
                     mapped = MappedInput(stream)
                     try:
-                        builder.jsonl(mapped.chunks(), name, changed=mapped.changed)
+                        builder.jsonl(
+                            mapped.chunks(), name, changed=mapped.changed, resize=mapped.resize
+                        )
                     except BaseException:
                         # The chunk started ahead may still be encoding: aborting waits for it,
                         # and it reads the mapping, which must stay guarded until then.

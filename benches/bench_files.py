@@ -1,0 +1,303 @@
+"""A corpus of real files named by `content_path` (issue 14), fastfeed against the plain-Python
+builder, side by side in one run, with a warm and a cold page cache.
+
+Run: `pytest benches/bench_files.py -o python_files='bench_*.py' -s` (as root, for the cold
+figures: they drop the page cache). FASTFEED_BENCH_TREE_MB sets the tree's size (default 360).
+
+The tree is copied from this machine's own files, so that it is real: Debian's documentation
+(changelogs already gzipped, copyright texts), Python packages (sources, shared objects), the
+manual pages (gzipped), Java archives, and a few large shared libraries. JSON Lines name most
+of it by `content_path`; about a seventh of the bytes (small text files) travel inline as
+`content`, as an export from a file tree holds them. The same tree is also built as a directory.
+
+Targets: warm, at least 15x the peer with output at most 1.15x its size; both cores at least
+1.85x one; cold, at most 1.3x the time of reading the same files alone; peak RSS under 128 MB.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+from bench_build import _on_cores, plain_python_build, plain_python_directory
+from fastfeed.gsa.build import build
+from peak import run_measuring_peak
+
+TREE_MB = int(os.environ.get("FASTFEED_BENCH_TREE_MB", "360"))
+#: Where the tree comes from, in order; the large libraries last, whole.
+SOURCES = [
+    "/usr/share/doc",
+    "/usr/lib/python3",
+    "/usr/share/man",
+    "/usr/share/java",
+]
+LARGE = [
+    "/usr/lib/x86_64-linux-gnu/libicudata.so.72.1",
+    "/usr/lib/x86_64-linux-gnu/libz3.so.4",
+    "/usr/lib/x86_64-linux-gnu/libx265.so.199",
+    "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0",
+]
+#: Share of the bytes given inline, as `content`: small text files.
+INLINE_SHARE = 0.14
+INLINE_MAX = 64 * 1024
+
+
+def _files(root: str) -> Iterator[str]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            if os.path.isfile(path) and not os.path.islink(path):
+                yield path
+
+
+def copy_tree(dest: Path, budget: int) -> int:
+    """Copies real files from SOURCES and LARGE into `dest` up to `budget` bytes; returns the
+    bytes copied."""
+    total = 0
+    large = [p for p in LARGE if os.path.isfile(p)]
+    budget -= sum(os.path.getsize(p) for p in large)
+    for source in SOURCES:
+        for path in _files(source):
+            size = os.path.getsize(path)
+            if total + size > budget:
+                break
+            target = dest / path.lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+            total += size
+    for path in large:
+        target = dest / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+        total += os.path.getsize(path)
+    return total
+
+
+def _text(path: Path, size: int) -> str | None:
+    if size > INLINE_MAX:
+        return None
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b" or b"\0" in data:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def write_jsonl(tree: Path, dest: Path) -> tuple[int, float]:
+    """JSON Lines for every file of `tree`: small text files inline until they are
+    INLINE_SHARE of the bytes, the rest by `content_path`. Returns the records and the share of
+    the bytes named by path."""
+    records = by_path = inline = 0
+    with dest.open("wb") as f:
+        for path in map(Path, _files(str(tree))):
+            size = path.stat().st_size
+            rel = path.relative_to(tree).as_posix()
+            rec: dict[str, object] = {
+                "url": f"http://files.example.com/{rel}",
+                "last_modified": int(path.stat().st_mtime),
+                "metadata": {"source": rel.split("/")[1]},
+            }
+            text = _text(path, size) if inline < INLINE_SHARE * (by_path + inline) else None
+            if text is not None:
+                rec["content"] = text
+                rec["mimetype"] = "text/plain"
+                inline += size
+            else:
+                rec["content_path"] = str(path)
+                by_path += size
+            f.write(orjson.dumps(rec) + b"\n")
+            records += 1
+    return records, by_path / (by_path + inline)
+
+
+def drop_caches() -> None:
+    """Empties the page cache, so that the next build reads its files from the disk."""
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError as exc:
+        pytest.fail(f"the cold figures need root to drop the page cache: {exc}")
+
+
+def read_alone(tree: Path, jsonl: Path) -> float:
+    """Seconds to read the JSON Lines and every file of the tree, one after another, with `cat`
+    (not `tar cf /dev/null`: GNU tar skips reading files when its archive is /dev/null)."""
+    start = time.perf_counter()
+    subprocess.run(
+        f"cat {jsonl} > /dev/null && find {tree} -type f -print0 | xargs -0 cat > /dev/null",
+        shell=True,
+        check=True,
+    )
+    return time.perf_counter() - start
+
+
+def measured(fn: Callable[[], object]) -> tuple[float, float, object]:
+    """Wall seconds, CPU seconds of this process (all its threads) and the result of `fn`."""
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    start = time.perf_counter()
+    result = fn()
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return wall, cpu, result
+
+
+def load() -> str:
+    return "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+class Corpus:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.tree = root / "tree"
+        self.jsonl = root / "files.jsonl"
+        self.bytes = copy_tree(self.tree, TREE_MB * 1_000_000)
+        self.records, self.share = write_jsonl(self.tree, self.jsonl)
+        self.runs = iter(range(1000))
+
+    def out(self) -> Path:
+        return self.root / f"out{next(self.runs)}"
+
+    def ours_jsonl(self, workers: int = 0) -> int:
+        return build([str(self.jsonl)], self.out(), "files", workers=workers).bytes
+
+    def ours_directory(self) -> int:
+        return build(
+            [str(self.tree)], self.out(), "files", base_url="http://files.example.com/"
+        ).bytes
+
+    def peer_jsonl(self) -> int:
+        return plain_python_build(self.jsonl, self.out(), "files")
+
+    def peer_directory(self) -> int:
+        out = self.out()
+        return plain_python_directory(self.tree, out, "http://files.example.com/")
+
+    def clean(self) -> None:
+        for out in self.root.glob("out*"):
+            shutil.rmtree(out)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Corpus]:
+    made = Corpus(tmp_path_factory.mktemp("files"))
+    print(
+        f"\ncorpus: {made.records:,} records, {made.bytes / 1e6:.0f} MB of files, "
+        f"{made.share:.0%} of the bytes by content_path, JSON Lines "
+        f"{made.jsonl.stat().st_size / 1e6:.0f} MB"
+    )
+    yield made
+    shutil.rmtree(made.root)
+
+
+def _against_peer(
+    name: str, ours: Callable[[], object], peer: Callable[[], object], cold: bool, rounds: int
+) -> tuple[float, float]:
+    """Best of `rounds` of ours against one round of the peer, alternating; returns the speedup
+    and the output growth."""
+    prepare = drop_caches if cold else (lambda: None)
+    prepare()
+    peer_s, peer_cpu, peer_bytes = measured(peer)
+    times = []
+    for _ in range(rounds):
+        prepare()
+        wall, cpu, ours_bytes = measured(ours)
+        times.append((wall, cpu))
+    best = min(times)
+    speedup = peer_s / best[0]
+    growth = ours_bytes / peer_bytes  # type: ignore[operator]
+    print(
+        f"\n{name}, {'cold' if cold else 'warm'}: plain Python {peer_s:.2f} s ({peer_cpu:.2f} s "
+        f"CPU), fastfeed {', '.join(f'{w:.2f} s ({c:.2f} s CPU)' for w, c in times)} -> "
+        f"{speedup:.1f}x; output {growth:.2f}x the peer's; {load()}"
+    )
+    return speedup, growth
+
+
+def test_jsonl_by_path_warm(corpus: Corpus) -> None:
+    corpus.ours_jsonl()  # the files into the page cache
+    speedup, growth = _against_peer(
+        "JSON Lines by path", corpus.ours_jsonl, corpus.peer_jsonl, cold=False, rounds=3
+    )
+    corpus.clean()
+    assert speedup >= 15 and growth <= 1.15
+
+
+def test_directory_warm(corpus: Corpus) -> None:
+    corpus.ours_directory()
+    speedup, growth = _against_peer(
+        "directory", corpus.ours_directory, corpus.peer_directory, cold=False, rounds=3
+    )
+    corpus.clean()
+    assert speedup >= 15 and growth <= 1.15
+
+
+def test_cold_against_reading_alone(corpus: Corpus) -> None:
+    """A cold build against `cat` of the same files, both from an empty page cache."""
+    alone, builds = [], []
+    for _ in range(3):
+        drop_caches()
+        alone.append(read_alone(corpus.tree, corpus.jsonl))
+        drop_caches()
+        builds.append(measured(corpus.ours_jsonl)[:2])
+        corpus.clean()
+    ratio = min(b[0] for b in builds) / min(alone)
+    print(
+        f"\ncold: reading alone {', '.join(f'{a:.2f}' for a in alone)} s; build "
+        f"{', '.join(f'{w:.2f} s ({c:.2f} s CPU, {c / w:.0%})' for w, c in builds)} -> "
+        f"{ratio:.2f}x reading alone; {load()}"
+    )
+    assert ratio <= 1.3
+
+
+def test_cold_against_plain_python(corpus: Corpus) -> None:
+    speedup, _ = _against_peer(
+        "JSON Lines by path", corpus.ours_jsonl, corpus.peer_jsonl, cold=True, rounds=2
+    )
+    corpus.clean()
+    print(f"cold speedup {speedup:.1f}x")
+
+
+def test_both_cores_against_one(corpus: Corpus) -> None:
+    """The same build on one core and on two, rounds alternating (see bench_build)."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.fail("this benchmark needs two cores")
+    corpus.ours_jsonl()
+    one, two = [], []
+    for _ in range(5):
+        one.append(_on_cores({0}, corpus.ours_jsonl))
+        two.append(_on_cores({0, 1}, corpus.ours_jsonl))
+        corpus.clean()
+    print(
+        f"\nfiles by path: one core {min(one):.2f} s, two cores {min(two):.2f} s -> "
+        f"{min(one) / min(two):.2f}x (medians {statistics.median(one) / statistics.median(two):.2f}"
+        f"x); {load()}"
+    )
+    assert min(one) / min(two) >= 1.85
+
+
+def test_peak_memory(corpus: Corpus) -> None:
+    """Peak RSS of `fastfeed build` on the JSON Lines and on the directory."""
+    peaks = {}
+    for name, args in {
+        "JSON Lines by path": [str(corpus.jsonl)],
+        "directory": [str(corpus.tree), "--base-url", "http://files.example.com/"],
+    }.items():
+        command = [sys.executable, "-m", "fastfeed", "build", *args]
+        command += ["--datasource", "files", "--out", str(corpus.out())]
+        peaks[name] = run_measuring_peak(command) / 1e6
+    corpus.clean()
+    print("\npeak RSS: " + ", ".join(f"{k} {v:.0f} MB" for k, v in peaks.items()))
+    assert max(peaks.values()) < 128

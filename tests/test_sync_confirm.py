@@ -17,7 +17,7 @@ from fastfeed.emulator.adminapi import ADMIN_PASSWORD, ADMIN_USER
 from fastfeed.gsa.adminapi import AdminApi
 from fastfeed.gsa.confirm import Confirm
 from fastfeed.sets.state import UNKNOWN, SyncState
-from test_sync import doc, expected, index, write
+from test_sync import doc, expected, index, received, write
 
 Settings = Callable[..., PushSettings]
 
@@ -121,3 +121,27 @@ def test_a_refused_admin_login_stops_the_sync_before_it_sends(
              confirm=Confirm(admin=admin(emulator, password="wrong")))  # fmt: skip
     assert refused.value.refused
     assert emulator.pushes() == []
+
+
+def test_a_sync_killed_while_it_confirmed_has_its_files_sent_again(
+    emulator: Emulator, push_settings: Settings, tmp_path: Path
+) -> None:
+    state = tmp_path / "docs.state"
+    records = [doc(n) for n in range(6)]
+    src = write(tmp_path / "a.jsonl", records)
+    first = sync([src], state, "docs", push_settings(emulator), out_dir=tmp_path / "s1")
+    assert first.ok and received(emulator) == 6
+    # What a sync killed while it waited for the feeder leaves: two records committed as the
+    # appliance accepted their file, whose outcome it never read.
+    with SyncState(state, f"127.0.0.1:{emulator.port} datasource docs") as st:
+        held = {url: fp for url, fp, _ in st.documents()}
+        mine = [(r["url"], held[r["url"]]) for r in records[:2]]
+        st.set_pending(tmp_path / "s0", mine)
+        st.commit_records(0, 2, confirming=True)
+        st.clear_pending()
+
+    again = sync([src], state, "docs", push_settings(emulator), out_dir=tmp_path / "s2")
+
+    # The feeder may have failed that file: its records are sent again, and only they.
+    assert again.ok and again.diff.changed == 2
+    assert received(emulator) == 8

@@ -34,6 +34,8 @@ HTTPS_PORT = 8443
 HTTP_PORT = 8000
 LOGIN = "/accounts/ClientLogin"
 FEEDS = "/feeds/feed"
+#: Feeds a datasource's log lists, the latest (the guide's number).
+LOG_KEEPS = 5
 #: An answer is a few entries; a longer one is cut, and fails to parse, rather than held whole.
 ANSWER_BYTES = 1 << 20
 

@@ -15,13 +15,14 @@ datasource, may.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from fastfeed.delivery.settings import PushSettings, http_client
 from fastfeed.errors import FastfeedError
-from fastfeed.gsa.adminapi import AdminApi, AdminClient, FeedEntry, admin_client
+from fastfeed.gsa.adminapi import LOG_KEEPS, AdminApi, AdminClient, FeedEntry, admin_client
 from fastfeed.gsa.backlog import fetch_backlog
 from fastfeed.progress import Progress, plural, stage
 from fastfeed.sets.manifest import ManifestEntry
@@ -107,8 +108,15 @@ async def _confirm(
                     break
                 new = _in_order(seen)
                 logged = all(e.state.finished for e in new)
+                # The feed log must show the sync's files (as many as it keeps) before the wait
+                # may end: a drained backlog and an empty log would confirm nothing.
+                listed = admin is None or len(new) >= min(len(files), LOG_KEEPS)
                 # Without a backlog count, the feed log must show every file finished.
-                if logged and (backlog == 0 or (backlog is None and len(new) >= len(files))):
+                if (
+                    logged
+                    and listed
+                    and (backlog == 0 or (backlog is None and len(new) >= len(files)))
+                ):
                     break
                 if time.monotonic() - started > confirm.timeout:
                     left = f"{plural(backlog, 'file')} still in its backlog" if backlog else ""
@@ -134,6 +142,9 @@ async def _confirm(
 
 
 def _in_order(seen: dict[str, FeedEntry]) -> list[FeedEntry]:
+    """The entries in the order the feeder took them. An entry's time is when its latest stage
+    began, so this order is the files' only once every entry is finished (the feeder processes
+    files one at a time, in the order they were received)."""
     return sorted(seen.values(), key=lambda e: (e.time_ms, e.entry_id))
 
 
@@ -141,6 +152,16 @@ async def _checks(
     admin: AdminClient | None, files: list[ManifestEntry], new: list[FeedEntry], *, drained: bool
 ) -> list[FileCheck]:
     """Each file's outcome: from its feed log entry, matched from the last file back."""
+    if any(not e.state.finished for e in new) and any(e.state.failed for e in new):
+        # Entries still waiting keep the time they were received, finished ones take the time
+        # they were processed: the order cannot tell which file failed. Every file not known to
+        # be processed is then failed, so the next sync sends it again (sending twice is
+        # harmless; a failed file taken as held would stay missing from the index).
+        why = (
+            "the feeder failed a file of this sync before the wait ended, and which one cannot "
+            "be told: sent again by the next sync"
+        )
+        return [FileCheck(entry.file, "failed", why) for entry in files]
     # The shorter runs out first: files before the log's window, or entries of other feeders.
     last = range(len(files) - 1, -1, -1)
     matched: dict[int, FeedEntry] = dict(zip(last, reversed(new), strict=False))
@@ -148,7 +169,10 @@ async def _checks(
     for n, entry in enumerate(files):
         logged = matched.get(n)
         if logged is not None and logged.state.failed and admin is not None:
-            logged = await admin.feed(logged.entry_id)  # with its log, to say why
+            try:
+                logged = await admin.feed(logged.entry_id)  # with its log, to say why
+            except FastfeedError as exc:  # failed all the same: the log is only the reason
+                logged = dataclasses.replace(logged, log=f"(its log could not be read: {exc})")
             log = " ".join(logged.log.split())[:LOG_CHARS]
             message = (
                 f"{logged.state.name} ({logged.success_records:,} records indexed, "

@@ -311,7 +311,6 @@ class SyncState:
         knows what each accepted file carried."""
         with self._transaction():
             self._db.execute("DELETE FROM pending")
-            self._db.execute("DELETE FROM confirming")  # a sync killed while confirming
             batch: list[tuple[int, str, str | None]] = []
             for seq, (url, fp) in enumerate(records):
                 batch.append((seq, url, fp))
@@ -356,6 +355,19 @@ class SyncState:
                 "WHERE seq >= ? AND seq < ?",
                 (UNKNOWN, time.time(), first, end),
             ).rowcount
+
+    def unconfirm_left(self) -> int:
+        """A sync killed while it confirmed, or whose confirmation failed, left the URLs of files
+        whose outcome it never read: each becomes held with the `UNKNOWN` fingerprint, as a
+        failed file's do, so that the next sync sends it again (sent twice is harmless; taken as
+        held, a file the feeder failed would stay missing). Returns how many URLs."""
+        with self._transaction():
+            count = self._db.execute(
+                "INSERT OR REPLACE INTO documents SELECT url, ?, ? FROM confirming",
+                (UNKNOWN, time.time()),
+            ).rowcount
+            self._db.execute("DELETE FROM confirming")
+        return count
 
     def end_confirming(self) -> None:
         with self._transaction():

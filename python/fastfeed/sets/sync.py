@@ -374,6 +374,7 @@ def _unconfirm(st: SyncState, feed_set: Path, confirmed: Confirmation) -> None:
 def _finish_pending(st: SyncState, receiver: Receiver, progress: Progress | None) -> int:
     """Sends what an interrupted sync left unaccepted, before comparing anew: its records are
     changes the appliance may not hold. Returns how many records it held."""
+    st.unconfirm_left()
     feed_set = st.pending_set
     if feed_set is None:
         return 0

@@ -168,3 +168,31 @@ def test_run_builds_and_pushes_a_parquet_file(
     assert status == 0, capsys.readouterr().err
     emulator.wait_idle()
     assert len(emulator.documents("docs")) == 300
+
+
+@pytest.mark.parametrize("cut", ["marker", "batch"])
+def test_an_arrow_stream_cut_short_stops_the_build_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cut: str
+) -> None:
+    """The stream format has no footer: a stream cut between two batches reads as a whole one
+    of fewer batches, unless its end-of-stream marker is looked for."""
+    src = tmp_path / "docs.arrows"
+    table = pa.Table.from_pylist(corpus(2000))
+    with pa.OSFile(str(src), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as stream:
+        for batch in table.to_batches(max_chunksize=500):
+            stream.write_batch(batch)
+    whole = src.read_bytes()
+    assert whole.endswith(b"\xff\xff\xff\xff\x00\x00\x00\x00")
+    if cut == "marker":  # every batch there, the marker not
+        src.write_bytes(whole[:-8])
+    else:  # the last batch and the marker gone: what a producer stopped between batches leaves
+        with pa.OSFile(str(src), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as stream:
+            for batch in table.to_batches(max_chunksize=500)[:3]:
+                stream.write_batch(batch)
+        src.write_bytes(src.read_bytes()[:-8])
+    src = src.rename(tmp_path / "docs.arrow")
+
+    assert build(str(src), "--out", str(tmp_path / "out")) == 1
+    err = capsys.readouterr().err
+    assert f"{src}: cannot be read whole: the Arrow stream ends without" in err
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()

@@ -80,9 +80,31 @@ def _ipc(pa: Any, name: str) -> Iterator[Any]:
             # Not the file format: the stream format, which has no footer.
             source.seek(0)
             yield from pa.ipc.open_stream(source)
+            _check_stream_end(name, source)
             return
         for i in range(reader.num_record_batches):
             yield reader.get_batch(i)
+
+
+#: What ends an Arrow IPC stream: a continuation marker and a message of length 0.
+END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+
+
+def _check_stream_end(name: str, source: Any) -> None:
+    """The stream format has no footer: a producer stopped between two batches leaves a file
+    that reads as a whole stream of fewer batches. Only its end-of-stream marker, last in the
+    file, says that nothing is missing."""
+    size = os.path.getsize(name)
+    whole = source.tell() == size and size >= len(END_OF_STREAM)
+    if whole:
+        source.seek(size - len(END_OF_STREAM))
+        whole = source.read(len(END_OF_STREAM)) == END_OF_STREAM
+    if not whole:
+        raise InputError(
+            name,
+            "cannot be read whole: the Arrow stream ends without its end-of-stream marker "
+            "(cut short while it was written?)",
+        )
 
 
 def is_arrow(data: object) -> bool:

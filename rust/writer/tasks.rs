@@ -21,7 +21,7 @@ thread_local! {
 }
 
 /// Buffers above this size are mapped and unmapped by malloc on their own: see `with_scratch`.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 const MMAP_THRESHOLD: libc::c_int = 4 << 20;
 
 /// Runs `f` with this thread's scratch, made for `level` if it has none or another level.
@@ -30,8 +30,10 @@ fn with_scratch<T>(level: u8, f: impl FnOnce(&mut Scratch) -> T) -> T {
     // its trim threshold to twice that: after a few big files, every buffer of up to 32 MB
     // comes from, and stays in, the heap of the thread that made it. Memory then grew with the
     // corpus (317 MB building 4 GB of files by path). Fixed thresholds give big buffers and
-    // free heap tops back.
-    #[cfg(target_os = "linux")]
+    // free heap tops back. These are the process's tunables (glibc's only: musl's malloc has
+    // none), so they hold for its other allocations too: blocks over 4 MB are mapped for
+    // themselves, which costs a large allocation little beside the work that fills it.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         static FIXED: std::sync::Once = std::sync::Once::new();
         // SAFETY: mallopt only sets tunables of the allocator.

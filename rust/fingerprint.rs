@@ -1,26 +1,41 @@
 //! Fingerprints of records: what `fastfeed sync` compares with its state to know whether the
 //! appliance already holds a record as given.
 //!
-//! A fingerprint is the first 16 bytes of the SHA-256 of the record's canonical form, version 1:
-//! the tag `fastfeed-fp1`, then every field the feed carries, in the schema's order, each as a
+//! A fingerprint is the 128-bit XXH3 hash of the record's canonical form, version 2: the tag
+//! `fastfeed-fp2`, then every field the feed carries, in the schema's order, each as a
 //! one-byte field number and its value; a value is a presence byte (absent fields are written
 //! as absent, so that removing one changes the fingerprint) and length-prefixed bytes. The
 //! form is made from the parsed record, not from its input, so what does not change the
 //! feed does not change the fingerprint: the order of JSON keys and of metadata names, the
 //! spelling of a date (its instant counts; an RFC 822 date, passed to the appliance as given,
 //! counts as written), and the form of a content (text or UTF-8 bytes of it differ only in
-//! being text; `content_base64`, `content` bytes and `content_path` give their bytes). A
-//! change of this form must change the version tag: every stored fingerprint then differs,
-//! and the next sync sends everything once.
+//! being text; `content_base64`, `content` bytes and `content_path` give their bytes).
+//!
+//! Why XXH3 and not SHA-256 (version 1): a build fingerprints each record on the encoding
+//! threads as it encodes it (`FeedWriter::fingerprint_records`), and the target is at most 10%
+//! of a plain build's time. Inside the build's pass over 1 GB of 1 KB records, with SHA-NI,
+//! SHA-256 cost 1.27x the plain build, BLAKE3 1.7x (a 1 KB record is one BLAKE3 chunk: no
+//! SIMD across chunks), XXH3-128 about 1.1x, most of it the canonical form and handing the
+//! fingerprints back, not the hash (PERFORMANCE.md, "Syncing"). A fingerprint detects change:
+//! each URL's new form is compared with its own last one, never searched among others, so an
+//! accidental collision (a change that goes unsent) has odds of 2^-128 per change, which no
+//! collection reaches. XXH3 is not collision-resistant: a source that wants a change unsent
+//! can craft one, but whoever writes the source decides what the appliance holds anyway.
+//! Where records come from parties who might want an old version kept, `--resend-all` (or
+//! `fastfeed state forget`) now and then sends everything regardless.
+//!
+//! A change of the form or of the hash must change the version tag (`VERSION`): every stored
+//! fingerprint then differs, and the next sync sends everything once (the state records the
+//! version it holds and says when it changes, see `sets/state.py`).
 
 use std::ops::Range;
 
 use rayon::prelude::*;
-use sha2::{Digest, Sha256};
+use xxhash_rust::xxh3::Xxh3;
 
 use crate::error::{Error, RecordErrorKind, Result};
 use crate::jsonl;
-use crate::record::{parse_date, Action, Record};
+use crate::record::{parse_date, Action, Content, Record};
 
 pub type Fingerprint = [u8; 16];
 
@@ -37,16 +52,17 @@ pub struct Found {
     pub key: u64,
 }
 
-const TAG: &[u8] = b"fastfeed-fp1";
+/// The version of the canonical form and hash, the first bytes of every form.
+pub const VERSION: &str = "fastfeed-fp2";
 
-/// Feeds the canonical form to a hash.
-struct Canonical(Sha256);
+/// Feeds the canonical form to the hash.
+struct Canonical(Xxh3);
 
 impl Canonical {
     fn field(&mut self, number: u8, value: Option<&[u8]>) {
-        self.0.update([number, u8::from(value.is_some())]);
+        self.0.update(&[number, u8::from(value.is_some())]);
         if let Some(v) = value {
-            self.0.update((v.len() as u64).to_le_bytes());
+            self.0.update(&(v.len() as u64).to_le_bytes());
             self.0.update(v);
         }
     }
@@ -67,8 +83,8 @@ impl Canonical {
 
 /// The fingerprint of a record; `index` names it in errors (a content that cannot be read).
 pub fn fingerprint(index: usize, r: &Record<'_>) -> Result<Fingerprint> {
-    let mut c = Canonical(Sha256::new());
-    c.0.update(TAG);
+    let mut c = Canonical(Xxh3::new());
+    c.0.update(VERSION.as_bytes());
     c.text(1, Some(&r.url));
     c.name(2, r.action);
     c.text(3, r.mimetype.as_deref());
@@ -98,7 +114,12 @@ pub fn fingerprint(index: usize, r: &Record<'_>) -> Result<Fingerprint> {
     match &r.content {
         None => c.field(14, None),
         Some(content) => {
-            let mimetype = r.mimetype(index)?;
+            // Only a file's bytes need the type, to be known as text; guessing it from the URL
+            // for every record cost about as much as the hash.
+            let mimetype = match content {
+                Content::Path(_) => r.mimetype(index)?,
+                _ => "",
+            };
             let mut buf = Vec::new();
             let (bytes, text) = content.resolve(index, mimetype, &mut buf)?;
             c.flag(14, Some(text.is_some()));
@@ -123,15 +144,48 @@ pub fn fingerprint(index: usize, r: &Record<'_>) -> Result<Fingerprint> {
     }
     c.flag(25, r.overwrite_acls);
     c.flag(26, Some(r.standalone_acl));
-    let digest = c.0.finalize();
-    let mut fp = Fingerprint::default();
-    fp.copy_from_slice(&digest[..16]);
-    Ok(fp)
+    Ok(c.0.digest128().to_le_bytes())
+}
+
+impl Found {
+    /// The record at `line` of `chunk`, whose text `text` is (a slice of `chunk`).
+    pub fn new(
+        chunk: &[u8],
+        line: usize,
+        text: &[u8],
+        url: String,
+        fingerprint: Fingerprint,
+    ) -> Self {
+        let start = text.as_ptr() as usize - chunk.as_ptr() as usize;
+        Found {
+            line,
+            span: start..start + text.len(),
+            key: url_key(&url),
+            url,
+            fingerprint,
+        }
+    }
+}
+
+/// The record of a snapshot's line (`line` names it in errors). A snapshot lists documents: a
+/// record that deletes or updates is refused.
+pub fn snapshot_record(line: usize, text: &[u8]) -> Result<Record<'_>> {
+    let record = jsonl::parse_line(line, text)?;
+    if !matches!(record.action, None | Some(Action::Add)) {
+        return Err(Error::refused(
+            RecordErrorKind::NotAllowed,
+            line,
+            Some("action"),
+            "a snapshot lists the documents as they are now: no deletes or updates in it (a \
+             URL left out of it is deleted)",
+        ));
+    }
+    Ok(record)
 }
 
 /// The records of a chunk of a snapshot (whole lines of JSON Lines), in order, and the chunk's
-/// number of lines. A snapshot lists documents: a record that deletes or updates is refused. Pieces of the chunk are parsed and hashed on the pool's threads; an error names the
-/// chunk's first bad line.
+/// number of lines (see `snapshot_record`). Pieces of the chunk are parsed and hashed on the
+/// pool's threads; an error names the chunk's first bad line.
 pub fn fingerprint_jsonl(chunk: &[u8], pieces: usize) -> Result<(Vec<Found>, usize)> {
     let size = chunk.len().div_ceil(pieces.max(1)).max(1);
     let parts: Vec<Range<usize>> = (0..chunk.len())
@@ -145,25 +199,9 @@ pub fn fingerprint_jsonl(chunk: &[u8], pieces: usize) -> Result<(Vec<Found>, usi
             let found = lines
                 .into_iter()
                 .map(|(line, text)| {
-                    let record = jsonl::parse_line(line, text)?;
-                    if !matches!(record.action, None | Some(Action::Add)) {
-                        return Err(Error::refused(
-                            RecordErrorKind::NotAllowed,
-                            line,
-                            Some("action"),
-                            "a snapshot lists the documents as they are now: no deletes or \
-                             updates in it (a URL left out of it is deleted)",
-                        ));
-                    }
+                    let record = snapshot_record(line, text)?;
                     let fingerprint = fingerprint(line, &record)?;
-                    let start = text.as_ptr() as usize - chunk.as_ptr() as usize;
-                    Ok(Found {
-                        line,
-                        span: start..start + text.len(),
-                        key: url_key(&record.url),
-                        url: record.url,
-                        fingerprint,
-                    })
+                    Ok(Found::new(chunk, line, text, record.url, fingerprint))
                 })
                 .collect();
             (found, count)

@@ -19,12 +19,14 @@ __all__ = [
     "DEFAULT_MAX_BYTES",
     "HARD_MAX_BYTES",
     "DEFAULT_LEVEL",
+    "FINGERPRINT_VERSION",
     "RECORD_FIELDS",
 ]
 
 DEFAULT_MAX_BYTES: int
 HARD_MAX_BYTES: int
 DEFAULT_LEVEL: int
+FINGERPRINT_VERSION: str
 #: The fields of a record, in the README's order: every reader of records takes them from here.
 RECORD_FIELDS: tuple[str, ...]
 
@@ -73,6 +75,10 @@ class FeedWriter:
     ) -> tuple[list[tuple[int, str]], list[dict[str, Any]], int]: ...
     def start_jsonl(self, chunk: bytes | memoryview) -> None: ...
     def wait_jsonl(self) -> tuple[list[tuple[int, str]], list[dict[str, Any]], int]: ...
+    def fingerprint_records(self, on: bool) -> None: ...
+    def take_fingerprints(
+        self, *, source: int = 0, base: int = 0
+    ) -> tuple[str, bytes, bytes, int]: ...
     def finish(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]: ...
     def abort(self) -> None: ...
     @property

@@ -21,6 +21,7 @@ use std::thread::JoinHandle;
 
 use crate::encode::Scratch;
 use crate::error::{Error, Result};
+use crate::fingerprint::Found;
 use crate::groups::Membership;
 use crate::jsonl;
 use crate::record::{EncodeOptions, FeedKind, FeedType, Record};
@@ -58,6 +59,10 @@ pub struct FeedWriter {
     /// Chunks of JSON Lines started and not yet waited for, oldest first (in a mutex for the
     /// same reason as `done`).
     started: Mutex<VecDeque<Started>>,
+    /// Whether records taken as JSON Lines are fingerprinted (`fingerprint_records`).
+    fingerprints: bool,
+    /// Fingerprints of the records taken since `take_fingerprints` was last called.
+    found: Vec<Found>,
 }
 
 impl FeedWriter {
@@ -141,6 +146,8 @@ impl FeedWriter {
             entries: Vec::new(),
             taken: (0, 0),
             started: Mutex::default(),
+            fingerprints: false,
+            found: Vec::new(),
         })
     }
 
@@ -157,6 +164,27 @@ impl FeedWriter {
     /// Encoded bytes of the records taken so far (file headers not counted).
     pub fn bytes(&self) -> u64 {
         self.taken.1
+    }
+
+    /// From now on (`on`), or no longer, reads each record taken as JSON Lines as a snapshot's
+    /// (a delete or an update is refused) and fingerprints it on the encoding threads, from the
+    /// record the encoding parsed: `take_fingerprints` hands them over. Off by default: a
+    /// plain build pays nothing for it. Chunks already started keep their setting.
+    pub fn fingerprint_records(&mut self, on: bool) -> Result<()> {
+        if on && self.set.form().encode_record.is_none() {
+            return Err(Error::Config(format!(
+                "this writer writes {} files: only document records have fingerprints",
+                self.set.as_str()
+            )));
+        }
+        self.fingerprints = on;
+        Ok(())
+    }
+
+    /// The fingerprints of the records taken since last asked, in input order; each names its
+    /// line and span in the chunk that carried it (take them after each chunk).
+    pub fn take_fingerprints(&mut self) -> Vec<Found> {
+        std::mem::take(&mut self.found)
     }
 
     /// Files the writing thread finished since last asked, or the error that stopped it.
@@ -241,8 +269,11 @@ impl FeedWriter {
     }
 
     /// Checks the sizes of encoded records and hands them to the writing thread.
-    fn take(&mut self, encoded: Vec<Encoded>) -> Result<BatchReport> {
+    fn take(&mut self, mut encoded: Vec<Encoded>) -> Result<BatchReport> {
         let warnings = check_sizes(&encoded, self.limits)?;
+        for done in &mut encoded {
+            self.found.append(&mut done.found);
+        }
         self.taken.0 += encoded.iter().map(|e| e.ends.len() as u64).sum::<u64>();
         self.taken.1 += encoded.iter().map(|e| e.buf.len() as u64).sum::<u64>();
         self.send(Job::Append(encoded))?;
@@ -302,6 +333,7 @@ impl FeedWriter {
     /// Hands the pieces of a chunk to the encoding threads, first in, first done.
     fn launch(&self, chunk: SharedChunk) -> Started {
         let (set, kind, enc, level) = (self.set, self.kind, self.encode_options(), self.opts.level);
+        let fingerprints = self.fingerprints;
         let ranges = jsonl::pieces((*chunk).as_ref().len(), self.pool.current_num_threads() * 8);
         let results = Arc::new(Results::new(ranges.len()));
         for (at, piece) in ranges.into_iter().enumerate() {
@@ -309,7 +341,8 @@ impl FeedWriter {
             self.pool.spawn_fifo(move || {
                 let done = catch_unwind(AssertUnwindSafe(|| {
                     with_scratch(level, |scratch| {
-                        encode_piece(set, kind, enc, (*chunk).as_ref(), piece, scratch)
+                        let chunk = (*chunk).as_ref();
+                        encode_piece(set, (kind, enc), fingerprints, chunk, piece, scratch)
                     })
                 }))
                 .unwrap_or_else(|_| {
@@ -333,6 +366,7 @@ impl FeedWriter {
         for result in started.wait() {
             let (mut done, count) = result.map_err(|e: Error| e.shifted(lines))?;
             done.indices.iter_mut().for_each(|i| *i += lines);
+            done.found.iter_mut().for_each(|f| f.line += lines);
             encoded.push(done);
             lines += count;
         }

@@ -8,6 +8,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use crate::encode::Scratch;
 use crate::error::{Error, RecordErrorKind, Result};
+use crate::fingerprint::{fingerprint, snapshot_record, Found};
 use crate::jsonl;
 use crate::record::{EncodeOptions, FeedKind};
 
@@ -43,6 +44,9 @@ pub(super) struct Encoded {
     pub(super) buf: Vec<u8>,
     pub(super) ends: Vec<usize>,
     pub(super) indices: Vec<usize>,
+    /// The records' fingerprints, when the writer fingerprints them (see
+    /// `FeedWriter::fingerprint_records`); taken off before the records are written.
+    pub(super) found: Vec<Found>,
 }
 
 impl Encoded {
@@ -53,6 +57,7 @@ impl Encoded {
             buf: Vec::with_capacity(bytes + bytes / 8),
             ends: Vec::new(),
             indices: Vec::new(),
+            found: Vec::new(),
         }
     }
 
@@ -130,20 +135,31 @@ impl Started {
 }
 
 /// Encodes the lines that start in `piece` of `chunk`; returns them, numbered from the piece's
-/// first line, and how many lines started there.
+/// first line, and how many lines started there. With `fingerprints`, each line is a snapshot's
+/// record (see `snapshot_record`), fingerprinted from the record the encoding parsed.
 pub(super) fn encode_piece(
     set: SetKind,
-    kind: FeedKind,
-    enc: EncodeOptions,
+    (kind, enc): (FeedKind, EncodeOptions),
+    fingerprints: bool,
     chunk: &[u8],
     piece: Range<usize>,
     scratch: &mut Scratch,
 ) -> Piece {
     let (lines, count) = jsonl::lines_in(chunk, piece.clone());
     let mut done = Encoded::with_capacity(piece.len());
+    let fingerprinting = set.form().encode_record.filter(|_| fingerprints);
     for (index, line) in lines {
         let out = &mut done.buf;
-        set.encode_line(index, line, kind, enc, scratch, out)?;
+        match fingerprinting {
+            None => set.encode_line(index, line, kind, enc, scratch, out)?,
+            Some(encode) => {
+                let record = snapshot_record(index, line)?;
+                let fp = fingerprint(index, &record)?;
+                encode(index, &record, kind, enc, scratch, out)?;
+                done.found
+                    .push(Found::new(chunk, index, line, record.url, fp));
+            }
+        }
         done.ended(index);
     }
     Ok((done, count))

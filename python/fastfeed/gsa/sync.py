@@ -4,20 +4,19 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fastfeed import _core
 from fastfeed.delivery.results import PushSummary
 from fastfeed.delivery.settings import PushSettings
 from fastfeed.errors import SettingsError
-from fastfeed.gsa.build import build
 from fastfeed.gsa.confirm import Confirm, Finish, start_confirm
 from fastfeed.gsa.push import push
-from fastfeed.gsa.writer import AclFormat, Compress
+from fastfeed.gsa.writer import AclFormat, Compress, FeedWriter
 from fastfeed.progress import Progress
 from fastfeed.sets.sync import AllowDeletes, Receiver, SyncSummary, default_out, run_sync
-from fastfeed.sets.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES
+from fastfeed.sets.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES, FeedWarning, SetWriter
 
 
 def sync(
@@ -53,20 +52,18 @@ def sync(
     if problem:
         raise SettingsError(problem)
 
-    def build_set(inputs: list[str], out: Path, progress: Progress | None) -> object:
-        return build(
-            inputs,
+    def writer(out: Path, warn: Callable[[FeedWarning], None]) -> SetWriter:
+        return FeedWriter(
             out,
             datasource,
             "incremental",
-            base_url=base_url,
             max_bytes=max_bytes,
             max_records=max_records,
             compress=compress,
             level=level,
             workers=workers,
             acl_format=acl_format,
-            progress=progress,
+            on_warning=warn,
         )
 
     def push_set(feed_set: Path, progress: Progress | None) -> PushSummary:
@@ -79,7 +76,7 @@ def sync(
         collection=f"datasource {datasource!r}",
         target=f"{settings.target} datasource {datasource}",
         journal_target=settings.target,
-        build=build_set,
+        writer=writer,
         push=push_set,
         confirm=confirm_set,
     )

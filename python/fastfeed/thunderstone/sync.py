@@ -4,16 +4,16 @@ the source (the shared mechanism is `fastfeed.sets.sync`); deletes go as `D` ite
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fastfeed.delivery.results import PushSummary
 from fastfeed.delivery.settings import PushSettings
 from fastfeed.progress import Progress
 from fastfeed.sets.sync import AllowDeletes, Receiver, SyncSummary, default_out, run_sync
-from fastfeed.sets.writer import DEFAULT_MAX_BYTES
-from fastfeed.thunderstone.build import build_thunderstone
+from fastfeed.sets.writer import DEFAULT_MAX_BYTES, FeedWarning, SetWriter
 from fastfeed.thunderstone.push import push, url_settings
+from fastfeed.thunderstone.writer import ThunderstoneWriter
 
 
 def sync(
@@ -37,16 +37,14 @@ def sync(
     `inputs`, sending only what differs from `state`, as GSA's `sync` does for a datasource."""
     settings = settings if settings is not None else url_settings(url)
 
-    def build_set(inputs: list[str], out: Path, progress: Progress | None) -> object:
-        return build_thunderstone(
-            inputs,
+    def writer(out: Path, warn: Callable[[FeedWarning], None]) -> SetWriter:
+        return ThunderstoneWriter(
             out,
             profile,
-            base_url=base_url,
             max_bytes=max_bytes,
             max_records=max_records,
             workers=workers,
-            progress=progress,
+            on_warning=warn,
         )
 
     def push_set(feed_set: Path, progress: Progress | None) -> PushSummary:
@@ -56,7 +54,7 @@ def sync(
         collection=f"profile {profile!r}",
         target=f"{url} profile {profile}",
         journal_target=url,
-        build=build_set,
+        writer=writer,
         push=push_set,
     )
     return run_sync(

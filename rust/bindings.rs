@@ -124,8 +124,17 @@ fn fingerprinted<'py>(
     )
 }
 
+/// `Fingerprinted`, and how many lines the chunk held.
+type ChunkFingerprinted<'py> = (
+    String,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    usize,
+    usize,
+);
+
 /// The records of a chunk of JSON Lines, fingerprinted on the core's threads without the GIL
-/// (see `Fingerprinted`), and how many lines the chunk held.
+/// (see `ChunkFingerprinted`).
 #[pyfunction]
 #[pyo3(signature = (chunk, *, source=0, base=0))]
 fn fingerprint_jsonl<'py>(
@@ -133,13 +142,7 @@ fn fingerprint_jsonl<'py>(
     chunk: &Bound<'py, PyAny>,
     source: i64,
     base: i64,
-) -> PyResult<(
-    String,
-    Bound<'py, PyBytes>,
-    Bound<'py, PyBytes>,
-    usize,
-    usize,
-)> {
+) -> PyResult<ChunkFingerprinted<'py>> {
     let chunk = shared_chunk(py, chunk)?;
     let pieces = 4 * rayon::current_num_threads();
     let (found, lines) =

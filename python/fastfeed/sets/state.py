@@ -10,7 +10,7 @@ to serve another). Its tables:
   record once again (`outdated` says so before it does).
 * `pending`: the records of the last sync's feed set, in the set's order, with the fingerprint
   each will have once accepted (none for a delete). When the push journal says a file was
-  accepted, its records move to `documents` (`commit_files`), in one transaction; a sync killed
+  accepted, its records move to `documents` (`commit_records`), in one transaction; a sync killed
   at any point leaves them pending, and the next sync finishes that set first.
 * `confirming`: while a sync confirms (`--confirm`), the URL of each record committed, by its
   place in the set, so that a file the appliance's feeder then failed can be undone
@@ -355,29 +355,39 @@ class SyncState:
                 )
             self._set_meta("pending_set", os.fspath(feed_set))
 
-    def commit_records(self, first: int, end: int, *, confirming: bool = False) -> None:
-        """The appliance accepted the file that carried pending records `first` to `end`
-        (excluded): they become what it holds. Done again, it changes nothing. `confirming`
-        keeps their URLs until the sync knows whether the feeder processed the file."""
+    def commit_records(
+        self, accepted: Iterable[tuple[int, int]], *, confirming: bool = False
+    ) -> None:
+        """The appliance accepted the files that carried the pending records of each span
+        `(first, end)` (end excluded): they become what it holds, all in one transaction. Done
+        again, it changes nothing. `confirming` keeps their URLs until the sync knows whether
+        the feeder processed the files."""
+        spans = list(_joined(accepted))
+        if not spans:
+            return
         now = time.time()
         with self._transaction():
-            if confirming:
+            for first, end in spans:
+                if confirming:
+                    self._db.execute(
+                        "INSERT OR REPLACE INTO confirming SELECT seq, url FROM pending "
+                        "WHERE seq >= ? AND seq < ?",
+                        (first, end),
+                    )
+                # In URL order, the documents' own, and one transaction for every file: a
+                # million URLs committed file by file in the set's order took 3.3 s, this 1.3 s
+                # (each insert landed on another page of the index, written again each time).
                 self._db.execute(
-                    "INSERT OR REPLACE INTO confirming SELECT seq, url FROM pending "
-                    "WHERE seq >= ? AND seq < ?",
+                    "INSERT OR REPLACE INTO documents SELECT url, fingerprint, ? FROM pending "
+                    "WHERE seq >= ? AND seq < ? AND fingerprint IS NOT NULL ORDER BY url",
+                    (now, first, end),
+                )
+                self._db.execute(
+                    "DELETE FROM documents WHERE url IN (SELECT url FROM pending "
+                    "WHERE seq >= ? AND seq < ? AND fingerprint IS NULL)",
                     (first, end),
                 )
-            self._db.execute(
-                "INSERT OR REPLACE INTO documents SELECT url, fingerprint, ? FROM pending "
-                "WHERE seq >= ? AND seq < ? AND fingerprint IS NOT NULL",
-                (now, first, end),
-            )
-            self._db.execute(
-                "DELETE FROM documents WHERE url IN (SELECT url FROM pending "
-                "WHERE seq >= ? AND seq < ? AND fingerprint IS NULL)",
-                (first, end),
-            )
-            self._db.execute("DELETE FROM pending WHERE seq >= ? AND seq < ?", (first, end))
+                self._db.execute("DELETE FROM pending WHERE seq >= ? AND seq < ?", (first, end))
             # What it holds now is (in part) of this version; older ones still differ.
             self._set_meta("fingerprint", FINGERPRINT_VERSION)
 
@@ -410,6 +420,20 @@ class SyncState:
     def _drop_pending(self) -> None:
         self._db.execute("DELETE FROM pending")
         self._db.execute("DELETE FROM meta WHERE key = 'pending_set'")
+
+
+def _joined(spans: Iterable[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+    """Spans with those that touch joined: one statement for many files."""
+    current: tuple[int, int] | None = None
+    for first, end in spans:
+        if current is not None and current[1] == first:
+            current = (current[0], end)
+            continue
+        if current is not None:
+            yield current
+        current = (first, end)
+    if current is not None:
+        yield current
 
 
 class DuplicateUrl(FastfeedError):

@@ -469,9 +469,10 @@ def _records(feed_set: Path) -> Iterator[tuple[ManifestEntry, int, int]]:
 
 def _commit(st: SyncState, feed_set: Path, target: str, confirming: bool) -> None:
     with Journal(feed_set, target) as journal:
-        for entry, first, end in _records(feed_set):
-            if journal.is_accepted(entry):
-                st.commit_records(first, end, confirming=confirming)
+        accepted = [
+            (first, end) for entry, first, end in _records(feed_set) if journal.is_accepted(entry)
+        ]
+        st.commit_records(accepted, confirming=confirming)
 
 
 def _unconfirm(st: SyncState, feed_set: Path, confirmed: Confirmation) -> None:

@@ -14,10 +14,12 @@
 //!
 //! Why XXH3 and not SHA-256 (version 1): a build fingerprints each record on the encoding
 //! threads as it encodes it (`FeedWriter::fingerprint_records`), and the target is at most 10%
-//! of a plain build's time. Inside the build's pass over 1 GB of 1 KB records, with SHA-NI,
-//! SHA-256 cost 1.27x the plain build, BLAKE3 1.7x (a 1 KB record is one BLAKE3 chunk: no
-//! SIMD across chunks), XXH3-128 about 1.1x, most of it the canonical form and handing the
-//! fingerprints back, not the hash (PERFORMANCE.md, "Syncing"). A fingerprint detects change:
+//! of a plain build's time. Inside the build's pass over 1 GB of 1 KB records (best of 4
+//! alternating rounds, the CPU having SHA-NI), SHA-256 cost 1.27x the plain build's time (CPU
+//! 1.50x), BLAKE3 1.71x (a 1 KB record is one BLAKE3 chunk: no SIMD across chunks), XXH3-128
+//! 1.11x; hashing 1 GB is a quarter of a build's CPU with SHA-256, 2 to 3% with XXH3, which
+//! leaves the canonical form and handing the fingerprints back (PERFORMANCE.md, "Syncing").
+//! A fingerprint detects change:
 //! each URL's new form is compared with its own last one, never searched among others, so an
 //! accidental collision (a change that goes unsent) has odds of 2^-128 per change, which no
 //! collection reaches. XXH3 is not collision-resistant: a source that wants a change unsent

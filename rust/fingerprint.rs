@@ -60,7 +60,7 @@ pub struct Found {
 pub const VERSION: &str = "fastfeed-fp2";
 
 /// Writes the canonical form into a buffer, hashed in one call once whole (XXH3 fed field by
-/// field cost three times as much as hashing the whole).
+/// field cost twice as much as hashing the whole).
 struct Canonical<'b>(&'b mut Vec<u8>);
 
 impl Canonical<'_> {

@@ -160,6 +160,7 @@ class Snapshot:
             pool = ThreadPoolExecutor(1, thread_name_prefix="fastfeed-fingerprint")
             try:
                 self._first_line, self._reading = 1, n
+                done = "compared" if writer is None else "built and compared"
                 ahead: Callable[[], Fingerprinted] | None = None
                 base = 0
                 for chunk in mapped.chunks():
@@ -174,11 +175,11 @@ class Snapshot:
                     if ahead is not None:
                         self._store(ahead, n, mapped, source, state)
                     ahead = started
-                    line.update(self.bytes + base, f"{plural(self.records, 'record')} compared")
+                    line.update(self.bytes + base, f"{plural(self.records, 'record')} {done}")
                 if ahead is not None:
                     self._store(ahead, n, mapped, source, state)
                 self.bytes += base
-                line.update(self.bytes, f"{plural(self.records, 'record')} compared")
+                line.update(self.bytes, f"{plural(self.records, 'record')} {done}")
             except BaseException:
                 if writer is not None:
                     # The chunk started ahead may still be encoding: aborting waits for it, and

@@ -318,4 +318,4 @@ def test_a_first_sync_costs_what_a_build_and_a_push_do(
     # Over a build and a push, a first sync stores each URL and fingerprint in its state twice
     # (the snapshot's table, then what the appliance holds): a guard against regressions, at
     # what was measured (PERFORMANCE.md), not a target of the issue's.
-    assert best <= 1.5
+    assert best <= 1.75

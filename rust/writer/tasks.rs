@@ -148,6 +148,9 @@ pub(super) fn encode_piece(
     let (lines, count) = jsonl::lines_in(chunk, piece.clone());
     let mut done = Encoded::with_capacity(piece.len());
     let fingerprinting = set.form().encode_record.filter(|_| fingerprints);
+    if fingerprinting.is_some() {
+        done.found.reserve(lines.len());
+    }
     for (index, line) in lines {
         let out = &mut done.buf;
         match fingerprinting {

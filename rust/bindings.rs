@@ -100,22 +100,17 @@ fn type_name(value: &Bound<'_, PyAny>) -> String {
 }
 
 /// Records fingerprinted, as a sync's snapshot takes them: their snapshot rows (JSON), their
-/// spans and URL keys (bytes, see `fingerprint::spans` and `fingerprint::keys`), and how many.
+/// spans and URL keys (bytes, see `fingerprint::Fingerprints`), and how many.
 type Fingerprinted<'py> = (String, Bound<'py, PyBytes>, Bound<'py, PyBytes>, usize);
 
 fn fingerprinted<'py>(
     py: Python<'py>,
-    found: &[fingerprint::Found],
+    found: &fingerprint::Fingerprints,
     source: i64,
     base: i64,
 ) -> Fingerprinted<'py> {
-    let (rows, spans, keys) = py.allow_threads(|| {
-        (
-            fingerprint::snapshot_rows(found),
-            fingerprint::spans(found, source, base),
-            fingerprint::keys(found),
-        )
-    });
+    let (rows, spans, keys) =
+        py.allow_threads(|| (found.rows(), found.spans(source, base), found.keys()));
     (
         rows,
         PyBytes::new(py, &spans),

@@ -43,17 +43,93 @@ use crate::record::{parse_date, Action, Content, Record};
 
 pub type Fingerprint = [u8; 16];
 
-/// A record found in a chunk of JSON Lines.
-#[derive(Debug)]
-pub struct Found {
-    /// The line's position in the chunk, counting blank lines (as errors do).
-    pub line: usize,
-    /// Where the line is in the chunk, without its newline.
-    pub span: Range<usize>,
-    pub url: String,
-    pub fingerprint: Fingerprint,
-    /// A hash of the URL, to find a URL given twice without an index (see `repeated`).
-    pub key: u64,
+/// Fingerprinted records, laid out as a sync's snapshot takes them by the thread that
+/// fingerprints them: a record's URL is written out there and freed at once (kept until the
+/// chunk was taken, a million URLs made every allocation of the encoding threads slower).
+#[derive(Debug, Default)]
+pub struct Fingerprints {
+    /// `["url","fingerprint in hex"]` rows, each followed by a comma.
+    rows: Vec<u8>,
+    /// Each record's line in its chunk (blank lines counted, as errors count them), and where
+    /// the line is in the chunk, without its newline.
+    places: Vec<(usize, Range<usize>)>,
+    /// Hashes of the URLs, to find a URL given twice without an index (see `repeated`).
+    keys: Vec<u64>,
+}
+
+impl Fingerprints {
+    /// Adds the record at `line` of `chunk`, whose text `text` is (a slice of `chunk`).
+    pub fn push(&mut self, chunk: &[u8], line: usize, text: &[u8], url: &str, fp: &Fingerprint) {
+        let start = text.as_ptr() as usize - chunk.as_ptr() as usize;
+        self.places.push((line, start..start + text.len()));
+        self.keys.push(url_key(url));
+        self.rows.push(b'[');
+        // Writing to a Vec cannot fail, and a str is always JSON.
+        let _ = serde_json::to_writer(&mut self.rows, url);
+        self.rows.extend_from_slice(b",\"");
+        hex_into(&mut self.rows, fp);
+        self.rows.extend_from_slice(b"\"],");
+    }
+
+    /// Moves `other`'s records after these.
+    pub fn append(&mut self, other: &mut Fingerprints) {
+        self.rows.append(&mut other.rows);
+        self.places.append(&mut other.places);
+        self.keys.append(&mut other.keys);
+    }
+
+    /// Counts the records' lines from `lines` on (a piece's, once the pieces before it are).
+    pub fn shift(&mut self, lines: usize) {
+        self.places.iter_mut().for_each(|(line, _)| *line += lines);
+    }
+
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Each record's line and span in its chunk.
+    pub fn places(&self) -> &[(usize, Range<usize>)] {
+        &self.places
+    }
+
+    /// The records as the state's snapshot table takes them in one statement: a JSON array of
+    /// `[url, fingerprint in hex]` (SQLite's json_each reads it far faster than Python binds
+    /// rows).
+    pub fn rows(&self) -> String {
+        let body = self.rows.strip_suffix(b",").unwrap_or(&self.rows);
+        let mut rows = String::with_capacity(body.len() + 2);
+        rows.push('[');
+        rows.push_str(std::str::from_utf8(body).unwrap_or_default());
+        rows.push(']');
+        rows
+    }
+
+    /// Where each record's line is, as `sets/snapshot.py` keeps it: four native-endian i64 per
+    /// record (source, start and end of the line in the source, with the chunk's `base` offset
+    /// added, and the line's position in the chunk).
+    pub fn spans(&self, source: i64, base: i64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(32 * self.places.len());
+        for (line, span) in &self.places {
+            for value in [
+                source,
+                base + span.start as i64,
+                base + span.end as i64,
+                *line as i64,
+            ] {
+                out.extend_from_slice(&value.to_ne_bytes());
+            }
+        }
+        out
+    }
+
+    /// The records' URL keys, eight native-endian bytes each, for `repeated`.
+    pub fn keys(&self) -> Vec<u8> {
+        self.keys.iter().flat_map(|k| k.to_ne_bytes()).collect()
+    }
 }
 
 /// The version of the canonical form and hash, the first bytes of every form.
@@ -91,6 +167,9 @@ thread_local! {
     /// Each thread's buffer for canonical forms, reused from record to record.
     static FORM: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
+
+/// Metadata of at most this many values is sorted without allocating.
+const SORTED_ON_STACK: usize = 16;
 
 /// What a thread's form buffer may keep between records (a form with large metadata grows it).
 const FORM_KEPT: usize = 64 * 1024;
@@ -137,10 +216,17 @@ fn canonical(index: usize, r: &Record<'_>, c: &mut Canonical<'_>) -> Result<()> 
             c.text(13, Some(value));
         }
     };
-    if r.metadata.is_sorted_by(|a, b| a.0 <= b.0) {
-        pairs(&mut r.metadata.iter());
+    let m = &r.metadata;
+    if m.is_sorted_by(|a, b| a.0 <= b.0) {
+        pairs(&mut m.iter());
+    } else if m.len() <= SORTED_ON_STACK {
+        // Sorted by index on the stack: a stable sort of so few allocates nothing.
+        let mut order: [usize; SORTED_ON_STACK] = std::array::from_fn(|i| i);
+        let order = &mut order[..m.len()];
+        order.sort_by(|&a, &b| m[a].0.cmp(&m[b].0));
+        pairs(&mut order.iter().map(|&i| &m[i]));
     } else {
-        let mut sorted: Vec<&(String, String)> = r.metadata.iter().collect();
+        let mut sorted: Vec<&(String, String)> = m.iter().collect();
         sorted.sort_by(|a, b| a.0.cmp(&b.0));
         pairs(&mut sorted.into_iter());
     }
@@ -181,26 +267,6 @@ fn canonical(index: usize, r: &Record<'_>, c: &mut Canonical<'_>) -> Result<()> 
     Ok(())
 }
 
-impl Found {
-    /// The record at `line` of `chunk`, whose text `text` is (a slice of `chunk`).
-    pub fn new(
-        chunk: &[u8],
-        line: usize,
-        text: &[u8],
-        url: String,
-        fingerprint: Fingerprint,
-    ) -> Self {
-        let start = text.as_ptr() as usize - chunk.as_ptr() as usize;
-        Found {
-            line,
-            span: start..start + text.len(),
-            key: url_key(&url),
-            url,
-            fingerprint,
-        }
-    }
-}
-
 /// The record of a snapshot's line (`line` names it in errors). A snapshot lists documents: a
 /// record that deletes or updates is refused.
 pub fn snapshot_record(line: usize, text: &[u8]) -> Result<Record<'_>> {
@@ -220,86 +286,41 @@ pub fn snapshot_record(line: usize, text: &[u8]) -> Result<Record<'_>> {
 /// The records of a chunk of a snapshot (whole lines of JSON Lines), in order, and the chunk's
 /// number of lines (see `snapshot_record`). Pieces of the chunk are parsed and hashed on the
 /// pool's threads; an error names the chunk's first bad line.
-pub fn fingerprint_jsonl(chunk: &[u8], pieces: usize) -> Result<(Vec<Found>, usize)> {
+pub fn fingerprint_jsonl(chunk: &[u8], pieces: usize) -> Result<(Fingerprints, usize)> {
     let size = chunk.len().div_ceil(pieces.max(1)).max(1);
     let parts: Vec<Range<usize>> = (0..chunk.len())
         .step_by(size)
         .map(|start| start..(start + size).min(chunk.len()))
         .collect();
-    let done: Vec<(Result<Vec<Found>>, usize)> = parts
+    let done: Vec<(Result<Fingerprints>, usize)> = parts
         .into_par_iter()
         .map(|part| {
             let (lines, count) = jsonl::lines_in(chunk, part);
-            let found = lines
-                .into_iter()
-                .map(|(line, text)| {
-                    let record = snapshot_record(line, text)?;
-                    let fingerprint = fingerprint(line, &record)?;
-                    Ok(Found::new(chunk, line, text, record.url, fingerprint))
-                })
-                .collect();
-            (found, count)
+            let mut found = Fingerprints::default();
+            let result = lines.into_iter().try_for_each(|(line, text)| {
+                let record = snapshot_record(line, text)?;
+                let fp = fingerprint(line, &record)?;
+                found.push(chunk, line, text, &record.url, &fp);
+                Ok(())
+            });
+            (result.map(|()| found), count)
         })
         .collect();
-    let mut out = Vec::new();
+    let mut out = Fingerprints::default();
     let mut before = 0;
     for (found, count) in done {
-        for mut f in found.map_err(|e| e.shifted(before))? {
-            f.line += before;
-            out.push(f);
-        }
+        let mut found = found.map_err(|e| e.shifted(before))?;
+        found.shift(before);
+        out.append(&mut found);
         before += count;
     }
     Ok((out, before))
-}
-
-/// The records as the state's snapshot table takes them in one statement: a JSON array of
-/// `[url, fingerprint in hex]` (SQLite's json_each reads it far faster than Python binds rows).
-pub fn snapshot_rows(found: &[Found]) -> String {
-    let mut rows = Vec::with_capacity(found.iter().map(|f| f.url.len() + 42).sum::<usize>() + 2);
-    rows.push(b'[');
-    for (n, f) in found.iter().enumerate() {
-        if n > 0 {
-            rows.push(b',');
-        }
-        rows.push(b'[');
-        // Writing to a Vec cannot fail, and a str is always JSON.
-        let _ = serde_json::to_writer(&mut rows, &f.url);
-        rows.extend_from_slice(b",\"");
-        hex_into(&mut rows, &f.fingerprint);
-        rows.extend_from_slice(b"\"]");
-    }
-    rows.push(b']');
-    String::from_utf8(rows).unwrap_or_default()
-}
-
-/// Where each record's line is, as `sets/snapshot.py` keeps it: four native-endian i64 per
-/// record (source, start and end of the line in the source, with the chunk's `base` offset
-/// added, and the line's position in the chunk).
-pub fn spans(found: &[Found], source: i64, base: i64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(32 * found.len());
-    for f in found {
-        for value in [
-            source,
-            base + f.span.start as i64,
-            base + f.span.end as i64,
-            f.line as i64,
-        ] {
-            out.extend_from_slice(&value.to_ne_bytes());
-        }
-    }
-    out
 }
 
 /// A 64-bit hash of a URL, the same for the same URL. XXH3, not the standard library's
 /// SipHash: a crafted collision costs only the index that tells the two URLs apart.
 pub fn url_key(url: &str) -> u64 {
     xxhash_rust::xxh3::xxh3_64(url.as_bytes())
-}
-
-/// The records' URL keys, eight native-endian bytes each, for `repeated`.
-pub fn keys(found: &[Found]) -> Vec<u8> {
-    found.iter().flat_map(|f| f.key.to_ne_bytes()).collect()
 }
 
 /// Whether any key is there twice: a URL given twice, or (about once in 10^11 pairs of URLs)
@@ -366,17 +387,25 @@ mod tests {
 
     #[test]
     fn rows_and_spans_are_laid_out_for_the_snapshot() {
-        let chunk = concat!(r#"{"url":"http://e.example.com/\u00e9\""}"#, "\n");
+        let line = r#"{"url":"http://e.example.com/\u00e9\""}"#;
+        let chunk = format!("{line}\n{line}\n");
         let (found, _) = fingerprint_jsonl(chunk.as_bytes(), 1).unwrap();
-        let rows: Vec<(String, String)> = serde_json::from_str(&snapshot_rows(&found)).unwrap();
-        assert_eq!(rows[0].0, "http://e.example.com/\u{e9}\"");
-        assert_eq!(rows[0].1, hex(&found[0].fingerprint));
-        let spans = spans(&found, 2, 100);
+        let rows: Vec<(String, String)> = serde_json::from_str(&found.rows()).unwrap();
+        let url = "http://e.example.com/\u{e9}\"".to_string();
+        let fp = hex(&fp(line));
+        assert_eq!(rows, [(url.clone(), fp.clone()), (url, fp)]);
+        let spans = found.spans(2, 100);
         let words: Vec<i64> = spans
             .chunks(8)
             .map(|w| i64::from_ne_bytes(w.try_into().unwrap()))
             .collect();
-        assert_eq!(words, [2, 100, 100 + chunk.len() as i64 - 1, 0]);
+        let end = line.len() as i64;
+        assert_eq!(
+            words,
+            [2, 100, 100 + end, 0, 2, 101 + end, 101 + 2 * end, 1]
+        );
+        assert_eq!(found.keys().len(), 16);
+        assert_eq!(Fingerprints::default().rows(), "[]");
     }
 
     #[test]
@@ -389,6 +418,26 @@ mod tests {
         assert!(!repeated(&mut keys.clone()));
         keys.push(url_key("http://b/"));
         assert!(repeated(&mut keys));
+    }
+
+    #[test]
+    fn metadata_counts_by_name_whatever_their_order_and_number() {
+        for names in [3, 16, 17, 40] {
+            let pairs = |order: &mut dyn Iterator<Item = usize>| {
+                order
+                    .map(|i| format!(r#""m{i:02}":["a{i}","b{i}"]"#))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            let line =
+                |m: String| format!(r#"{{"url":"http://e.example.com/a","metadata":{{{m}}}}}"#);
+            let sorted = fp(&line(pairs(&mut (0..names))));
+            assert_eq!(sorted, fp(&line(pairs(&mut (0..names).rev()))), "{names}");
+            // A name's values keep their order: swapped, they are another record.
+            let swapped =
+                line(pairs(&mut (0..names).rev())).replace(r#"["a0","b0"]"#, r#"["b0","a0"]"#);
+            assert_ne!(sorted, fp(&swapped), "{names}");
+        }
     }
 
     #[test]
@@ -405,17 +454,31 @@ mod tests {
         for pieces in 1..5 {
             let (found, count) = fingerprint_jsonl(chunk.as_bytes(), pieces).unwrap();
             assert_eq!(count, 4);
-            for f in &found {
-                assert_eq!(&chunk[f.span.clone()], format!("{{\"url\":\"{}\"}}", f.url));
-            }
-            let lines: Vec<(usize, &str)> =
-                found.iter().map(|f| (f.line, f.url.as_str())).collect();
+            let rows: Vec<(String, String)> = serde_json::from_str(&found.rows()).unwrap();
+            let lines: Vec<(usize, &str, &str)> = found
+                .places()
+                .iter()
+                .zip(&rows)
+                .map(|((line, span), (url, _))| (*line, url.as_str(), &chunk[span.clone()]))
+                .collect();
             assert_eq!(
                 lines,
                 [
-                    (0, "http://e.example.com/1"),
-                    (2, "http://e.example.com/2"),
-                    (3, "http://e.example.com/3")
+                    (
+                        0,
+                        "http://e.example.com/1",
+                        "{\"url\":\"http://e.example.com/1\"}"
+                    ),
+                    (
+                        2,
+                        "http://e.example.com/2",
+                        "{\"url\":\"http://e.example.com/2\"}"
+                    ),
+                    (
+                        3,
+                        "http://e.example.com/3",
+                        "{\"url\":\"http://e.example.com/3\"}"
+                    )
                 ]
             );
         }

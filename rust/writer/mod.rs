@@ -21,7 +21,7 @@ use std::thread::JoinHandle;
 
 use crate::encode::Scratch;
 use crate::error::{Error, Result};
-use crate::fingerprint::Found;
+use crate::fingerprint::Fingerprints;
 use crate::groups::Membership;
 use crate::jsonl;
 use crate::record::{EncodeOptions, FeedKind, FeedType, Record};
@@ -62,7 +62,7 @@ pub struct FeedWriter {
     /// Whether records taken as JSON Lines are fingerprinted (`fingerprint_records`).
     fingerprints: bool,
     /// Fingerprints of the records taken since `take_fingerprints` was last called.
-    found: Vec<Found>,
+    found: Fingerprints,
 }
 
 impl FeedWriter {
@@ -147,7 +147,7 @@ impl FeedWriter {
             taken: (0, 0),
             started: Mutex::default(),
             fingerprints: false,
-            found: Vec::new(),
+            found: Fingerprints::default(),
         })
     }
 
@@ -183,7 +183,7 @@ impl FeedWriter {
 
     /// The fingerprints of the records taken since last asked, in input order; each names its
     /// line and span in the chunk that carried it (take them after each chunk).
-    pub fn take_fingerprints(&mut self) -> Vec<Found> {
+    pub fn take_fingerprints(&mut self) -> Fingerprints {
         std::mem::take(&mut self.found)
     }
 
@@ -366,7 +366,7 @@ impl FeedWriter {
         for result in started.wait() {
             let (mut done, count) = result.map_err(|e: Error| e.shifted(lines))?;
             done.indices.iter_mut().for_each(|i| *i += lines);
-            done.found.iter_mut().for_each(|f| f.line += lines);
+            done.found.shift(lines);
             encoded.push(done);
             lines += count;
         }

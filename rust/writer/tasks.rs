@@ -8,7 +8,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use crate::encode::Scratch;
 use crate::error::{Error, RecordErrorKind, Result};
-use crate::fingerprint::{fingerprint, snapshot_record, Found};
+use crate::fingerprint::{fingerprint, snapshot_record, Fingerprints};
 use crate::jsonl;
 use crate::record::{EncodeOptions, FeedKind};
 
@@ -46,7 +46,7 @@ pub(super) struct Encoded {
     pub(super) indices: Vec<usize>,
     /// The records' fingerprints, when the writer fingerprints them (see
     /// `FeedWriter::fingerprint_records`); taken off before the records are written.
-    pub(super) found: Vec<Found>,
+    pub(super) found: Fingerprints,
 }
 
 impl Encoded {
@@ -57,7 +57,7 @@ impl Encoded {
             buf: Vec::with_capacity(bytes + bytes / 8),
             ends: Vec::new(),
             indices: Vec::new(),
-            found: Vec::new(),
+            found: Fingerprints::default(),
         }
     }
 
@@ -148,9 +148,6 @@ pub(super) fn encode_piece(
     let (lines, count) = jsonl::lines_in(chunk, piece.clone());
     let mut done = Encoded::with_capacity(piece.len());
     let fingerprinting = set.form().encode_record.filter(|_| fingerprints);
-    if fingerprinting.is_some() {
-        done.found.reserve(lines.len());
-    }
     for (index, line) in lines {
         let out = &mut done.buf;
         match fingerprinting {
@@ -159,8 +156,7 @@ pub(super) fn encode_piece(
                 let record = snapshot_record(index, line)?;
                 let fp = fingerprint(index, &record)?;
                 encode(index, &record, kind, enc, scratch, out)?;
-                done.found
-                    .push(Found::new(chunk, index, line, record.url, fp));
+                done.found.push(chunk, index, line, &record.url, &fp);
             }
         }
         done.ended(index);

@@ -103,11 +103,28 @@ fn type_name(value: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
-/// The records of a chunk of JSON Lines, fingerprinted on the core's threads without the GIL:
-/// their snapshot rows (JSON), their spans and URL keys (bytes, see `fingerprint::spans` and
-/// `fingerprint::keys`), how many records and how many lines the chunk held.
-/// What `fingerprint_jsonl` gives back for a chunk.
-type Fingerprinted<'py> = (
+/// Records fingerprinted, as a sync's snapshot takes them: their snapshot rows (JSON), their
+/// spans and URL keys (bytes, see `fingerprint::Fingerprints`), and how many.
+type Fingerprinted<'py> = (String, Bound<'py, PyBytes>, Bound<'py, PyBytes>, usize);
+
+fn fingerprinted<'py>(
+    py: Python<'py>,
+    found: &fingerprint::Fingerprints,
+    source: i64,
+    base: i64,
+) -> Fingerprinted<'py> {
+    let (rows, spans, keys) =
+        py.allow_threads(|| (found.rows(), found.spans(source, base), found.keys()));
+    (
+        rows,
+        PyBytes::new(py, &spans),
+        PyBytes::new(py, &keys),
+        found.len(),
+    )
+}
+
+/// `Fingerprinted`, and how many lines the chunk held.
+type ChunkFingerprinted<'py> = (
     String,
     Bound<'py, PyBytes>,
     Bound<'py, PyBytes>,
@@ -115,6 +132,8 @@ type Fingerprinted<'py> = (
     usize,
 );
 
+/// The records of a chunk of JSON Lines, fingerprinted on the core's threads without the GIL
+/// (see `ChunkFingerprinted`).
 #[pyfunction]
 #[pyo3(signature = (chunk, *, source=0, base=0))]
 fn fingerprint_jsonl<'py>(
@@ -122,23 +141,13 @@ fn fingerprint_jsonl<'py>(
     chunk: &Bound<'py, PyAny>,
     source: i64,
     base: i64,
-) -> PyResult<Fingerprinted<'py>> {
+) -> PyResult<ChunkFingerprinted<'py>> {
     let chunk = shared_chunk(py, chunk)?;
     let pieces = 4 * rayon::current_num_threads();
-    let (rows, spans, keys, records, lines) = py.allow_threads(|| {
-        let (found, lines) = fingerprint::fingerprint_jsonl((*chunk).as_ref(), pieces)?;
-        let rows = fingerprint::snapshot_rows(&found);
-        let spans = fingerprint::spans(&found, source, base);
-        let keys = fingerprint::keys(&found);
-        Ok::<_, Error>((rows, spans, keys, found.len(), lines))
-    })?;
-    Ok((
-        rows,
-        PyBytes::new(py, &spans),
-        PyBytes::new(py, &keys),
-        records,
-        lines,
-    ))
+    let (found, lines) =
+        py.allow_threads(|| fingerprint::fingerprint_jsonl((*chunk).as_ref(), pieces))?;
+    let (rows, spans, keys, records) = fingerprinted(py, &found, source, base);
+    Ok((rows, spans, keys, records, lines))
 }
 
 /// The fingerprints of records (dicts of the record schema, see `fingerprint.rs`), read as the
@@ -472,6 +481,25 @@ impl PyFeedWriter {
         self.inner = None;
     }
 
+    /// From now on (`on`), or no longer, fingerprints each record taken as JSON Lines on the
+    /// encoding threads, refusing deletes and updates (a snapshot's records).
+    fn fingerprint_records(&mut self, on: bool) -> PyResult<()> {
+        Ok(self.writer()?.fingerprint_records(on)?)
+    }
+
+    /// The fingerprints of the records taken since last asked, as `fingerprint_jsonl` gives
+    /// them; `source` and `base` (the chunk's offset in it) place their spans.
+    #[pyo3(signature = (*, source=0, base=0))]
+    fn take_fingerprints<'py>(
+        &mut self,
+        py: Python<'py>,
+        source: i64,
+        base: i64,
+    ) -> PyResult<Fingerprinted<'py>> {
+        let found = self.writer()?.take_fingerprints();
+        Ok(fingerprinted(py, &found, source, base))
+    }
+
     #[getter]
     fn records(&self) -> u64 {
         self.inner.as_ref().map_or(0, FeedWriter::records)
@@ -552,10 +580,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULT_MAX_BYTES", DEFAULT_MAX_BYTES)?;
     m.add("HARD_MAX_BYTES", HARD_MAX_BYTES)?;
     m.add("DEFAULT_LEVEL", DEFAULT_LEVEL)?;
+    m.add("FINGERPRINT_VERSION", fingerprint::VERSION)?;
     m.add("RECORD_FIELDS", PyTuple::new(py, FIELDS)?)?;
-    m.add(
-        "FINGERPRINT_VERSION",
-        String::from_utf8_lossy(fingerprint::TAG).into_owned(),
-    )?;
     Ok(())
 }

@@ -183,20 +183,22 @@ def test_validate_draws_the_files_checked(make_feed_set: MakeSet, tmp_path: Path
 def test_sync_draws_each_stage(emulator: Emulator, tls: Any, tmp_path: Path) -> None:
     source = records(tmp_path / "docs.jsonl", 1500)
 
-    ran = on_terminal(
-        "sync",
-        str(source),
-        "--datasource",
-        "docs",
-        "--state",
-        "docs.state",
-        *cli_target(emulator, tls),
-    )
+    argv = ("sync", str(source), "--datasource", "docs", "--state", "docs.state")
+    ran = on_terminal(*argv, *cli_target(emulator, tls))
 
+    # The first sync sends everything: it builds as it compares, in one pass.
+    assert ran.status == 0
+    assert " 100% " in ran.last("build") and "1,500 records built and compared" in ran.last("build")
+    assert " 100% " in ran.last("push") and "1,500 records accepted" in ran.last("push")
+
+    # The next compares first, then builds what changed.
+    changed = source.read_bytes().replace(b'/7"', b'/7","displayurl":"http://d/"', 1)
+    source.write_bytes(changed)
+    ran = on_terminal(*argv, *cli_target(emulator, tls))
     assert ran.status == 0
     assert " 100% " in ran.last("compare") and "1,500 records compared" in ran.last("compare")
-    assert " 100% " in ran.last("build") and "1,500 records" in ran.last("build")
-    assert " 100% " in ran.last("push") and "1,500 records accepted" in ran.last("push")
+    assert " 100% " in ran.last("build") and "1 record in 1 file" in ran.last("build")
+    assert " 100% " in ran.last("push") and "1 record accepted" in ran.last("push")
 
 
 def test_with_stderr_on_a_pipe_only_the_summary_is_printed(

@@ -128,6 +128,7 @@ def test_resend_all_sends_every_record_again_and_still_deletes(
     state = tmp_path / "docs.state"
     settings = push_settings(emulator)
     sync([write(tmp_path / "a.jsonl", OLD)], state, "docs", settings, out_dir=tmp_path / "s1")
+    emulator.wait_idle(timeout=30)  # accepted is not yet processed
     # The index was reset: the appliance lost everything the state says it holds.
     with emulator.state.index.transaction() as db:
         db.execute("DELETE FROM documents")

@@ -20,6 +20,7 @@ use std::thread::JoinHandle;
 
 use crate::encode::Scratch;
 use crate::error::{Error, Result};
+use crate::fingerprint::Fingerprints;
 use crate::groups::Membership;
 use crate::record::{EncodeOptions, FeedKind, FeedType, Record};
 
@@ -55,6 +56,10 @@ pub struct FeedWriter {
     /// Chunks of JSON Lines started and not yet waited for, oldest first (in a mutex for the
     /// same reason as `done`).
     started: Mutex<VecDeque<Started>>,
+    /// Whether records taken as JSON Lines are fingerprinted (`fingerprint_records`).
+    fingerprints: bool,
+    /// Fingerprints of the records taken since `take_fingerprints` was last called.
+    found: Fingerprints,
 }
 
 impl FeedWriter {
@@ -140,6 +145,8 @@ impl FeedWriter {
             entries: Vec::new(),
             taken: (0, 0),
             started: Mutex::default(),
+            fingerprints: false,
+            found: Fingerprints::default(),
         })
     }
 
@@ -156,6 +163,27 @@ impl FeedWriter {
     /// Encoded bytes of the records taken so far (file headers not counted).
     pub fn bytes(&self) -> u64 {
         self.taken.1
+    }
+
+    /// From now on (`on`), or no longer, reads each record taken as JSON Lines as a snapshot's
+    /// (a delete or an update is refused) and fingerprints it on the encoding threads, from the
+    /// record the encoding parsed: `take_fingerprints` hands them over. Off by default: a
+    /// plain build pays nothing for it. Chunks already started keep their setting.
+    pub fn fingerprint_records(&mut self, on: bool) -> Result<()> {
+        if on && self.set.form().encode_record.is_none() {
+            return Err(Error::Config(format!(
+                "this writer writes {} files: only document records have fingerprints",
+                self.set.as_str()
+            )));
+        }
+        self.fingerprints = on;
+        Ok(())
+    }
+
+    /// The fingerprints of the records taken since last asked, in input order; each names its
+    /// line and span in the chunk that carried it (take them after each chunk).
+    pub fn take_fingerprints(&mut self) -> Fingerprints {
+        std::mem::take(&mut self.found)
     }
 
     /// Files the writing thread finished since last asked, or the error that stopped it.
@@ -240,8 +268,11 @@ impl FeedWriter {
     }
 
     /// Checks the sizes of encoded records and hands them to the writing thread.
-    fn take(&mut self, encoded: Vec<Encoded>) -> Result<BatchReport> {
+    fn take(&mut self, mut encoded: Vec<Encoded>) -> Result<BatchReport> {
         let warnings = check_sizes(&encoded, self.limits)?;
+        for done in &mut encoded {
+            self.found.append(&mut done.found);
+        }
         self.taken.0 += encoded.iter().map(|e| e.ends.len() as u64).sum::<u64>();
         self.taken.1 += encoded.iter().map(|e| e.buf.len() as u64).sum::<u64>();
         self.send(Job::Append(encoded))?;
@@ -317,6 +348,7 @@ impl FeedWriter {
             kind: self.kind,
             enc: self.encode_options(),
             level: self.opts.level,
+            fingerprints: self.fingerprints,
         };
         start_chunk(&self.pool, chunk, how)
     }
@@ -329,6 +361,7 @@ impl FeedWriter {
         for result in started.wait() {
             let (mut done, count) = result.map_err(|e: Error| e.shifted(lines))?;
             done.indices.iter_mut().for_each(|i| *i += lines);
+            done.found.shift(lines);
             encoded.push(done);
             lines += count;
         }

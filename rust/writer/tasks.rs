@@ -9,6 +9,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use crate::encode::Scratch;
 use crate::error::{Error, RecordErrorKind, Result};
+use crate::fingerprint::{fingerprint, snapshot_record, Fingerprints};
 use crate::jsonl;
 use crate::record::{EncodeOptions, FeedKind};
 
@@ -64,6 +65,9 @@ pub(super) struct Encoded {
     pub(super) buf: Vec<u8>,
     pub(super) ends: Vec<usize>,
     pub(super) indices: Vec<usize>,
+    /// The records' fingerprints, when the writer fingerprints them (see
+    /// `FeedWriter::fingerprint_records`); taken off before the records are written.
+    pub(super) found: Fingerprints,
 }
 
 impl Encoded {
@@ -74,6 +78,7 @@ impl Encoded {
             buf: Vec::with_capacity(bytes + bytes / 8),
             ends: Vec::new(),
             indices: Vec::new(),
+            found: Fingerprints::default(),
         }
     }
 
@@ -177,6 +182,9 @@ pub(super) struct LineEncoding {
     pub(super) kind: FeedKind,
     pub(super) enc: EncodeOptions,
     pub(super) level: u8,
+    /// Each line is a snapshot's record (see `snapshot_record`), fingerprinted from the record
+    /// the encoding parsed.
+    pub(super) fingerprints: bool,
 }
 
 impl LineEncoding {
@@ -191,10 +199,19 @@ impl LineEncoding {
     ) -> Piece {
         let (lines, count) = jsonl::lines_in(chunk, piece);
         let mut done = Encoded::with_capacity(capacity);
+        let fingerprinting = self.set.form().encode_record.filter(|_| self.fingerprints);
+        let (kind, enc) = (self.kind, self.enc);
         for (index, line) in lines {
             let out = &mut done.buf;
-            self.set
-                .encode_line(index, line, self.kind, self.enc, scratch, out)?;
+            match fingerprinting {
+                None => self.set.encode_line(index, line, kind, enc, scratch, out)?,
+                Some(encode) => {
+                    let record = snapshot_record(index, line)?;
+                    let fp = fingerprint(index, &record)?;
+                    encode(index, &record, kind, enc, scratch, out)?;
+                    done.found.push(chunk, index, line, &record.url, &fp);
+                }
+            }
             done.ended(index);
         }
         Ok((done, count))

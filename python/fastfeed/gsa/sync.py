@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Unpack
 
@@ -12,13 +12,13 @@ from fastfeed import _core
 from fastfeed.delivery.results import PushSummary
 from fastfeed.delivery.settings import PushSettings
 from fastfeed.errors import SettingsError
-from fastfeed.gsa.build import build
 from fastfeed.gsa.confirm import Confirm, Finish, start_confirm
 from fastfeed.gsa.push import push
-from fastfeed.gsa.writer import FeedOptions
+from fastfeed.gsa.writer import FeedOptions, FeedWriter
 from fastfeed.progress import Progress
 from fastfeed.sets.guard import AllowDeletes
 from fastfeed.sets.sync import Receiver, SyncSummary, default_out, run_sync
+from fastfeed.sets.writer import FeedWarning, SetWriter
 
 
 def sync(
@@ -50,10 +50,8 @@ def sync(
     if problem:
         raise SettingsError(problem)
 
-    def build_set(inputs: list[str], out: Path, progress: Progress | None) -> object:
-        return build(
-            inputs, out, datasource, "incremental", base_url=base_url, progress=progress, **options
-        )
+    def writer(out: Path, warn: Callable[[FeedWarning], None]) -> SetWriter:
+        return FeedWriter(out, datasource, "incremental", on_warning=warn, **options)
 
     def push_set(feed_set: Path, progress: Progress | None) -> PushSummary:
         return push([feed_set], settings, progress=progress)
@@ -65,7 +63,7 @@ def sync(
         collection=f"datasource {datasource!r}",
         target=f"{settings.target} datasource {datasource}",
         journal_target=settings.target,
-        build=build_set,
+        writer=writer,
         push=push_set,
         confirm=confirm_set,
     )

@@ -1,20 +1,23 @@
 """A sync's snapshot: every record of its inputs, fingerprinted by the Rust core into the
 state's snapshot table; then the lines of the records to send, read again where they are.
 
-A sync reads its inputs twice (to compare, then to send what changed), so every input must be
-a file it can read again: a regular file is read in place; standard input, a pipe and the
-records made from a directory are first written to the work directory.
+A sync that sends only what changed reads its inputs twice (to compare, then to build what
+changed), so every input must be a file it can read again: a regular file is read in place;
+standard input, a pipe and the records made from a directory are first written to the work
+directory. A sync that sends every record (the first, `--resend-all`) reads them once: the
+receiver's writer fingerprints each record as it builds it.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import shutil
 import struct
 import sys
-from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, cast
@@ -26,6 +29,11 @@ from fastfeed.errors import FastfeedError, InputError, RecordError
 from fastfeed.progress import Progress, Stage, plural, stage
 from fastfeed.sets.build import MappedInput, directory_batches, mappable
 from fastfeed.sets.state import Changed, Diff, DuplicateUrl, SyncState
+from fastfeed.sets.writer import FeedWarning, SetWriter
+
+#: A chunk's records as the core fingerprinted them: snapshot rows, spans, URL keys, records,
+#: lines (`_core.fingerprint_jsonl`).
+Fingerprinted = tuple[str, bytes, bytes, int, int]
 
 #: A record's place in its input: source, start and end of its line, line number in its chunk
 #: (the layout of `fingerprint::spans` in the core).
@@ -61,18 +69,32 @@ class Snapshot:
         self._chunks: list[int] = []
         self._chunk_lines: list[int] = []
         self._first_line = 1
+        # The source being read.
+        self._reading = 0
         self.records = 0
         self.bytes = 0
 
-    def read(self, state: SyncState, progress: Progress | None = None) -> None:
-        """Fingerprints every record into the state's snapshot table, in input order."""
+    def read(
+        self,
+        state: SyncState,
+        progress: Progress | None = None,
+        writer: SetWriter | None = None,
+    ) -> None:
+        """Fingerprints every record into the state's snapshot table, in input order. With a
+        `writer` (its `fingerprint_records` on), the writer builds every record as well,
+        fingerprinting each as it encodes it: one pass over the inputs."""
         state.start_snapshot()
         for name in self._inputs:
             self._sources.append(self._source(name))
         total = sum(os.stat(source.path).st_size for source in self._sources)
-        with stage(progress, "compare", total) as line:
+        with stage(progress, "compare" if writer is None else "build", total) as line:
             for n, source in enumerate(self._sources):
-                self._read(n, source, state, line)
+                self._read(n, source, state, line, writer)
+
+    def warn(self, warning: FeedWarning) -> None:
+        """Reports a writer's warning about a record of the chunk being taken (`read`)."""
+        where = self._where(self._reading, self._first_line + warning.index)
+        print(f"warning: {where}: {warning}", file=sys.stderr)
 
     def compare(self, state: SyncState, *, resend_all: bool = False) -> Diff:
         """The state's comparison, with a URL found twice named where the user gave it."""
@@ -124,37 +146,53 @@ class Snapshot:
                     out.write(orjson.dumps(item) + b"\n")
         return path
 
-    def _read(self, n: int, source: _Source, state: SyncState, line: Stage) -> None:
+    def _read(
+        self, n: int, source: _Source, state: SyncState, line: Stage, writer: SetWriter | None
+    ) -> None:
         """Fingerprints a source's chunks one ahead: the core hashes chunk N+1 on its threads
-        while this thread stores chunk N's rows (SQLite too runs without the GIL). One after the
-        other, storing left both cores idle for a third of a sync's time."""
+        (or the writer encodes it) while this thread stores chunk N's rows (SQLite too runs
+        without the GIL). One after the other, storing left both cores idle for a third of a
+        sync's time."""
         with source.path.open("rb") as stream:
             if os.fstat(stream.fileno()).st_size == 0:
                 return
             mapped = MappedInput(stream)
             pool = ThreadPoolExecutor(1, thread_name_prefix="fastfeed-fingerprint")
             try:
-                self._first_line = 1
-                ahead: Future[tuple[str, bytes, bytes, int, int]] | None = None
+                self._first_line, self._reading = 1, n
+                done = "compared" if writer is None else "built and compared"
+                ahead: Callable[[], Fingerprinted] | None = None
                 base = 0
                 for chunk in mapped.chunks():
-                    started = pool.submit(_core.fingerprint_jsonl, chunk, source=n, base=base)
+                    started: Callable[[], Fingerprinted]
+                    if writer is None:
+                        hashing = pool.submit(_core.fingerprint_jsonl, chunk, source=n, base=base)
+                        started = hashing.result
+                    else:
+                        writer.start_jsonl(chunk)
+                        started = functools.partial(_built, writer, n, base)
                     base += len(chunk)
                     if ahead is not None:
                         self._store(ahead, n, mapped, source, state)
                     ahead = started
-                    line.update(self.bytes + base, f"{plural(self.records, 'record')} compared")
+                    line.update(self.bytes + base, f"{plural(self.records, 'record')} {done}")
                 if ahead is not None:
                     self._store(ahead, n, mapped, source, state)
                 self.bytes += base
-                line.update(self.bytes, f"{plural(self.records, 'record')} compared")
+                line.update(self.bytes, f"{plural(self.records, 'record')} {done}")
+            except BaseException:
+                if writer is not None:
+                    # The chunk started ahead may still be encoding: aborting waits for it, and
+                    # it reads the mapping, which must stay guarded until then.
+                    writer.abort()
+                raise
             finally:
                 pool.shutdown(cancel_futures=True)
                 mapped.close()
 
     def _store(
         self,
-        fingerprinted: Future[tuple[str, bytes, bytes, int, int]],
+        fingerprinted: Callable[[], Fingerprinted],
         n: int,
         mapped: MappedInput,
         source: _Source,
@@ -162,7 +200,7 @@ class Snapshot:
     ) -> None:
         """Takes a chunk's records into the snapshot, and where their lines are."""
         try:
-            rows, spans, keys, records, lines = fingerprinted.result()
+            rows, spans, keys, records, lines = fingerprinted()
         except RecordError as exc:
             self._check(mapped, source)
             reason = f"{exc.field}: {exc.reason}" if exc.field else exc.reason
@@ -234,3 +272,9 @@ class Snapshot:
         self._files.clear()
         self._spans.close()
         self._keys.close()
+
+
+def _built(writer: SetWriter, source: int, base: int) -> Fingerprinted:
+    """Takes the oldest chunk the writer started, and the fingerprints of its records."""
+    lines = writer.wait_jsonl()
+    return (*writer.take_fingerprints(source=source, base=base), lines)

@@ -5,9 +5,12 @@ to serve another). Its tables:
 
 * `documents`: URL, fingerprint (16 bytes in hex, `rust/fingerprint.rs`), when accepted. A URL
   is here once the appliance accepted the feed file that carried its record, never before.
+  `meta` names the fingerprints' version (`fingerprint`; none in a state of a fastfeed before
+  version 2): fingerprints of another version match no record, so the next sync sends every
+  record once again (`outdated` says so before it does).
 * `pending`: the records of the last sync's feed set, in the set's order, with the fingerprint
   each will have once accepted (none for a delete). When the push journal says a file was
-  accepted, its records move to `documents` (`commit_files`), in one transaction; a sync killed
+  accepted, its records move to `documents` (`commit_records`), in one transaction; a sync killed
   at any point leaves them pending, and the next sync finishes that set first.
 * `confirming`: while a sync confirms (`--confirm`), the URL of each record committed, by its
   place in the set, so that a file the appliance's feeder then failed can be undone
@@ -32,9 +35,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fastfeed import _core
 from fastfeed.errors import FastfeedError, StateError
 
 SCHEMA_VERSION = 1
+#: The version of the fingerprints this fastfeed makes (`rust/fingerprint.rs`).
+FINGERPRINT_VERSION: str = _core.FINGERPRINT_VERSION
 #: Rows read or written per round trip to SQLite.
 BATCH = 10_000
 
@@ -118,6 +124,7 @@ class SyncState:
             if version is None and target is not None:
                 self._set_meta("schema", str(SCHEMA_VERSION))
                 self._set_meta("target", target)
+                self._set_meta("fingerprint", FINGERPRINT_VERSION)
             elif version != str(SCHEMA_VERSION):
                 raise StateError(
                     f"{self.path}: not a sync state of this fastfeed (format {version}; this one "
@@ -184,6 +191,13 @@ class SyncState:
             else:
                 self._db.executemany("DELETE FROM documents WHERE url = ?", ((u,) for u in urls))
             return before - self.count()
+
+    @property
+    def outdated(self) -> str | None:
+        """The version of the fingerprints held, when it is not this fastfeed's and URLs are
+        held: none of them matches a record (the next sync sends every record again)."""
+        held = self._meta("fingerprint") or "fastfeed-fp1"  # states before it was recorded
+        return held if held != FINGERPRINT_VERSION and self.count() else None
 
     @property
     def last_sync(self) -> float | None:
@@ -320,29 +334,61 @@ class SyncState:
             self._db.executemany("INSERT INTO pending VALUES (?, ?, ?)", batch)
             self._set_meta("pending_set", os.fspath(feed_set))
 
-    def commit_records(self, first: int, end: int, *, confirming: bool = False) -> None:
-        """The appliance accepted the file that carried pending records `first` to `end`
-        (excluded): they become what it holds. Done again, it changes nothing. `confirming`
-        keeps their URLs until the sync knows whether the feeder processed the file."""
+    def set_pending_snapshot(self, feed_set: Path, deletes: bool) -> None:
+        """Records the set about to be sent, as `set_pending` does, when it carries every
+        record of the snapshot in its order, then (`deletes`) a delete for each URL held that
+        the snapshot has not, in URL order (as `deleted` lists them). In two statements: no
+        row goes through Python."""
+        with self._transaction():
+            self._db.execute("DELETE FROM pending")
+            self._db.execute("DELETE FROM confirming")
+            self._db.execute(
+                "INSERT INTO pending SELECT rowid - 1, url, fingerprint FROM temp.snapshot"
+            )
+            if deletes:
+                self._index_urls()
+                self._db.execute(
+                    "INSERT INTO pending SELECT (SELECT count(*) FROM temp.snapshot) - 1 + "
+                    "row_number() OVER (ORDER BY url), url, NULL FROM documents d WHERE NOT "
+                    "EXISTS (SELECT 1 FROM temp.snapshot s WHERE s.url = d.url)"
+                )
+            self._set_meta("pending_set", os.fspath(feed_set))
+
+    def commit_records(
+        self, accepted: Iterable[tuple[int, int]], *, confirming: bool = False
+    ) -> None:
+        """The appliance accepted the files that carried the pending records of each span
+        `(first, end)` (end excluded): they become what it holds, all in one transaction. Done
+        again, it changes nothing. `confirming` keeps their URLs until the sync knows whether
+        the feeder processed the files."""
+        spans = list(_joined(accepted))
+        if not spans:
+            return
         now = time.time()
         with self._transaction():
-            if confirming:
+            for first, end in spans:
+                if confirming:
+                    self._db.execute(
+                        "INSERT OR REPLACE INTO confirming SELECT seq, url FROM pending "
+                        "WHERE seq >= ? AND seq < ?",
+                        (first, end),
+                    )
+                # In URL order, the documents' own, and one transaction for every file: a
+                # million URLs committed file by file in the set's order took 3.3 s, this 1.3 s
+                # (each insert landed on another page of the index, written again each time).
                 self._db.execute(
-                    "INSERT OR REPLACE INTO confirming SELECT seq, url FROM pending "
-                    "WHERE seq >= ? AND seq < ?",
+                    "INSERT OR REPLACE INTO documents SELECT url, fingerprint, ? FROM pending "
+                    "WHERE seq >= ? AND seq < ? AND fingerprint IS NOT NULL ORDER BY url",
+                    (now, first, end),
+                )
+                self._db.execute(
+                    "DELETE FROM documents WHERE url IN (SELECT url FROM pending "
+                    "WHERE seq >= ? AND seq < ? AND fingerprint IS NULL)",
                     (first, end),
                 )
-            self._db.execute(
-                "INSERT OR REPLACE INTO documents SELECT url, fingerprint, ? FROM pending "
-                "WHERE seq >= ? AND seq < ? AND fingerprint IS NOT NULL",
-                (now, first, end),
-            )
-            self._db.execute(
-                "DELETE FROM documents WHERE url IN (SELECT url FROM pending "
-                "WHERE seq >= ? AND seq < ? AND fingerprint IS NULL)",
-                (first, end),
-            )
-            self._db.execute("DELETE FROM pending WHERE seq >= ? AND seq < ?", (first, end))
+                self._db.execute("DELETE FROM pending WHERE seq >= ? AND seq < ?", (first, end))
+            # What it holds now is (in part) of this version; older ones still differ.
+            self._set_meta("fingerprint", FINGERPRINT_VERSION)
 
     def unconfirm(self, first: int, end: int) -> int:
         """The appliance's feeder failed the file that carried records `first` to `end` of the
@@ -386,6 +432,20 @@ class SyncState:
     def _drop_pending(self) -> None:
         self._db.execute("DELETE FROM pending")
         self._db.execute("DELETE FROM meta WHERE key = 'pending_set'")
+
+
+def _joined(spans: Iterable[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+    """Spans with those that touch joined: one statement for many files."""
+    current: tuple[int, int] | None = None
+    for first, end in spans:
+        if current is not None and current[1] == first:
+            current = (current[0], end)
+            continue
+        if current is not None:
+            yield current
+        current = (first, end)
+    if current is not None:
+        yield current
 
 
 class DuplicateUrl(FastfeedError):

@@ -10,6 +10,13 @@ accepted: the records of each accepted file, in one transaction. So a sync kille
 and run again sends every change not accepted (it first finishes the set it left), at most
 re-sends the file that was in flight, and never records a change that did not arrive.
 
+A sync that sends every record anyway (the first of a collection, `resend_all`, a state whose
+fingerprints are of another version) reads the snapshot once: the receiver's writer builds the
+whole snapshot and fingerprints each record as it encodes it, into the same comparison; the
+deletes follow once the comparison knows them. The set is complete before anything of it is
+sent, so the guard against mass deletes still stops the sync before the push, and the state
+learns of the set (`set_pending_snapshot`) before its first file goes.
+
 The appliance's acceptance is not its processing: with `confirm`, a receiver that can tell
 (GSA: its backlog, and the feed log of its Administrative API) waits after the last file until
 the appliance processed what it accepted, and reports each file's outcome. A file its feeder
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import shutil
 import tempfile
@@ -37,11 +45,13 @@ import orjson
 from fastfeed.delivery.results import Outcome, PushSummary
 from fastfeed.errors import InputError, MassDelete, PushError, SettingsError
 from fastfeed.progress import Progress, plural
+from fastfeed.sets.build import check_out_dir, write_set
 from fastfeed.sets.guard import AllowDeletes, check_deletes
 from fastfeed.sets.journal import Journal
 from fastfeed.sets.manifest import MANIFEST, ManifestEntry, read_manifest
 from fastfeed.sets.snapshot import Snapshot
-from fastfeed.sets.state import Diff, SyncState
+from fastfeed.sets.state import BATCH, FINGERPRINT_VERSION, Diff, SyncState
+from fastfeed.sets.writer import FeedWarning, SetWriter
 
 
 @dataclass(frozen=True)
@@ -108,9 +118,9 @@ class Receiver:
     target: str
     #: The key under which the receiver's pusher journals accepted files.
     journal_target: str
-    #: Builds a set from JSON Lines inputs into a new directory; a refused record raises
-    #: `InputError` naming its input line.
-    build: Callable[[list[str], Path, Progress | None], object]
+    #: Makes the receiver's writer of an incremental set into a new directory, reporting its
+    #: warnings to the function given.
+    writer: Callable[[Path, Callable[[FeedWarning], None]], SetWriter]
     #: Sends a set, resuming from its journal.
     push: Callable[[Path, Progress | None], PushSummary]
     #: Confirms that the appliance processed what it accepted; None where an answer is the
@@ -135,6 +145,9 @@ class SyncSummary:
     confirmed: Confirmation | None = None
     #: Why the sync would be refused (a dry run that would delete too much: `MassDelete`).
     refused: str = ""
+    #: The version of the fingerprints the state held, when it was another than this
+    #: fastfeed's: every record was sent again.
+    outdated: str = ""
 
     @property
     def ok(self) -> bool:
@@ -147,6 +160,11 @@ class SyncSummary:
             f"{d.new:,} new, {d.changed:,} changed, {d.deleted:,} deleted, "
             f"{d.unchanged:,} unchanged"
         )
+        if self.outdated:
+            counts += (
+                f" (the state's fingerprints were {self.outdated}, this fastfeed makes "
+                f"{FINGERPRINT_VERSION}: every record is sent once again)"
+            )
         if self.dry_run:
             return f"would send {counts} (dry run: nothing sent)"
         if self.pushed is None:
@@ -171,6 +189,7 @@ class SyncSummary:
             "push": None if self.pushed is None else self.pushed.to_dict(),
             "confirm": None if self.confirmed is None else self.confirmed.to_dict(),
             "refused": self.refused or None,
+            "outdated_fingerprints": self.outdated or None,
             "seconds": round(self.seconds, 3),
         }
 
@@ -214,8 +233,17 @@ def run_sync(
             shutil.rmtree(stale, ignore_errors=True)
         work = Path(tempfile.mkdtemp(prefix=prefix, dir=state_path.parent))
         snapshot = Snapshot(inputs, base_url, work, skip=os.fspath(out))
+        outdated = st.outdated or ""
+        # Every record is sent: built as it is read (see the module's description).
+        writer, made = None, False
+        if not dry_run and (resend_all or outdated or not st.count()):
+            check_out_dir(out)
+            made = not out.exists()
+            writer = receiver.writer(out, snapshot.warn)
+            writer.fingerprint_records()
+        pending = False
         try:
-            snapshot.read(st, progress)
+            snapshot.read(st, progress, writer)
             diff = snapshot.compare(st, resend_all=resend_all)
             refused = ""
             try:
@@ -243,6 +271,7 @@ def run_sync(
                     seconds,
                     confirmed,
                     refused,
+                    outdated,
                 )
 
             if dry_run:
@@ -253,16 +282,11 @@ def run_sync(
             # Before anything is sent: a confirmation that cannot start (a refused login) stops
             # the sync with the state as it was.
             finish = receiver.confirm() if confirm and receiver.confirm is not None else None
-            changes, deletes = work / "changes.jsonl", work / "deletes.jsonl"
-            st.set_pending(out, _write_changes(st, snapshot, changes, deletes, diff.deleted))
-            try:
-                receiver.build([os.fspath(changes), os.fspath(deletes)], out, progress)
-            except InputError as exc:
-                st.clear_pending()  # nothing of it was sent
-                raise _as_given(exc, changes, st, snapshot) from None
-            except BaseException:
-                st.clear_pending()
-                raise
+            if writer is None:
+                _build_changes(st, snapshot, receiver, work, out, diff.deleted, progress)
+            else:
+                _end_snapshot_set(st, writer, out, diff.deleted)
+            pending = True
             pushed = _push_pending(st, out, receiver, progress, confirming=finish is not None)
             if pushed.ok:
                 st.clear_pending()
@@ -275,9 +299,66 @@ def run_sync(
                 st.synced()
             return summary(os.fspath(out), pushed, confirmed)
         finally:
+            if writer is not None and not pending:
+                # Built and not to be sent (nothing changed, refused, failed): not kept.
+                writer.abort()
+                shutil.rmtree(out, ignore_errors=True)
+                if not made:
+                    out.mkdir(exist_ok=True)
             snapshot.close()
             st.end_snapshot()
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _build_changes(
+    st: SyncState,
+    snapshot: Snapshot,
+    receiver: Receiver,
+    work: Path,
+    out: Path,
+    deleted: int,
+    progress: Progress | None,
+) -> None:
+    """Builds the set of what changed (the snapshot's second pass), pending before it is
+    built: a sync killed while building finds no manifest, and drops it."""
+    changes, deletes = work / "changes.jsonl", work / "deletes.jsonl"
+    st.set_pending(out, _write_changes(st, snapshot, changes, deletes, deleted))
+    try:
+        write_set(
+            [os.fspath(changes), os.fspath(deletes)],
+            out,
+            functools.partial(receiver.writer, out),
+            None,
+            "stop",
+            None,
+            progress,
+        )
+    except InputError as exc:
+        st.clear_pending()  # nothing of it was sent
+        raise _as_given(exc, changes, st, snapshot) from None
+    except BaseException:
+        st.clear_pending()
+        raise
+
+
+def _end_snapshot_set(st: SyncState, writer: SetWriter, out: Path, deleted: int) -> None:
+    """Ends a set built as the snapshot was read: the deletes after its records, then the
+    manifest; then the state learns what the set carries, before any of it is sent."""
+    writer.fingerprint_records(False)
+    lines: list[bytes] = []
+    for url in st.deleted() if deleted else ():
+        lines.append(_delete_line(url))
+        if len(lines) >= BATCH:
+            writer.add_jsonl(b"".join(lines))
+            lines.clear()
+    if lines:
+        writer.add_jsonl(b"".join(lines))
+    writer.close()
+    st.set_pending_snapshot(out, deletes=bool(deleted))
+
+
+def _delete_line(url: str) -> bytes:
+    return orjson.dumps({"url": url, "action": "delete"}) + b"\n"
 
 
 def default_out(name: str) -> Path:
@@ -315,7 +396,7 @@ def _write_changes(
     with deletes.open("wb") as out:
         # Listing them indexes the snapshot's URLs: not done for nothing.
         for url in st.deleted() if deleted else ():
-            out.write(orjson.dumps({"url": url, "action": "delete"}) + b"\n")
+            out.write(_delete_line(url))
             yield url, None
 
 
@@ -357,9 +438,10 @@ def _records(feed_set: Path) -> Iterator[tuple[ManifestEntry, int, int]]:
 
 def _commit(st: SyncState, feed_set: Path, target: str, confirming: bool) -> None:
     with Journal(feed_set, target) as journal:
-        for entry, first, end in _records(feed_set):
-            if journal.is_accepted(entry):
-                st.commit_records(first, end, confirming=confirming)
+        accepted = [
+            (first, end) for entry, first, end in _records(feed_set) if journal.is_accepted(entry)
+        ]
+        st.commit_records(accepted, confirming=confirming)
 
 
 def _unconfirm(st: SyncState, feed_set: Path, confirmed: Confirmation) -> None:

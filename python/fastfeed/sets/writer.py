@@ -105,6 +105,19 @@ class SetWriter:
         self._report(problems, finished)
         return lines
 
+    def fingerprint_records(self, on: bool = True) -> None:
+        """From now on (`on`), or no longer, reads each record added as JSON Lines as a sync's
+        snapshot does (a delete or an update is refused) and fingerprints it on the worker
+        threads as it encodes it, for `take_fingerprints`. Off by default: a plain build pays
+        nothing for it."""
+        self._core.fingerprint_records(on)
+
+    def take_fingerprints(self, *, source: int = 0, base: int = 0) -> tuple[str, bytes, bytes, int]:
+        """The fingerprints of the records added since last asked, as a sync's snapshot stores
+        them (`_core.fingerprint_jsonl`): rows, spans, URL keys, how many. Take them after each
+        chunk: `base`, the chunk's offset in input `source`, places their spans."""
+        return self._core.take_fingerprints(source=source, base=base)
+
     def close(self) -> list[ManifestEntry]:
         """Finishes the last file, writes the manifest and returns it. Closing twice is harmless."""
         if self._manifest is None:

@@ -4,7 +4,7 @@ the source (the shared mechanism is `fastfeed.sets.sync`); deletes go as `D` ite
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Unpack
 
@@ -13,9 +13,9 @@ from fastfeed.delivery.settings import PushSettings
 from fastfeed.progress import Progress
 from fastfeed.sets.guard import AllowDeletes
 from fastfeed.sets.sync import Receiver, SyncSummary, default_out, run_sync
-from fastfeed.sets.writer import WriterOptions
-from fastfeed.thunderstone.build import build_thunderstone
+from fastfeed.sets.writer import FeedWarning, SetWriter, WriterOptions
 from fastfeed.thunderstone.push import push, url_settings
+from fastfeed.thunderstone.writer import ThunderstoneWriter
 
 
 def sync(
@@ -37,10 +37,8 @@ def sync(
     `inputs`, sending only what differs from `state`, as GSA's `sync` does for a datasource."""
     settings = settings if settings is not None else url_settings(url)
 
-    def build_set(inputs: list[str], out: Path, progress: Progress | None) -> object:
-        return build_thunderstone(
-            inputs, out, profile, base_url=base_url, progress=progress, **options
-        )
+    def writer(out: Path, warn: Callable[[FeedWarning], None]) -> SetWriter:
+        return ThunderstoneWriter(out, profile, on_warning=warn, **options)
 
     def push_set(feed_set: Path, progress: Progress | None) -> PushSummary:
         return push([feed_set], url, settings, progress=progress)
@@ -49,7 +47,7 @@ def sync(
         collection=f"profile {profile!r}",
         target=f"{url} profile {profile}",
         journal_target=url,
-        build=build_set,
+        writer=writer,
         push=push_set,
     )
     return run_sync(

@@ -39,13 +39,7 @@ def _when(seconds: float | None) -> str:
 
 
 #: The argument of every state command.
-# An existing file: a mistyped path would otherwise be made into a new, empty state.
-STATE_FILE = click.argument(
-    "path",
-    metavar="STATE",
-    type=click.Path(exists=True, dir_okay=False),
-    help="a state file of fastfeed sync",
-)
+STATE_FILE = click.argument("path", metavar="STATE", help="a state file of fastfeed sync")
 
 
 @group("state", help=HELP, short_help="look at or adjust a sync state")
@@ -143,7 +137,7 @@ def forget_command(path: str, url: tuple[str, ...], forget_all: bool, yes: bool)
             "--all forgets every URL: the next sync sends the whole snapshot again, and deletes "
             "nothing that vanished meanwhile; add --yes if that is what you want"
         )
-    with locked(path), SyncState(path, None) as st:
+    with SyncState(path, None) as st, locked(path):
         forgotten = st.forget(None if forget_all else url)
     given = "every URL" if forget_all else f"{forgotten:,} of {len(url):,} URLs"
     print(f"fastfeed state: forgot {given}; the next sync sends them again", file=sys.stderr)
@@ -161,7 +155,7 @@ def forget_command(path: str, url: tuple[str, ...], forget_all: bool, yes: bool)
 )
 @STATE_FILE
 def abandon_command(path: str) -> int:
-    with locked(path), SyncState(path, None) as st:
+    with SyncState(path, None) as st, locked(path):
         pending, left = st.pending_set, st.pending_count()
         st.clear_pending()
     if pending is None:

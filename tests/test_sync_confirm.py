@@ -137,7 +137,7 @@ def test_a_sync_killed_while_it_confirmed_has_its_files_sent_again(
         held = {url: fp for url, fp, _ in st.documents()}
         mine = [(r["url"], held[r["url"]]) for r in records[:2]]
         st.set_pending(tmp_path / "s0", mine)
-        st.commit_records(0, 2, confirming=True)
+        st.commit_records([(0, 2)], confirming=True)
         st.clear_pending()
 
     again = sync([src], state, "docs", push_settings(emulator), out_dir=tmp_path / "s2")

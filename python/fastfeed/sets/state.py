@@ -341,7 +341,6 @@ class SyncState:
         row goes through Python."""
         with self._transaction():
             self._db.execute("DELETE FROM pending")
-            self._db.execute("DELETE FROM confirming")
             self._db.execute(
                 "INSERT INTO pending SELECT rowid - 1, url, fingerprint FROM temp.snapshot"
             )

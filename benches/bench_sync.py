@@ -39,7 +39,7 @@ from bench_push import Appliance, _settings, appliance, workdir  # noqa: F401 (f
 from fastfeed import FeedWriter, PushSettings, build, sync
 from fastfeed.emulator import Emulator
 from fastfeed.gsa.push import push
-from fastfeed.sets.build import MappedInput
+from fastfeed.sets.inputs import MappedInput
 from fastfeed.sets.snapshot import Snapshot
 from fastfeed.sets.state import SyncState
 from peak import run_measuring_peak

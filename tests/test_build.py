@@ -542,10 +542,10 @@ def test_chunks_of_a_mapped_file_keep_every_line_and_its_number(
     capsys: pytest.CaptureFixture[str],
     ending: bytes,
 ) -> None:
-    import fastfeed.sets.build
+    import fastfeed.sets.inputs
 
     # Chunks far smaller than lines: every line crosses chunk boundaries.
-    monkeypatch.setattr(fastfeed.sets.build, "CHUNK_BYTES", 64)
+    monkeypatch.setattr(fastfeed.sets.inputs, "CHUNK_BYTES", 64)
     records = [doc(i, content="z" * (i * 37 % 300)) for i in range(40)]
     lines = [orjson.dumps(r) for r in records]
     lines[25] = orjson.dumps(doc(25, pagerank=3))
@@ -569,9 +569,9 @@ def test_chunks_of_a_mapped_file_keep_every_line_and_its_number(
 def test_a_bad_line_stops_the_build_while_later_chunks_are_being_encoded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import fastfeed.sets.build
+    import fastfeed.sets.inputs
 
-    monkeypatch.setattr(fastfeed.sets.build, "CHUNK_BYTES", 64)
+    monkeypatch.setattr(fastfeed.sets.inputs, "CHUNK_BYTES", 64)
     lines = [orjson.dumps(doc(i, pagerank=3) if i == 25 else doc(i)) for i in range(40)]
     src = tmp_path / "in.jsonl"
     src.write_bytes(b"\n".join(lines) + b"\n")

@@ -17,7 +17,7 @@ import orjson
 import pytest
 from fastfeed import read_manifest
 from fastfeed.cli import main
-from fastfeed.sets import build as build_module
+from fastfeed.sets import inputs as inputs_module
 from feeds import decode_set
 
 DOCS = [{"url": f"http://docs.example.com/{i}", "content": f"document {i}"} for i in range(3)]
@@ -121,7 +121,7 @@ def test_an_endless_line_from_a_device_is_refused_not_held(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The bound is lowered so that the test reads 20 MB of /dev/zero, not the hard ceiling's worth.
-    monkeypatch.setattr(build_module, "MAX_STREAMED_LINE", 20_000_000)
+    monkeypatch.setattr(inputs_module, "MAX_STREAMED_LINE", 20_000_000)
     assert main(build_args("/dev/zero", tmp_path / "out")) == 1
     err = capsys.readouterr().err
     assert "/dev/zero:1: the line is longer than 20 MB" in err

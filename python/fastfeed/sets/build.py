@@ -13,46 +13,34 @@ from __future__ import annotations
 import functools
 import glob
 import json
-import mmap
 import os
-import queue
 import stat
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, BinaryIO, Literal, TextIO, TypeVar, cast
-from urllib.parse import quote
+from typing import BinaryIO, Literal, TextIO, TypeVar
 
 import orjson
 
-from fastfeed import _core
 from fastfeed.errors import FastfeedError, FeedError, InputError, RecordError
 from fastfeed.progress import Progress, Stage, human_bytes, plural, stage
 from fastfeed.sets import tables
+from fastfeed.sets.inputs import (
+    DirItem,
+    MappedInput,
+    ahead,
+    directory_batches,
+    mappable,
+    stream_chunks,
+)
 from fastfeed.sets.manifest import ManifestEntry
-from fastfeed.sets.writer import HARD_MAX_BYTES, FeedWarning, RecordWriter, SetWriter
+from fastfeed.sets.writer import FeedWarning, RecordWriter, SetWriter
 
 OnError = Literal["stop", "skip"]
 T = TypeVar("T")
 Chunk = bytes | memoryview
-
-#: JSON Lines go to the core in chunks of about this size; directory files in batches of at
-#: most this many bytes or DIR_BATCH files.
-CHUNK_BYTES = 4 * 1024 * 1024
-#: A mapped input's chunks shrink down to this when their records encode to much more than
-#: their lines (see `MappedInput.resize`), and start no bigger than FILES_CHUNK_BYTES where
-#: their first FILES_PROBE bytes name files by content_path.
-MIN_CHUNK_BYTES = 64 * 1024
-FILES_CHUNK_BYTES = 256 * 1024
-FILES_PROBE = 64 * 1024
-DIR_BATCH = 1024
-
-#: A line of a stream longer than this is refused: it is held in memory until its end, and no
-#: record that long can fit under the hard ceiling on a feed file.
-MAX_STREAMED_LINE = HARD_MAX_BYTES
 
 REJECTED = "rejected.jsonl"
 REJECTED_LOG = "rejected.log"
@@ -68,220 +56,6 @@ class BuildSummary:
     bytes: int
     seconds: float
     rejected_file: str | None = None
-
-
-class MappedInput:
-    """A regular file read through a memory mapping, in newline-aligned views of about
-    CHUNK_BYTES (a longer line makes a longer chunk). Mapping spares copying every input byte
-    out of the page cache, which `read` does: reading instead made builds 40% slower.
-
-    A file that shrinks while it is read (truncated, rewritten in place) would make the kernel
-    kill the process at the first read past its new end (SIGBUS). The mapping is guarded:
-    such a read finds zeros, and `changed()` says the file is no longer what was read."""
-
-    def __init__(self, stream: IO[bytes]) -> None:
-        self._stream = stream
-        self.size = os.fstat(stream.fileno()).st_size
-        # Closed when the last view of it is gone: a view still held (an error's traceback)
-        # would make an explicit close fail.
-        self._mapped = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
-        self._guard = _core.MappingGuard(self._mapped)
-        self._chunk_bytes = CHUNK_BYTES
-
-    def resize(self, taken: int, encoded: int) -> None:
-        """Sizes the next chunks by what the last one, of `taken` bytes, encoded to: about
-        CHUNK_BYTES of records. A chunk is held encoded until all of it is, and a few are in
-        flight: lines that name files by content_path encode to many times their size, and
-        4 MB of them held 100 MB. A chunk whose start names files starts small (`chunks`): a
-        tree's text given inline, then its files by path, would otherwise make one 4 MB chunk
-        of the latter before the ratio is known."""
-        if taken:
-            ratio = max(encoded / taken, 1.0)
-            self._chunk_bytes = max(MIN_CHUNK_BYTES, int(CHUNK_BYTES / ratio))
-
-    def changed(self) -> bool:
-        return self._guard.truncated or os.fstat(self._stream.fileno()).st_size < self.size
-
-    def close(self) -> None:
-        """Unguards the mapping, once every chunk of it was taken."""
-        self._guard.close()
-
-    def chunks(self) -> Iterator[memoryview]:
-        mapped, size = self._mapped, self.size
-        start = last = released = 0
-        while start < size:
-            length = self._chunk_bytes
-            if length > FILES_CHUNK_BYTES and (
-                mapped.find(b'"content_path"', start, start + FILES_PROBE) >= 0
-            ):
-                length = FILES_CHUNK_BYTES
-            end = min(start + length, size)
-            if end < size:
-                cut = mapped.rfind(b"\n", start, end)
-                if cut < 0:
-                    cut = mapped.find(b"\n", end)
-                end = size if cut < 0 else cut + 1
-            # The chunks before the last one are written (the builder starts one chunk ahead,
-            # so the last may still be encoding): unmap their pages, or they would count in
-            # this process's memory up to the file's size (they stay in the page cache, and
-            # come back if read again).
-            upto = last - last % mmap.PAGESIZE
-            if upto > released:
-                mapped.madvise(mmap.MADV_DONTNEED, released, upto - released)
-                released = upto
-            yield memoryview(mapped)[start:end]
-            last, start = start, end
-
-
-def stream_chunks(stream: IO[bytes], name: str) -> Iterator[bytes]:
-    """Newline-aligned chunks of about CHUNK_BYTES read from a stream that cannot be mapped
-    (standard input, a pipe, a device); a longer line makes a longer chunk, up to
-    MAX_STREAMED_LINE."""
-    pending: list[bytes] = []  # the start of a line whose end has not been read yet
-    held = lines = 0
-    while block := stream.read(CHUNK_BYTES):
-        cut = block.rfind(b"\n") + 1
-        if cut == 0:
-            pending.append(block)
-            held += len(block)
-            if held > MAX_STREAMED_LINE:
-                raise InputError(
-                    f"{name}:{lines + 1}",
-                    f"the line is longer than {MAX_STREAMED_LINE // 1_000_000} MB (no record that "
-                    "long fits in a feed file); give large content by content_path",
-                )
-            continue
-        chunk = b"".join((*pending, block[:cut])) if pending else block[:cut]
-        pending = [block[cut:]] if cut < len(block) else []
-        held = len(block) - cut
-        lines += chunk.count(b"\n")
-        yield chunk
-    if pending:
-        yield b"".join(pending)
-
-
-def mappable(stream: IO[bytes]) -> bool:
-    """Whether the input is a regular file with bytes in it. Anything else (a pipe, a FIFO,
-    /dev/stdin, a device, a /proc file that says it is empty) is read as a stream: its size
-    says nothing of what it holds, and reading it as empty would build an empty feed, which as
-    a full feed removes every document of its datasource."""
-    status = os.fstat(stream.fileno())
-    return stat.S_ISREG(status.st_mode) and status.st_size > 0
-
-
-#: A directory's file, as a record, or as why it cannot be one.
-DirItem = tuple[str, "dict[str, object] | str"]
-
-
-def directory_batches(root: Path, base_url: str, skip: str) -> Iterator[list[DirItem]]:
-    """The files under `root` as records, in batches; `skip` is a directory not to enter (the
-    output, when it lies inside the input). What cannot be read is an item with its reason,
-    never left out in silence: a full feed missing a subtree removes it from the index."""
-    # Plain strings, not pathlib: on a directory of 50,000 files, pathlib's parsing was most of
-    # the walk's time, and the walk holds the GIL.
-    base = base_url if base_url.endswith("/") else base_url + "/"
-    top = os.fspath(root)
-    batch: list[DirItem] = []
-    size = 0
-    skipped = _identity(skip)
-
-    def unreadable(exc: OSError) -> None:
-        batch.append((str(exc.filename), f"cannot read the directory: {exc.strerror}"))
-
-    for dirpath, dirnames, filenames in os.walk(top, onerror=unreadable):
-        if skipped is not None:
-            dirnames[:] = [d for d in dirnames if _identity(os.path.join(dirpath, d)) != skipped]
-        dirnames.sort()
-        inside = os.path.relpath(dirpath, top)
-        inside = "" if inside == os.curdir else inside
-        url_dir = base + (quote(inside.replace(os.sep, "/"), safe="/") + "/" if inside else "")
-        # Under the current directory, paths read as pathlib wrote them: "a/b", not "./a/b".
-        here = inside if top == os.curdir else dirpath
-        for filename in sorted(filenames):
-            path = os.path.join(here, filename)
-            try:
-                path.encode("utf-8")
-            except UnicodeEncodeError:
-                # The record schema is UTF-8 text: such a name has no URL nor record to go in.
-                shown = os.fsencode(path).decode("utf-8", "backslashreplace")
-                batch.append((shown, "the file name is not valid UTF-8: rename the file"))
-                continue
-            try:
-                status = os.stat(path)
-            except OSError as exc:
-                batch.append((path, f"cannot read the file: {exc.strerror}"))
-                continue
-            if not stat.S_ISREG(status.st_mode):
-                # A FIFO would block the build forever, a device never end.
-                batch.append((path, "not a regular file (a FIFO, socket or device)"))
-                continue
-            record = {
-                "url": url_dir + quote(filename, safe="/"),
-                "content_path": path,
-                "last_modified": int(status.st_mtime),
-            }
-            batch.append((path, record))
-            size += status.st_size
-            if len(batch) >= DIR_BATCH or size >= CHUNK_BYTES:
-                yield batch
-                batch, size = [], 0
-    if batch:
-        yield batch
-
-
-def _identity(path: str) -> tuple[int, int] | None:
-    try:
-        status = os.stat(path)
-    except OSError:
-        return None
-    return status.st_dev, status.st_ino
-
-
-@dataclass(frozen=True)
-class _Failed:
-    """What stopped an iterator running ahead, to raise where it is consumed."""
-
-    error: BaseException
-
-
-_DONE = object()
-
-
-def _ahead(items: Iterator[T]) -> Iterator[T]:
-    """Runs `items` on a thread of its own, one item ahead: walking a directory (stat calls,
-    names, URLs) then overlaps the encoding of the files already found, which runs without
-    the GIL, instead of leaving the encoding threads idle."""
-    handoff: queue.Queue[object] = queue.Queue(maxsize=1)
-    stop = threading.Event()
-
-    def put(item: object) -> bool:
-        while not stop.is_set():
-            try:
-                handoff.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for item in items:
-                if not put(item):
-                    return
-            put(_DONE)
-        except BaseException as exc:  # raised again in the consuming thread
-            put(_Failed(exc))
-
-    thread = threading.Thread(target=produce, name="fastfeed-walk", daemon=True)
-    thread.start()
-    try:
-        while (item := handoff.get()) is not _DONE:
-            if isinstance(item, _Failed):
-                raise item.error
-            yield cast(T, item)
-    finally:
-        stop.set()
-        thread.join()
 
 
 @dataclass(frozen=True)
@@ -369,7 +143,7 @@ class _Builder:
     def directory(self, root: Path, base_url: str, skip: str) -> None:
         # The files' records go as JSON Lines too: one way into the core, one way to refuse.
         def chunks() -> Iterator[tuple[bytes, list[DirItem]]]:
-            for batch in _ahead(directory_batches(root, base_url, skip)):
+            for batch in ahead(directory_batches(root, base_url, skip)):
                 records = b"".join(
                     orjson.dumps(item) + b"\n" for _, item in batch if not isinstance(item, str)
                 )
@@ -390,7 +164,7 @@ class _Builder:
         if not isinstance(writer, RecordWriter):
             raise InputError(name, "Parquet and Arrow files hold document records: give JSON Lines")
         first = 0
-        for batch in _ahead(tables.batches(name)):
+        for batch in ahead(tables.batches(name)):
             self._locate, self._done = _RowOf(name, first), 0
             first += batch.num_rows
             try:

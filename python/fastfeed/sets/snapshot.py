@@ -27,7 +27,7 @@ import orjson
 from fastfeed import _core
 from fastfeed.errors import FastfeedError, InputError, RecordError
 from fastfeed.progress import Progress, Stage, plural, stage
-from fastfeed.sets.build import MappedInput, directory_batches, mappable
+from fastfeed.sets.inputs import MappedInput, directory_batches, mappable
 from fastfeed.sets.state import Changed, Diff, DuplicateUrl, SyncState
 from fastfeed.sets.writer import FeedWarning, SetWriter
 

@@ -13,6 +13,10 @@ the documents it lacks, guarded as a sync is (`fastfeed.sets.guard`).
 
 WAL mode lets a server read pages while records are loaded; a load is one transaction, so a
 crawl sees all of it or none of it, and a refused record leaves the store as it was.
+
+Over 500 lines on purpose: the store is the one owner of its tables; loads, tombstones, the
+versions kept for crawls in progress and the crawl reads share its schema and transactions,
+and split apart each part would write SQL against the other's tables.
 """
 
 from __future__ import annotations

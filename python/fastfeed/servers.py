@@ -45,8 +45,10 @@ class LoopThread:
         """Runs `cleanup()` on the loop (if it still runs), stops it and joins its thread,
         waiting at most `timeout` seconds for each."""
         if self.loop.is_running():
-            self.call(cleanup(), timeout)
-            self.loop.call_soon_threadsafe(self.loop.stop)
+            try:
+                self.call(cleanup(), timeout)
+            finally:  # a cleanup that failed or ran out of time still stops the loop
+                self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout)
 
 

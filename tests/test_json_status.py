@@ -146,3 +146,21 @@ def test_json_ok_is_the_exit_status(
     assert result["ok"] is succeeds
     if status not in (0, 1) or "error" in result:
         assert result["ok"] is False and result["error"], result
+
+
+@pytest.mark.parametrize(
+    "argv", [["build", "x.jsonl"], ["push", "feeds", "--concurrency", "many"], ["sync", "x.jsonl"]]
+)
+def test_a_wrong_command_line_answers_json_too(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A script reading --json gets its answer on stdout even when the line was wrong (exit 2,
+    the usage on stderr as ever)."""
+    with pytest.raises(SystemExit) as stopped:
+        main([*argv, "--json"])
+
+    out, err = capsys.readouterr()
+    assert stopped.value.code == 2 and "Usage:" in err
+    [line] = out.splitlines()
+    result = json.loads(line)
+    assert result["ok"] is False and result["error"]

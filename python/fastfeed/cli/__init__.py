@@ -21,7 +21,7 @@ from fastfeed.cli import (
     thunderstone,
 )
 from fastfeed.cli.commands import group
-from fastfeed.cli.reports import ExitCode
+from fastfeed.cli.reports import ExitCode, emit
 
 DESCRIPTION = """\
 Build search appliance feeds from a corpus and push them, fast and without losing a record.
@@ -76,5 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return done.exit_code
     except click.ClickException as exc:
         exc.show()
+        # A script reading --json gets its answer on stdout even when the line was wrong.
+        emit({"ok": False, "error": exc.format_message()}, "--json" in args)
         raise SystemExit(exc.exit_code) from None
     return status

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
 from conftest import cli_target
+from fastfeed import InputError, PushSettings, sync
 from fastfeed.cli import main
 from fastfeed.emulator import Emulator
 
@@ -196,3 +198,37 @@ def test_an_arrow_stream_cut_short_stops_the_build_naming_it(
     err = capsys.readouterr().err
     assert f"{src}: cannot be read whole: the Arrow stream ends without" in err
     assert not (tmp_path / "out" / "manifest.jsonl").exists()
+
+
+def test_a_parquet_snapshot_syncs_as_its_json_lines_would(
+    emulator: Emulator, push_settings: Callable[..., PushSettings], tmp_path: Path
+) -> None:
+    records = [{"url": f"http://e.example.com/{n}", "content": f"doc {n}"} for n in range(300)]
+    src = tmp_path / "docs.parquet"
+    pq.write_table(pa.Table.from_pylist(records), src, row_group_size=100)
+    state, settings = tmp_path / "docs.state", push_settings(emulator)
+    first = sync([str(src)], state, "docs", settings, out_dir=tmp_path / "s1")
+    assert first.ok and first.diff.new == 300
+
+    records[7]["content"] = "changed"
+    del records[9]
+    pq.write_table(pa.Table.from_pylist(records), src, row_group_size=100)
+    again = sync([str(src)], state, "docs", settings, out_dir=tmp_path / "s2")
+
+    assert again.ok and (again.diff.changed, again.diff.deleted) == (1, 1)
+    emulator.wait_idle()
+    held = emulator.documents("docs")
+    assert len(held) == 299 and held["http://e.example.com/7"].content == b"changed"
+
+
+def test_a_refused_row_of_a_parquet_snapshot_is_named_by_its_row(tmp_path: Path) -> None:
+    src = tmp_path / "docs.parquet"
+    rows = [
+        {"url": "http://e.example.com/1", "action": None},
+        {"url": "http://e.example.com/2", "action": "drop"},
+    ]
+    pq.write_table(pa.Table.from_pylist(rows), src)
+    with pytest.raises(InputError) as refused:
+        sync([str(src)], tmp_path / "s.state", "docs", PushSettings(host="never.example.com"),
+             dry_run=True)  # fmt: skip
+    assert str(refused.value).startswith(f"{src}, row 1: ")

@@ -55,7 +55,7 @@ def together(*decorators: Callable[[F], F]) -> Callable[[F], F]:
 
 #: What INPUT is, for the commands that build from records and for the syncs (a snapshot).
 RECORDS = "JSON Lines, Parquet or Arrow file, glob, - (stdin) or directory"
-SNAPSHOT = "the whole source: JSON Lines file, - (stdin) or directory"
+SNAPSHOT = "the whole source: JSON Lines file, - (stdin), directory, Parquet or Arrow file"
 
 
 def paths_argument(name: str, metavar: str, help: str) -> Callable[[F], F]:

@@ -27,6 +27,7 @@ import orjson
 from fastfeed import _core
 from fastfeed.errors import FastfeedError, InputError, RecordError
 from fastfeed.progress import Progress, Stage, plural, stage
+from fastfeed.sets import tables
 from fastfeed.sets.inputs import MappedInput, directory_batches, mappable
 from fastfeed.sets.state import Changed, Diff, DuplicateUrl, SyncState
 from fastfeed.sets.writer import FeedWarning, SetWriter
@@ -48,6 +49,8 @@ class _Source:
     path: Path
     #: The records were made from a directory's files: a line is named by its file.
     directory: bool = False
+    #: The records are a Parquet or Arrow file's rows: a line is named by its row (from 0).
+    table: bool = False
 
 
 class Snapshot:
@@ -113,6 +116,8 @@ class Snapshot:
         if name == "-":
             return _Source("<stdin>", self._spool(sys.stdin.buffer, f"input-{n}.jsonl"))
         path = Path(name)
+        if tables.is_table(name):
+            return _Source(name, self._rows_of(name, f"input-{n}.jsonl"), table=True)
         if path.is_dir():
             return _Source(name, self._records_of(path, f"input-{n}.jsonl"), directory=True)
         try:
@@ -132,6 +137,16 @@ class Snapshot:
         path = self._work / file
         with path.open("wb") as out:
             shutil.copyfileobj(stream, out, 1 << 20)
+        return path
+
+    def _rows_of(self, name: str, file: str) -> Path:
+        """The rows of a Parquet or Arrow file as JSON Lines records (what `rejected.jsonl` holds
+        of a refused row): the snapshot is then read as any other. A file that cannot be read
+        whole stops the sync, as it stops a build."""
+        path = self._work / file
+        with path.open("wb") as out:
+            for batch in tables.batches(name):
+                out.writelines(tables.rows_json(batch))
         return path
 
     def _records_of(self, root: Path, file: str) -> Path:
@@ -227,6 +242,8 @@ class Snapshot:
     def _where(self, n: int, line: int) -> str:
         """Names a line of a source as the user knows it: a file's line, or a directory's file."""
         source = self._sources[n]
+        if source.table:
+            return f"{source.name}, row {line - 1}"
         if not source.directory:
             return f"{source.name}:{line}"
         with source.path.open("rb") as f:

@@ -143,7 +143,17 @@ def add_rows(writer: RecordWriter, rows: Any, refuse: Refuse) -> int:
 def row_json(batch: Any, index: int) -> bytes:
     """A refused row as a JSON Lines record, for `rejected.jsonl`: null fields left out,
     binary content as `content_base64`, a map's pairs as an object (unless a name repeats)."""
-    row = {k: v for k, v in batch.slice(index, 1).to_pylist()[0].items() if v is not None}
+    return _json(batch.slice(index, 1).to_pylist()[0])
+
+
+def rows_json(batch: Any) -> Iterator[bytes]:
+    """Every row of a batch as `row_json` makes it: what a sync's snapshot reads of a table."""
+    for row in batch.to_pylist():
+        yield _json(row)
+
+
+def _json(given: dict[str, Any]) -> bytes:
+    row = {k: v for k, v in given.items() if v is not None}
     if isinstance(row.get("content"), bytes):
         row["content_base64"] = base64.b64encode(row.pop("content")).decode()
     pairs = row.get("metadata")

@@ -184,7 +184,7 @@ def test_the_drawn_tree_and_the_readme_name_every_public_error() -> None:
     import fastfeed.errors
 
     doc = fastfeed.errors.__doc__ or ""
-    readme = (PACKAGE.parent.parent / "README.md").read_text()
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
     drawn = {}  # the column of each name in the tree, the paragraph after the first line
     for line in doc.split("\n\n")[1].splitlines():
         name = line.lstrip(" │├└─").split()[0]

@@ -16,7 +16,6 @@ import asyncio
 import base64
 import hmac
 import os
-import socket
 import ssl
 import threading
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from fastfeed.errors import FastfeedError
 from fastfeed.seedlist import tokens
 from fastfeed.seedlist.atom import CONTENT_TYPE, Page, render
 from fastfeed.seedlist.store import SeedlistStore
+from fastfeed.servers import LoopThread, listen
 
 PAGES = "/seedlist/myserver"
 CONTENT = "/seedlist/content/{id}"
@@ -277,8 +277,7 @@ class SeedlistServer:
         self.port = port
         self._tls = tls
         self._credentials = credentials
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._thread: LoopThread | None = None
         self._runner: web.AppRunner | None = None
 
     @property
@@ -294,23 +293,9 @@ class SeedlistServer:
                 f"{self.path} is not a seedlist state file: load records into it first "
                 "(fastfeed seedlist load INPUT --db PATH)"
             )
-        loop = asyncio.new_event_loop()
-        ready = threading.Event()
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            loop.call_soon(ready.set)
-            loop.run_forever()
-            # Ends the executor threads, and with them their SQLite connections.
-            loop.run_until_complete(loop.shutdown_default_executor())
-            loop.close()
-
-        self._loop = loop
-        self._thread = threading.Thread(target=run, name="fastfeed-seedlist", daemon=True)
-        self._thread.start()
-        ready.wait()
+        self._thread = LoopThread("fastfeed-seedlist")
         try:
-            asyncio.run_coroutine_threadsafe(self._start(), loop).result(STARTUP_TIMEOUT)
+            self._thread.call(self._start(), STARTUP_TIMEOUT)
         except BaseException:
             self.stop()
             raise
@@ -328,22 +313,16 @@ class SeedlistServer:
                 ) from exc
         self._runner = web.AppRunner(make_app(self.path, self._credentials), access_log=None)
         await self._runner.setup()
-        # Our own socket, so that port 0 resolves to a port we can report.
-        sock = socket.create_server((self.host, self.port))
-        await web.SockSite(self._runner, sock, ssl_context=context).start()
-        self.port = sock.getsockname()[1]
+        self.port = await listen(self._runner, self.host, self.port, context)
 
     def stop(self) -> None:
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        if loop.is_running():
-            if self._runner is not None:
-                future = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), loop)
-                future.result(STARTUP_TIMEOUT)
-            loop.call_soon_threadsafe(loop.stop)
-        thread.join(STARTUP_TIMEOUT)
-        self._loop = self._thread = self._runner = None
+        if self._thread is not None:
+            self._thread.stop(self._stop, STARTUP_TIMEOUT)
+            self._thread = self._runner = None
+
+    async def _stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
 
     def __enter__(self) -> SeedlistServer:
         return self.start()

@@ -560,3 +560,20 @@ def test_a_stream_that_fails_midway_is_an_error_not_a_shorter_input(tmp_path: Pa
     assert writer.records == 2  # the rows read before it are written, as before a refused row
     writer.abort()
     assert not (tmp_path / "out" / "manifest.jsonl").exists()
+
+
+def test_a_stream_is_taken_a_batch_at_a_time_and_refused_rows_counted_across_it(
+    tmp_path: Path,
+) -> None:
+    from fastfeed.sets import tables
+
+    rows = [{"url": f"http://e.example.com/{i}", "pagerank": 80} for i in range(6)]
+    rows[4]["pagerank"] = 1  # refused: outside 68 to 100
+    table = pa.Table.from_pylist(rows)
+    stream = pa.RecordBatchReader.from_batches(table.schema, table.to_batches(max_chunksize=3))
+    refused: list[int] = []
+    with FeedWriter(tmp_path / "o", "d") as writer:
+        taken = tables.add_rows(writer, stream, lambda row, line, reason: refused.append(row))
+
+    assert (taken, refused) == (6, [4])
+    assert [r.url for r in decode_set(tmp_path / "o")] == [r["url"] for r in rows if r != rows[4]]

@@ -121,9 +121,19 @@ def add_rows(writer: RecordWriter, rows: Any, refuse: Refuse) -> int:
     refused row goes to `refuse(row, line, reason)`, `row` its place among `rows` and `line`
     its record as JSON Lines: `refuse` raises to stop, or returns, and the rows after it are
     given next (those before it are written; the writer's warnings about them count from
-    `row + 1`). A pyarrow Table or RecordBatch is read as it is; other Arrow data (a Polars
-    DataFrame, a DuckDB result) is made one first, in place, to be sliced there."""
+    `row + 1`). A pyarrow Table or RecordBatch is read as it is; a stream (a RecordBatchReader,
+    a DuckDB result, a Polars DataFrame) a batch at a time, so that it is never held whole;
+    other Arrow data is made a table first, in place, to be sliced there."""
     pa = _pyarrow()
+    if not isinstance(rows, pa.Table | pa.RecordBatch) and hasattr(rows, "__arrow_c_stream__"):
+        taken = 0
+
+        def refuse_in_stream(row: int, line: bytes, reason: str) -> None:
+            refuse(taken + row, line, reason)
+
+        for batch in pa.RecordBatchReader.from_stream(rows):
+            taken += add_rows(writer, batch, refuse_in_stream)
+        return taken
     if not isinstance(rows, pa.Table | pa.RecordBatch):
         rows = pa.table(rows)
     count: int = rows.num_rows

@@ -373,6 +373,8 @@ def _feed(builder: _Builder, inputs: Sequence[str], base_url: str | None, out: s
                         raise
                     finally:
                         mapped.close()
+        # On disk before the writer's close writes the manifest that counts them.
+        builder.rejected.close()
 
 
 class Rejected:
@@ -397,10 +399,13 @@ class Rejected:
         self.count += 1
 
     def close(self) -> str | None:
-        """Closes the files; returns the path of `rejected.jsonl`, if any record was refused."""
-        if self._files is None:
-            return None
-        for file in self._files:
-            file.close()
-        self._files = None
-        return str(self.out / REJECTED)
+        """Closes the files, on disk for good: the manifest written after them counts these
+        records, and a crash must not leave it naming refusals that are gone. Returns the path of
+        `rejected.jsonl`, if any record was refused; closing again changes nothing."""
+        if self._files is not None:
+            files, self._files = self._files, None
+            for file in files:
+                with file:
+                    file.flush()
+                    os.fsync(file.fileno())
+        return str(self.out / REJECTED) if self.count else None

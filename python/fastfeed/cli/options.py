@@ -327,7 +327,7 @@ def encoding_options(section: str | None = None, *, on_error: bool = True) -> Ca
             default=DEFAULT_LEVEL,
             metavar="N",
             section=section,
-            help=f"zlib level, 1 to 12 (default {DEFAULT_LEVEL})",
+            help=f"compression level, 1 (fastest) to 12 (default {DEFAULT_LEVEL})",
         ),
         option(
             "--workers",

@@ -19,7 +19,7 @@ class FeedOptions(WriterOptions, total=False):
 
     #: `auto` (default): zlib content that shrinks; `always`; `never`.
     compress: Compress
-    #: zlib level, 1 to 12 (default `DEFAULT_LEVEL`).
+    #: compression level, 1 (fastest) to 12 (default `DEFAULT_LEVEL`); see the README.
     level: int
     #: `per-url` (default): <acl> elements; `legacy`: google:acl* meta names.
     acl_format: AclFormat

@@ -382,7 +382,7 @@ impl Deflater {
 }
 
 /// Whether binary content of `len` bytes is worth deflating under `compress`, judged by its
-/// first bytes (`head`: at least the first `IN_BLOCK`, or all of it).
+/// first bytes (`head`: its first block, or all of it).
 pub fn worth_deflating(head: &[u8], len: u64, compress: Compress) -> bool {
     match compress {
         Compress::Never => false,

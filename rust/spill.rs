@@ -86,7 +86,7 @@ pub(crate) struct Sink<'a> {
 impl<'a> Sink<'a> {
     /// The sink of the record that starts at `start` in `out`.
     pub(crate) fn new(out: &'a mut Vec<u8>, start: usize, spill: &'a mut Spill) -> Self {
-        debug_assert!(spill.done.is_none(), "a spilled record was not taken");
+        debug_assert!(spill.done.is_none(), "a record moved out was not taken");
         Sink {
             out,
             start,

@@ -61,7 +61,10 @@ fn with_scratch<T>(level: u8, f: impl FnOnce(&mut Scratch) -> T) -> T {
         if slot.as_ref().is_none_or(|s| s.deflater.level() != level) {
             *slot = Some(Scratch::new(level));
         }
-        f(slot.as_mut().expect("just set"))
+        let scratch = slot.as_mut().expect("just set");
+        // A record moved out whose piece failed before taking it (a panic) is not the next's.
+        drop(scratch.spill.take());
+        f(scratch)
     })
 }
 

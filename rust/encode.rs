@@ -3,6 +3,8 @@
 use base64_simd::STANDARD;
 use isal_sys::igzip_lib as isal;
 
+use crate::spill::Spill;
+
 /// How content may be compressed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Compress {
@@ -16,6 +18,12 @@ pub enum Compress {
 }
 
 impl Compress {
+    /// Whether binary content of `len` bytes goes deflated, `deflated` bytes long: when that is
+    /// shorter, or always if asked.
+    pub fn keeps(self, deflated: u64, len: u64) -> bool {
+        deflated < len || self == Compress::Always
+    }
+
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "auto" => Some(Compress::Auto),
@@ -56,6 +64,44 @@ pub fn base64_into(out: &mut Vec<u8>, data: &[u8]) {
     debug_assert_eq!(written, n);
     // SAFETY: `encode` initialised the first `written` bytes of the spare capacity.
     unsafe { out.set_len(out.len() + written) };
+}
+
+/// Base64 of data given in pieces, the same as of the whole: whole groups of three bytes are
+/// encoded as they come, and the one or two bytes that end a piece wait for the next.
+#[derive(Default)]
+pub struct Base64Stream {
+    held: [u8; 3],
+    len: usize,
+    total: u64,
+}
+
+impl Base64Stream {
+    /// Appends the base64 of the next piece of data to `out`.
+    pub fn push(&mut self, out: &mut Vec<u8>, mut data: &[u8]) {
+        self.total += data.len() as u64;
+        if self.len > 0 {
+            let take = (3 - self.len).min(data.len());
+            self.held[self.len..self.len + take].copy_from_slice(&data[..take]);
+            self.len += take;
+            data = &data[take..];
+            if self.len < 3 {
+                return;
+            }
+            base64_into(out, &self.held);
+            self.len = 0;
+        }
+        let whole = data.len() / 3 * 3;
+        base64_into(out, &data[..whole]);
+        let rest = &data[whole..];
+        self.held[..rest.len()].copy_from_slice(rest);
+        self.len = rest.len();
+    }
+
+    /// Appends the end of the base64, padded, to `out`; returns the bytes of data given.
+    pub fn finish(self, out: &mut Vec<u8>) -> u64 {
+        base64_into(out, &self.held[..self.len]);
+        self.total
+    }
 }
 
 /// Decodes base64 given by a user into `out` (cleared first): standard alphabet, padding
@@ -171,6 +217,16 @@ const MIN_COMPRESS: usize = 128;
 /// that the same content always gives the same feed.
 pub const IN_BLOCK: usize = 1 << 20;
 const OUT_BLOCK: usize = 256 << 10;
+
+/// `data` in the blocks of `IN_BLOCK` bytes a content is deflated in, each with whether it is
+/// the last; an empty content is one empty block.
+pub fn blocks(data: &[u8]) -> impl Iterator<Item = (&[u8], bool)> {
+    let last = data.len().saturating_sub(1) / IN_BLOCK;
+    (0..=last).map(move |i| {
+        let block = &data[i * IN_BLOCK..data.len().min((i + 1) * IN_BLOCK)];
+        (block, i == last)
+    })
+}
 
 /// A zlib stream of ISA-L's igzip, reused from one content to the next: its state (82 KB) and
 /// its level's buffer are made once a thread, not once a content.
@@ -291,51 +347,51 @@ impl Deflater {
         // Room for all of it, as deflate rarely grows data: not grown and copied block by block.
         self.scratch.reserve(data.len() + data.len() / 16 + 64);
         self.stream.start();
-        // An empty content is one empty block.
-        let last = data.len().saturating_sub(1) / IN_BLOCK;
-        for i in 0..=last {
-            let block = &data[i * IN_BLOCK..data.len().min((i + 1) * IN_BLOCK)];
+        for (block, last) in blocks(data) {
             let scratch = &mut self.scratch;
             self.stream
-                .block(block, i == last, |out| scratch.extend_from_slice(out));
+                .block(block, last, |out| scratch.extend_from_slice(out));
         }
         self.scratch.len()
+    }
+
+    /// Starts a zlib stream of a content given block by block to `block`.
+    pub fn start(&mut self) {
+        self.stream.start();
+    }
+
+    /// Deflates the next block of the stream `start` began (`IN_BLOCK` bytes, or fewer for the
+    /// last, which `last` says), handing its output to `sink` as it comes.
+    pub fn block(&mut self, input: &[u8], last: bool, sink: impl FnMut(&[u8])) {
+        self.stream.block(input, last, sink);
     }
 
     /// Picks the encoding for `data` and returns it with the bytes to base64: the deflated form
     /// when `compress` asks for it and it pays, else `data` itself. Text has already been sent as
     /// text where it could be, so everything that reaches here is binary.
     pub fn choose<'a>(&'a mut self, data: &'a [u8], compress: Compress) -> (Encoding, &'a [u8]) {
-        match self.deflate_if_worth(data, compress) {
-            Some(n) => (Encoding::Base64Compressed, &self.scratch[..n]),
-            None => (Encoding::Base64Binary, data),
-        }
-    }
-
-    /// `choose` without borrowing `data` in its answer: the deflated length, the bytes left in
-    /// `deflated_len`'s buffer, or None to send `data` as it is.
-    pub fn deflate_if_worth(&mut self, data: &[u8], compress: Compress) -> Option<usize> {
-        let try_deflate = match compress {
-            Compress::Never => false,
-            Compress::Always => true,
-            Compress::Auto => {
-                data.len() >= MIN_COMPRESS && !is_precompressed(data) && {
-                    entropy(&data[..data.len().min(PROBE)]) < INCOMPRESSIBLE_BITS
-                }
-            }
-        };
-        if try_deflate {
+        let len = data.len() as u64;
+        if worth_deflating(data, len, compress) {
             let n = self.deflate(data);
-            if n < data.len() || compress == Compress::Always {
-                return Some(n);
+            if compress.keeps(n as u64, len) {
+                return (Encoding::Base64Compressed, &self.scratch[..n]);
             }
         }
-        None
+        (Encoding::Base64Binary, data)
     }
+}
 
-    /// The first `n` bytes deflated last.
-    pub fn deflated_len(&self, n: usize) -> &[u8] {
-        &self.scratch[..n]
+/// Whether binary content of `len` bytes is worth deflating under `compress`, judged by its
+/// first bytes (`head`: its first block, or all of it).
+pub fn worth_deflating(head: &[u8], len: u64, compress: Compress) -> bool {
+    match compress {
+        Compress::Never => false,
+        Compress::Always => true,
+        Compress::Auto => {
+            len >= MIN_COMPRESS as u64
+                && !is_precompressed(head)
+                && entropy(&head[..head.len().min(PROBE)]) < INCOMPRESSIBLE_BITS
+        }
     }
 }
 
@@ -343,8 +399,10 @@ impl Deflater {
 /// their pages faulted in) again for every record.
 pub struct Scratch {
     pub deflater: Deflater,
-    /// `content_base64` decoded, or a `content_path` file read.
+    /// `content_base64` decoded, or a `content_path` file read (whole, or a block at a time).
     pub bytes: Vec<u8>,
+    /// Where the records this thread encodes go when they grow big.
+    pub spill: Spill,
 }
 
 /// Above this a scratch buffer is given back after use: one huge record must not pin its size.
@@ -355,14 +413,7 @@ impl Scratch {
         Scratch {
             deflater: Deflater::new(level),
             bytes: Vec::new(),
-        }
-    }
-
-    /// Gives back the bytes buffer if it is big, once its content is deflated: a big file's
-    /// bytes and its base64 are then never held together.
-    pub fn release_bytes(bytes: &mut Vec<u8>) {
-        if bytes.capacity() > KEEP {
-            *bytes = Vec::new();
+            spill: Spill::default(),
         }
     }
 
@@ -456,7 +507,7 @@ mod tests {
     fn every_level_deflates_across_blocks_and_empty_content() {
         // More than two blocks of ISA-L's input, ending inside the third.
         let data: Vec<u8> = (0..2 * IN_BLOCK + 12_345)
-            .map(|i| (i % 251 ^ i / 4096) as u8)
+            .map(|i| ((i % 251) ^ (i / 4096)) as u8)
             .collect();
         for level in [1, 2, 6, 12] {
             let mut d = Deflater::new(level);
@@ -471,6 +522,25 @@ mod tests {
             .map(|level| Deflater::new(level).deflated(&data).len())
             .to_vec();
         assert!(sizes[1] < sizes[0], "{sizes:?}");
+    }
+
+    #[test]
+    fn base64_in_pieces_is_the_base64_of_the_whole() {
+        let data: Vec<u8> = (0..100u8).collect();
+        let mut whole = Vec::new();
+        base64_into(&mut whole, &data);
+        for a in 0..data.len() {
+            for b in [a, a + 1, a + 2, a + 5, data.len()] {
+                let b = b.min(data.len());
+                let mut stream = Base64Stream::default();
+                let mut out = Vec::new();
+                for piece in [&data[..a], &data[a..b], &data[b..]] {
+                    stream.push(&mut out, piece);
+                }
+                assert_eq!(stream.finish(&mut out), data.len() as u64);
+                assert_eq!(out, whole, "cut at {a} and {b}");
+            }
+        }
     }
 
     #[test]

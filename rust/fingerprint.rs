@@ -35,11 +35,11 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use rayon::prelude::*;
-use xxhash_rust::xxh3::xxh3_128;
+use xxhash_rust::xxh3::{xxh3_128, Xxh3};
 
 use crate::error::{Error, RecordErrorKind, Result};
 use crate::jsonl;
-use crate::record::{parse_date, Action, Content, Record};
+use crate::record::{parse_date, Action, Content, Record, Source};
 
 pub type Fingerprint = [u8; 16];
 
@@ -240,10 +240,21 @@ fn canonical(index: usize, r: &Record<'_>, c: &mut Canonical<'_>) -> Result<()> 
                 _ => "",
             };
             let mut buf = Vec::new();
-            let (bytes, text) = content.resolve(index, mimetype, &mut buf)?;
-            c.flag(14, Some(text.is_some()));
-            // By its own hash: hashed where it lies, never copied into the form.
-            c.field(15, Some(&xxh3_128(bytes).to_le_bytes()));
+            // By its own hash: hashed where it lies, never copied into the form; a file larger
+            // than a block a block at a time, never held whole.
+            let (hash, text) = match content.source(index, mimetype, &mut buf)? {
+                Source::Memory { bytes, text } => (xxh3_128(bytes), text.is_some()),
+                mut file => {
+                    let mut hash = Xxh3::new();
+                    let text = file.blocks_and_text(|block, _| {
+                        hash.update(block);
+                        Ok(())
+                    })?;
+                    (hash.digest128(), text)
+                }
+            };
+            c.flag(14, Some(text));
+            c.field(15, Some(&hash.to_le_bytes()));
         }
     }
     match &r.acl {

@@ -16,6 +16,7 @@ mod lift;
 pub mod limits;
 mod output;
 pub mod record;
+pub mod spill;
 pub mod thunderstone;
 pub mod url;
 pub mod wide;

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
+import random
 import subprocess
 import sys
 import zlib
@@ -339,6 +340,43 @@ def test_a_directory_becomes_records_with_urls_types_and_content(tmp_path: Path)
     latin = fed["http://files.example.com/share/latin1.txt"]
     assert latin.content == "caf\xe9".encode("latin-1") and latin.content_encoding == "base64binary"
     assert "last-modified" in pdf.attrs
+
+
+def test_files_too_big_to_hold_go_through_json_lines_and_directory_builds_unchanged(
+    tmp_path: Path,
+) -> None:
+    """Files larger than a block are read a block at a time, and records larger than an
+    encoding thread holds (4 MB) go to the writing thread through a file of their own: the feed
+    decodes to the files, validates, and equals the one the same bytes make given in memory."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    # 8 MB once in base64; text whose blocks end inside characters.
+    (tree / "big.bin").write_bytes(random.Random(1).randbytes(6_000_000))
+    (tree / "big.txt").write_text("caf\u00e9 \u65e5\u672c \U0001f600 <&>\n" * 200_000)
+    (tree / "small.txt").write_text("small")
+    files = sorted(tree.iterdir())
+    url = "http://files.example.com/"
+    assert build(tmp_path, [{"url": url + p.name, "content_path": str(p)} for p in files]) == 0
+    in_memory = [
+        {"url": url + p.name, "content": p.read_text()}
+        if p.suffix == ".txt"
+        else {"url": url + p.name, "content_base64": base64.b64encode(p.read_bytes()).decode()}
+        for p in files
+    ]
+    assert build(tmp_path, in_memory, out="memory") == 0
+    argv = ["build", str(tree), "--base-url", url, "--datasource", "docs", "--out"]
+    assert main([*argv, str(tmp_path / "dir")]) == 0
+    for out in ["out", "memory", "dir"]:
+        fed = decode_set(tmp_path / out)
+        assert [f.content for f in fed] == [p.read_bytes() for p in files], out
+        assert [f.content_encoding for f in fed] == ["base64binary", "base64compressed", None]
+        manifest = read_manifest(tmp_path / out)
+        assert all(validate_file(tmp_path / out / e.file) == [] for e in manifest)
+        # Nothing else: the files the big records went through had no name.
+        names = {p.name for p in (tmp_path / out).iterdir()}
+        assert names == {"manifest.jsonl", *(e.file for e in manifest)}
+    feed = (tmp_path / "out" / "docs-000001.xml").read_bytes()
+    assert feed == (tmp_path / "memory" / "docs-000001.xml").read_bytes()
 
 
 def test_a_directory_given_as_the_current_one_maps_paths_to_urls_the_same_way(

@@ -1,10 +1,11 @@
 //! A record's content: the forms a user gives it in, and the bytes each form stands for.
 
 use std::borrow::Cow;
-use std::io::Read;
-use std::path::PathBuf;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
 
-use crate::encode::decode_base64_into;
+use crate::encode::{blocks, decode_base64_into, IN_BLOCK};
 use crate::error::{Error, RecordErrorKind, Result};
 use crate::wide::Wide;
 
@@ -76,23 +77,269 @@ impl Content<'_> {
                 (buf, None)
             }
             Content::Path(p) => {
-                read_content_file(p, buf).map_err(|m| {
-                    Error::refused(RecordErrorKind::Unreadable, index, Some(field), m)
-                })?;
-                // A file is text when its type says so and its bytes are UTF-8.
-                let text = is_textual(mimetype)
-                    .then(|| std::str::from_utf8(buf).ok())
-                    .flatten();
-                (buf, text)
+                let unreadable =
+                    |m| Error::refused(RecordErrorKind::Unreadable, index, Some(field), m);
+                let (file, size) = open_regular(p).map_err(unreadable)?;
+                read_content_file(&file, size, p, buf).map_err(unreadable)?;
+                (buf, file_text(mimetype, buf))
             }
         })
     }
+
+    /// The bytes to send, as `resolve` gives them, except that a file larger than a block is
+    /// left open to be read a block at a time: one 900 MB file is never held whole.
+    pub(crate) fn source<'s>(
+        &'s self,
+        index: usize,
+        mimetype: &str,
+        buf: &'s mut Vec<u8>,
+    ) -> Result<Source<'s>> {
+        let Content::Path(path) = self else {
+            let (bytes, text) = self.resolve(index, mimetype, buf)?;
+            return Ok(Source::Memory { bytes, text });
+        };
+        let unreadable =
+            |m| Error::refused(RecordErrorKind::Unreadable, index, Some("content_path"), m);
+        let (file, size) = open_regular(path).map_err(unreadable)?;
+        if size > IN_BLOCK as u64 {
+            return Ok(Source::File(FileSource {
+                file,
+                size,
+                path,
+                index,
+                textual: is_textual(mimetype),
+                block: buf,
+            }));
+        }
+        read_content_file(&file, size, path, buf).map_err(unreadable)?;
+        let text = file_text(mimetype, buf);
+        Ok(Source::Memory { bytes: buf, text })
+    }
 }
 
-/// Reads a `content_path` file into `buf`: only a regular file (a FIFO would block the build,
-/// a device never end), and no more than the hard ceiling on a feed file, which no content
-/// larger can fit under (a file that grows while read stops there too).
-fn read_content_file(path: &std::path::Path, buf: &mut Vec<u8>) -> std::result::Result<(), String> {
+/// A file's bytes as text: when its type says so and its bytes are UTF-8.
+fn file_text<'b>(mimetype: &str, bytes: &'b [u8]) -> Option<&'b str> {
+    is_textual(mimetype)
+        .then(|| std::str::from_utf8(bytes).ok())
+        .flatten()
+}
+
+/// A content's bytes where the encoding reads them: in memory, or in a file read a block
+/// (`IN_BLOCK`) at a time, from its start again for each encoding tried.
+pub(crate) enum Source<'s> {
+    /// With their text when they may travel as XML text.
+    Memory {
+        bytes: &'s [u8],
+        text: Option<&'s str>,
+    },
+    File(FileSource<'s>),
+}
+
+pub(crate) struct FileSource<'s> {
+    file: File,
+    /// Its size when it was opened, which every read must find.
+    size: u64,
+    path: &'s Path,
+    /// The record's, for errors.
+    index: usize,
+    /// Whether its type is a text type: then it is text if its bytes are UTF-8, which is known
+    /// once they are all read.
+    textual: bool,
+    /// The block read last.
+    block: &'s mut Vec<u8>,
+}
+
+impl Source<'_> {
+    pub(crate) fn len(&self) -> u64 {
+        match self {
+            Source::Memory { bytes, .. } => bytes.len() as u64,
+            Source::File(f) => f.size,
+        }
+    }
+
+    /// Whether the bytes may travel as XML text, if known before they are read.
+    pub(crate) fn is_text(&self) -> Option<bool> {
+        match self {
+            Source::Memory { text, .. } => Some(text.is_some()),
+            Source::File(f) => (!f.textual).then_some(false),
+        }
+    }
+
+    /// The first bytes: a block, or all of them.
+    pub(crate) fn head(&mut self) -> Result<&[u8]> {
+        match self {
+            Source::Memory { bytes, .. } => Ok(bytes),
+            Source::File(f) => {
+                f.rewind()?;
+                f.read_block(f.size.min(IN_BLOCK as u64))?;
+                Ok(f.block)
+            }
+        }
+    }
+
+    /// Hands the bytes to `each` from the start, a block (`IN_BLOCK`) at a time, the last one
+    /// flagged, until `each` answers false. A file that is no longer the size it had when it
+    /// was opened is an error, never a short content.
+    pub(crate) fn blocks(
+        &mut self,
+        mut each: impl FnMut(&[u8], bool) -> Result<bool>,
+    ) -> Result<()> {
+        match self {
+            Source::Memory { bytes, .. } => {
+                for (block, last) in blocks(bytes) {
+                    if !each(block, last)? {
+                        break;
+                    }
+                }
+                Ok(())
+            }
+            Source::File(f) => {
+                f.rewind()?;
+                let mut at = 0;
+                loop {
+                    let len = (f.size - at).min(IN_BLOCK as u64);
+                    f.read_block(len)?;
+                    at += len;
+                    let last = at == f.size;
+                    if last {
+                        f.check_end()?;
+                    }
+                    if !each(f.block, last)? || last {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Source<'_> {
+    /// `blocks` to the end, learning on the way whether the bytes may travel as text (for a
+    /// file of a text type: whether they are UTF-8); returns that.
+    pub(crate) fn blocks_and_text(
+        &mut self,
+        mut each: impl FnMut(&[u8], bool) -> Result<()>,
+    ) -> Result<bool> {
+        let known = self.is_text();
+        let mut utf8 = known.is_none().then(Utf8Blocks::default);
+        let mut valid = true;
+        self.blocks(|block, last| {
+            if let (Some(check), true) = (&mut utf8, valid) {
+                valid = check.push(block, last, |_| Ok(())).is_ok();
+            }
+            each(block, last)?;
+            Ok(true)
+        })?;
+        Ok(known.unwrap_or(valid))
+    }
+}
+
+impl FileSource<'_> {
+    fn refuse(&self, message: String) -> Error {
+        Error::refused(
+            RecordErrorKind::Unreadable,
+            self.index,
+            Some("content_path"),
+            message,
+        )
+    }
+
+    fn cannot(&self, e: std::io::Error) -> Error {
+        self.refuse(format!("cannot read {}: {e}", self.path.display()))
+    }
+
+    fn rewind(&mut self) -> Result<()> {
+        self.file
+            .seek(SeekFrom::Start(0))
+            .map(drop)
+            .map_err(|e| self.cannot(e))
+    }
+
+    /// Reads the next `len` bytes into the block.
+    fn read_block(&mut self, len: u64) -> Result<()> {
+        self.block.clear();
+        self.block.reserve(len as usize);
+        (&self.file)
+            .take(len)
+            .read_to_end(self.block)
+            .map_err(|e| self.cannot(e))?;
+        if (self.block.len() as u64) < len {
+            return Err(self.refuse(changed_size(self.path, self.size)));
+        }
+        Ok(())
+    }
+
+    /// Checks that the file ends where it ended when it was opened.
+    fn check_end(&mut self) -> Result<()> {
+        let mut more = [0u8];
+        match self.file.read(&mut more) {
+            Ok(0) => Ok(()),
+            Ok(_) => Err(self.refuse(changed_size(self.path, self.size))),
+            Err(e) => Err(self.cannot(e)),
+        }
+    }
+}
+
+/// The text of bytes given in blocks, as they come: a character cut between two blocks is put
+/// together.
+#[derive(Default)]
+pub(crate) struct Utf8Blocks {
+    cut: [u8; 4],
+    len: usize,
+}
+
+impl Utf8Blocks {
+    /// Hands the text of the next block to `f`, in pieces (a character cut at its end waits for
+    /// the next block); fails when the bytes are not UTF-8, or when `f` does.
+    pub(crate) fn push(
+        &mut self,
+        mut block: &[u8],
+        last: bool,
+        mut f: impl FnMut(&str) -> std::result::Result<(), ()>,
+    ) -> std::result::Result<(), ()> {
+        if self.len > 0 {
+            // A lead byte that began a valid, cut character.
+            let width = match self.cut[0] {
+                0xC0..=0xDF => 2,
+                0xE0..=0xEF => 3,
+                _ => 4,
+            };
+            let take = (width - self.len).min(block.len());
+            self.cut[self.len..self.len + take].copy_from_slice(&block[..take]);
+            self.len += take;
+            block = &block[take..];
+            if self.len < width {
+                return if last { Err(()) } else { Ok(()) };
+            }
+            f(std::str::from_utf8(&self.cut[..width]).map_err(drop)?)?;
+            self.len = 0;
+        }
+        match simdutf8::compat::from_utf8(block) {
+            Ok(text) => f(text),
+            Err(e) if e.error_len().is_none() && !last => {
+                let (whole, cut) = block.split_at(e.valid_up_to());
+                self.cut[..cut.len()].copy_from_slice(cut);
+                self.len = cut.len();
+                // SAFETY: simdutf8 found the bytes before `valid_up_to` valid UTF-8.
+                f(unsafe { std::str::from_utf8_unchecked(whole) })
+            }
+            Err(_) => Err(()),
+        }
+    }
+}
+
+fn changed_size(path: &Path, size: u64) -> String {
+    format!(
+        "{} changed size while it was read (it had {size} bytes when opened): it is not sent \
+         part read; build again once it is written",
+        path.display()
+    )
+}
+
+/// Opens a `content_path` file and returns it with its size: only a regular file (a FIFO
+/// would block the build, a device never end), and no larger than the hard ceiling on a feed
+/// file, which no content larger can fit under.
+fn open_regular(path: &Path) -> std::result::Result<(File, u64), String> {
     let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
     let file = open_content_file(path).map_err(cannot)?;
     let meta = file.metadata().map_err(cannot)?;
@@ -111,14 +358,33 @@ fn read_content_file(path: &std::path::Path, buf: &mut Vec<u8>) -> std::result::
             meta.len()
         ));
     }
+    Ok((file, meta.len()))
+}
+
+/// Reads an open `content_path` file of `size` bytes into `buf`, all of it: a file that is no
+/// longer that size is refused, never sent short. A size of 0 is read to its end (up to the
+/// hard ceiling), as the files of `/proc` and `/sys` say 0 whatever they hold.
+fn read_content_file(
+    file: &File,
+    size: u64,
+    path: &Path,
+    buf: &mut Vec<u8>,
+) -> std::result::Result<(), String> {
+    let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
+    let limit = crate::limits::HARD_MAX_BYTES;
     buf.clear();
-    buf.reserve(meta.len() as usize);
-    file.take(limit + 1).read_to_end(buf).map_err(cannot)?;
-    if buf.len() as u64 > limit {
+    buf.reserve(size as usize);
+    let most = if size == 0 { limit } else { size };
+    file.take(most + 1).read_to_end(buf).map_err(cannot)?;
+    let read = buf.len() as u64;
+    if size == 0 && read > limit {
         return Err(format!(
             "{} grew past {limit} bytes while it was read",
             path.display()
         ));
+    }
+    if size > 0 && read != size {
+        return Err(changed_size(path, size));
     }
     Ok(())
 }
@@ -218,4 +484,93 @@ fn will_need(file: &std::fs::File, len: u64) {
     }
     #[cfg(not(target_os = "linux"))]
     let _ = (file, len);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// Reads a content from its start; returns its bytes.
+    fn read_all(source: &mut Source<'_>) -> Result<Vec<u8>> {
+        let mut all = Vec::new();
+        source.blocks(|block, _| {
+            all.extend_from_slice(block);
+            Ok(true)
+        })?;
+        Ok(all)
+    }
+
+    #[test]
+    fn a_file_that_changes_size_while_it_is_read_is_refused_naming_the_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("doc.bin");
+        let bytes: Vec<u8> = (0..2 * IN_BLOCK + 10).map(|i| i as u8).collect();
+        let shrink = |f: &File| f.set_len(IN_BLOCK as u64 + 1);
+        let grow = |mut f: &File| f.write_all(b"more");
+        for change in [&shrink as &dyn Fn(&File) -> std::io::Result<()>, &grow] {
+            std::fs::write(&path, &bytes).unwrap();
+            let content = Content::Path(path.clone());
+            let mut buf = Vec::new();
+            let mut source = content.source(7, "text/plain", &mut buf).unwrap();
+            // Read whole once: the same bytes each time it is read from the start.
+            assert!(read_all(&mut source).unwrap() == bytes);
+            let writer = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&path)
+                .unwrap();
+            change(&writer).unwrap();
+            match read_all(&mut source).unwrap_err() {
+                Error::Record {
+                    index,
+                    field,
+                    message,
+                    kind,
+                } => {
+                    assert_eq!(
+                        (index, field, kind),
+                        (7, Some("content_path"), RecordErrorKind::Unreadable)
+                    );
+                    assert!(
+                        message.contains("changed size while it was read"),
+                        "{message}"
+                    );
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn text_cut_between_blocks_anywhere_is_put_together() {
+        let text = "a\u{e9}\u{65e5}\u{1f600}b".repeat(3);
+        for cut in 0..=text.len() {
+            for second in cut..=text.len() {
+                let bytes = text.as_bytes();
+                let parts = [&bytes[..cut], &bytes[cut..second], &bytes[second..]];
+                let mut utf8 = Utf8Blocks::default();
+                let mut joined = String::new();
+                for (i, part) in parts.iter().enumerate() {
+                    utf8.push(part, i == 2, |piece| {
+                        joined.push_str(piece);
+                        Ok(())
+                    })
+                    .unwrap();
+                }
+                assert_eq!(joined, text);
+            }
+        }
+        let mut utf8 = Utf8Blocks::default();
+        assert!(utf8.push(b"ab\xe6\x97", false, |_| Ok(())).is_ok());
+        assert!(
+            utf8.push(b"", true, |_| Ok(())).is_err(),
+            "a cut character at the end"
+        );
+        let mut utf8 = Utf8Blocks::default();
+        assert!(utf8.push(b"ab\xe6", false, |_| Ok(())).is_ok());
+        assert!(
+            utf8.push(b"x", true, |_| Ok(())).is_err(),
+            "a broken character"
+        );
+    }
 }

@@ -15,6 +15,7 @@ use crate::url::{check_url, url_path};
 
 pub(crate) use content::read_ahead;
 pub use content::Content;
+pub(crate) use content::Source;
 use date::normalize_date;
 pub(crate) use date::parse_date;
 use xml::Checked;

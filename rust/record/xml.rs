@@ -2,11 +2,13 @@
 
 use std::borrow::Cow;
 
-use crate::encode::{base64_into, Compress, Encoding, Scratch};
+use crate::encode::{base64_into, worth_deflating, Base64Stream, Compress, Deflater, Scratch};
 use crate::error::Result;
 use crate::escape::{attr, escape_into, first_unrepresentable, Context};
+use crate::spill::Sink;
 
-use super::{AclFormat, Action, Content, EncodeOptions, Record};
+use super::content::{Source, Utf8Blocks};
+use super::{AclFormat, Action, EncodeOptions, Record};
 
 /// A record checked against its feed, ready to be written.
 pub(super) struct Checked<'r, 'a> {
@@ -32,6 +34,7 @@ impl Checked<'_, '_> {
         out: &mut Vec<u8>,
     ) -> Result<()> {
         let r = self.record;
+        let start = out.len();
         out.extend_from_slice(b"<record");
         attr(out, "url", &r.url);
         if let Some(d) = &r.displayurl {
@@ -78,77 +81,160 @@ impl Checked<'_, '_> {
             }
             out.extend_from_slice(b"</metadata>\n");
         }
-        if let Some(content) = &r.content {
-            self.write_content(index, content, opts, scratch, out)?;
-        }
-        out.extend_from_slice(b"</record>\n");
-        Ok(())
-    }
-
-    fn write_content(
-        &self,
-        index: usize,
-        content: &Content<'_>,
-        opts: EncodeOptions,
-        scratch: &mut Scratch,
-        out: &mut Vec<u8>,
-    ) -> Result<()> {
+        let Some(content) = &r.content else {
+            out.extend_from_slice(b"</record>\n");
+            return Ok(());
+        };
+        // The content may be big: from here on the record may be moved out of memory.
         let Scratch {
             deflater,
-            bytes: buf,
+            bytes,
+            spill,
         } = scratch;
-        let (bytes, text) = content.resolve(index, self.mimetype, buf)?;
-        if let Some(s) = text {
-            // Text is deflated too when that makes it smaller, base64 included: smaller feeds
-            // are quicker to write, push and process. Short text stays readable.
-            let deflate = match opts.compress {
-                Compress::Never => false,
-                Compress::Always => true,
-                Compress::Auto => s.len() >= MIN_TEXT_DEFLATE,
-            };
-            if deflate {
-                // No entropy probe: text is never noise to deflate, and the size check below
-                // catches the text that does not shrink.
-                let payload = deflater.deflated(bytes);
-                let smaller = payload.len().div_ceil(3) * 4 < s.len();
-                if smaller || opts.compress == Compress::Always {
-                    write_encoded(out, Encoding::Base64Compressed, payload);
-                    return Ok(());
-                }
-            }
-            let mark = out.len();
-            out.reserve(s.len() + s.len() / 8 + 32);
-            out.extend_from_slice(b"<content>");
-            if escape_into(out, s, Context::Text).is_ok() {
-                out.extend_from_slice(b"</content>\n");
+        let mut sink = Sink::new(out, start, spill);
+        let mut source = content.source(index, self.mimetype, bytes)?;
+        write_content(&mut source, opts.compress, deflater, &mut sink)?;
+        sink.out.extend_from_slice(b"</record>\n");
+        sink.finish()
+    }
+}
+
+/// Writes a content's element in the form that suits it: text as XML text, deflated when that
+/// makes it smaller (base64 included) and it is long enough; binary deflated when it is worth
+/// trying (`worth_deflating`) and pays; anything XML cannot carry as text in base64. Each form
+/// is written as it is made, and taken back when it does not pay: a file's bytes are read in
+/// blocks, once for each form tried, and never held whole.
+fn write_content(
+    source: &mut Source<'_>,
+    compress: Compress,
+    deflater: &mut Deflater,
+    sink: &mut Sink<'_>,
+) -> Result<()> {
+    let len = source.len();
+    let deflate_text = match compress {
+        Compress::Never => false,
+        Compress::Always => true,
+        Compress::Auto => len >= MIN_TEXT_DEFLATE as u64,
+    };
+    // Judged from the first bytes, and only when needed: most text never needs it.
+    let mut worth = None;
+    let mut deflate_binary = |source: &mut Source<'_>| -> Result<bool> {
+        if worth.is_none() {
+            worth = Some(worth_deflating(source.head()?, len, compress));
+        }
+        Ok(worth == Some(true))
+    };
+    let mut text = source.is_text();
+    // A file of a text type is text if it is UTF-8, which is known once it is read: it is read
+    // first for deflating when either way deflating comes first.
+    let deflate_first = match text {
+        Some(true) => deflate_text,
+        Some(false) => deflate_binary(source)?,
+        None => deflate_text || deflate_binary(source)?,
+    };
+    if deflate_first {
+        let mark = sink.len();
+        let (n, is_text) = write_deflated(source, deflater, sink)?;
+        // No entropy probe for text: it is never noise to deflate, and the size check catches
+        // the text that does not shrink.
+        let keep = if is_text {
+            deflate_text && (n.div_ceil(3) * 4 < len || compress == Compress::Always)
+        } else {
+            deflate_binary(source)? && compress.keeps(n, len)
+        };
+        if keep {
+            return Ok(());
+        }
+        sink.truncate(mark)?;
+        text = Some(is_text);
+    }
+    if text != Some(false) {
+        let mark = sink.len();
+        if write_text(source, sink)? {
+            return Ok(());
+        }
+        // XML cannot carry this text as text (or it is not UTF-8): base64 keeps every byte.
+        sink.truncate(mark)?;
+        if deflate_binary(source)? {
+            let (n, _) = write_deflated(source, deflater, sink)?;
+            if compress.keeps(n, len) {
                 return Ok(());
             }
-            // XML cannot carry this text as text: base64 keeps every byte.
-            out.truncate(mark);
+            sink.truncate(mark)?;
         }
-        match deflater.deflate_if_worth(bytes, opts.compress) {
-            Some(n) => {
-                Scratch::release_bytes(buf);
-                write_encoded(out, Encoding::Base64Compressed, deflater.deflated_len(n));
-            }
-            None => write_encoded(out, Encoding::Base64Binary, bytes),
-        }
-        Ok(())
     }
+    write_base64(source, sink)
+}
+
+/// Writes the content deflated; returns the deflated length and whether the content is text
+/// (for a file of a text type, learnt on the way).
+fn write_deflated(
+    source: &mut Source<'_>,
+    deflater: &mut Deflater,
+    sink: &mut Sink<'_>,
+) -> Result<(u64, bool)> {
+    sink.out
+        .extend_from_slice(b"<content encoding=\"base64compressed\">");
+    let mut base64 = Base64Stream::default();
+    deflater.start();
+    let text = source.blocks_and_text(|block, last| {
+        deflater.block(block, last, |piece| base64.push(sink.out, piece));
+        sink.relieve()
+    })?;
+    let n = base64.finish(sink.out);
+    sink.out.extend_from_slice(b"</content>\n");
+    Ok((n, text))
+}
+
+/// Writes the content as XML text; false (the element partly written) if it is not UTF-8 or
+/// holds a character XML cannot carry.
+fn write_text(source: &mut Source<'_>, sink: &mut Sink<'_>) -> Result<bool> {
+    sink.out.extend_from_slice(b"<content>");
+    let escaped = match source {
+        Source::Memory { text, .. } => {
+            let text = text.expect("only text in memory is written as text");
+            sink.out.reserve(text.len() + text.len() / 8 + 32);
+            escape_into(sink.out, text, Context::Text).is_ok()
+        }
+        Source::File(_) => {
+            let mut utf8 = Utf8Blocks::default();
+            let mut escaped = true;
+            source.blocks(|block, last| {
+                escaped = utf8
+                    .push(block, last, |piece| {
+                        escape_into(sink.out, piece, Context::Text).map_err(drop)
+                    })
+                    .is_ok();
+                sink.relieve()?;
+                Ok(escaped)
+            })?;
+            escaped
+        }
+    };
+    sink.out.extend_from_slice(b"</content>\n");
+    sink.relieve()?;
+    Ok(escaped)
+}
+
+/// Writes the content in plain base64.
+fn write_base64(source: &mut Source<'_>, sink: &mut Sink<'_>) -> Result<()> {
+    sink.out
+        .extend_from_slice(b"<content encoding=\"base64binary\">");
+    let mut base64 = Base64Stream::default();
+    source.blocks(|block, _| {
+        sink.out.reserve(block.len() / 3 * 4 + 64);
+        base64.push(sink.out, block);
+        sink.relieve()?;
+        Ok(true)
+    })?;
+    base64.finish(sink.out);
+    sink.out.extend_from_slice(b"</content>\n");
+    Ok(())
 }
 
 /// Text shorter than this stays text under `Compress::Auto`: a zlib header and base64 eat most
 /// of what deflating it would save, and it stays readable.
 const MIN_TEXT_DEFLATE: usize = 2048;
-
-fn write_encoded(out: &mut Vec<u8>, encoding: Encoding, payload: &[u8]) {
-    out.reserve(payload.len() / 3 * 4 + 64);
-    out.extend_from_slice(b"<content encoding=\"");
-    out.extend_from_slice(encoding.as_str().as_bytes());
-    out.extend_from_slice(b"\">");
-    base64_into(out, payload);
-    out.extend_from_slice(b"</content>\n");
-}
 
 fn write_meta(out: &mut Vec<u8>, name: &str, value: &str) {
     out.extend_from_slice(b"<meta");

@@ -13,7 +13,7 @@ use crate::output::Output;
 use crate::record::FeedType;
 
 use super::set::{ManifestEntry, SetKind};
-use super::tasks::Encoded;
+use super::tasks::{Encoded, Rec};
 use super::MANIFEST;
 
 pub(super) struct OpenFile {
@@ -59,7 +59,7 @@ impl Files {
     pub(super) fn append(&mut self, encoded: Vec<Encoded>) -> Result<Vec<ManifestEntry>> {
         let mut finished = Vec::new();
         for (_, rec) in encoded.iter().flat_map(Encoded::records) {
-            let len = rec.len() as u64;
+            let len = rec.len();
             let full = self.current.as_ref().is_some_and(|f| {
                 f.records > 0
                     && (f.bytes + len + self.set.footer().len() as u64 > self.max_bytes
@@ -72,7 +72,11 @@ impl Files {
                 self.open_next()?;
             }
             let file = self.current.as_mut().expect("a file is open");
-            file.write(rec).map_err(|e| Error::io(&file.tmp, e))?;
+            match rec {
+                Rec::Held(bytes) => file.write(bytes),
+                Rec::Spilled(spilled) => spilled.copy_into(|bytes| file.write(bytes)),
+            }
+            .map_err(|e| Error::io(&file.tmp, e))?;
             file.records += 1;
         }
         Ok(finished)

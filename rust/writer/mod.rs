@@ -25,7 +25,10 @@ use crate::groups::Membership;
 use crate::record::{EncodeOptions, FeedKind, FeedType, Record};
 
 use files::{write_files, Files, Job};
-use tasks::{check_sizes, run_tasks, runs, start_chunk, Encoded, Limits, LineEncoding, Started};
+use tasks::{
+    check_sizes, prepare_thread, run_tasks, runs, start_chunk, Encoded, Limits, LineEncoding,
+    Started,
+};
 
 pub use set::{check_datasource, BatchReport, ManifestEntry, Options, SetKind};
 pub use tasks::SharedChunk;
@@ -105,10 +108,12 @@ impl FeedWriter {
                 dir.display()
             )));
         }
+        let (level, spill_dir) = (opts.level, Arc::<Path>::from(dir));
         let pool = Arc::new(
             rayon::ThreadPoolBuilder::new()
                 .num_threads(opts.workers)
                 .thread_name(|i| format!("fastfeed-encode-{i}"))
+                .start_handler(move |_| prepare_thread(level, &spill_dir))
                 .build()
                 .map_err(|e| Error::Config(format!("cannot start encoding threads: {e}")))?,
         );
@@ -248,7 +253,7 @@ impl FeedWriter {
                     let mut done = Encoded::with_capacity(run.1);
                     for (index, item) in &items[run.0.clone()] {
                         encode_one(*index, item, kind, enc, scratch, &mut done.buf)?;
-                        done.ended(*index);
+                        done.ended(*index, &mut scratch.spill);
                     }
                     Ok(done)
                 },
@@ -274,7 +279,7 @@ impl FeedWriter {
             self.found.append(&mut done.found);
         }
         self.taken.0 += encoded.iter().map(|e| e.ends.len() as u64).sum::<u64>();
-        self.taken.1 += encoded.iter().map(|e| e.buf.len() as u64).sum::<u64>();
+        self.taken.1 += encoded.iter().map(Encoded::bytes).sum::<u64>();
         self.send(Job::Append(encoded))?;
         Ok(BatchReport {
             warnings,

@@ -12,6 +12,7 @@ use crate::error::{Error, RecordErrorKind, Result};
 use crate::fingerprint::{fingerprint, snapshot_record, Fingerprints};
 use crate::jsonl;
 use crate::record::{EncodeOptions, FeedKind};
+use crate::spill::{Spill, Spilled};
 
 use super::set::SetKind;
 use super::HARD_MAX_BYTES;
@@ -25,15 +26,27 @@ thread_local! {
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 const MMAP_THRESHOLD: libc::c_int = 4 << 20;
 
+/// Gives a writer's encoding thread its scratch, made for the writer's `level`, whose records
+/// spill into the writer's directory (see `spill`).
+pub(super) fn prepare_thread(level: u8, dir: &Arc<std::path::Path>) {
+    SCRATCH.with(|cell| {
+        let mut scratch = Scratch::new(level);
+        scratch.spill = Spill::into_dir(Arc::clone(dir));
+        *cell.borrow_mut() = Some(scratch);
+    });
+}
+
 /// Runs `f` with this thread's scratch, made for `level` if it has none or another level.
 fn with_scratch<T>(level: u8, f: impl FnOnce(&mut Scratch) -> T) -> T {
     // glibc raises its mmap threshold to the size of each big buffer freed, up to 32 MB, and
-    // its trim threshold to twice that: after a few big files, every buffer of up to 32 MB
+    // its trim threshold to twice that: after a few big buffers, every buffer of up to 32 MB
     // comes from, and stays in, the heap of the thread that made it. Memory then grew with the
     // corpus (317 MB building 4 GB of files by path). Fixed thresholds give big buffers and
     // free heap tops back. These are the process's tunables (glibc's only: musl's malloc has
     // none), so they hold for its other allocations too: blocks over 4 MB are mapped for
-    // themselves, which costs a large allocation little beside the work that fills it.
+    // themselves, which costs a large allocation little beside the work that fills it. What a
+    // thread keeps stays under the threshold, in its heap: the file block and ISA-L's buffers
+    // (about 2 MB), a record's bytes until it spills (`SPILL_AT`, 4 MB), scratch up to `KEEP`.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         static FIXED: std::sync::Once = std::sync::Once::new();
@@ -48,7 +61,10 @@ fn with_scratch<T>(level: u8, f: impl FnOnce(&mut Scratch) -> T) -> T {
         if slot.as_ref().is_none_or(|s| s.deflater.level() != level) {
             *slot = Some(Scratch::new(level));
         }
-        f(slot.as_mut().expect("just set"))
+        let scratch = slot.as_mut().expect("just set");
+        // A record moved out whose piece failed before taking it (a panic) is not the next's.
+        drop(scratch.spill.take());
+        f(scratch)
     })
 }
 
@@ -65,9 +81,27 @@ pub(super) struct Encoded {
     pub(super) buf: Vec<u8>,
     pub(super) ends: Vec<usize>,
     pub(super) indices: Vec<usize>,
+    /// The records moved out of memory as they were encoded (see `spill`), by their position
+    /// among the records; they take no bytes of `buf`.
+    spilled: Vec<(usize, Spilled)>,
     /// The records' fingerprints, when the writer fingerprints them (see
     /// `FeedWriter::fingerprint_records`); taken off before the records are written.
     pub(super) found: Fingerprints,
+}
+
+/// An encoded record, where it is.
+pub(super) enum Rec<'a> {
+    Held(&'a [u8]),
+    Spilled(&'a Spilled),
+}
+
+impl Rec<'_> {
+    pub(super) fn len(&self) -> u64 {
+        match self {
+            Rec::Held(bytes) => bytes.len() as u64,
+            Rec::Spilled(spilled) => spilled.len(),
+        }
+    }
 }
 
 impl Encoded {
@@ -78,22 +112,39 @@ impl Encoded {
             buf: Vec::with_capacity(bytes + bytes / 8),
             ends: Vec::new(),
             indices: Vec::new(),
+            spilled: Vec::new(),
             found: Fingerprints::default(),
         }
     }
 
-    /// Marks the end of the record at `index`, which was just appended to `buf`.
-    pub(super) fn ended(&mut self, index: usize) {
+    /// Marks the end of the record at `index`, which was just appended to `buf`, or moved out
+    /// into `spill`.
+    pub(super) fn ended(&mut self, index: usize, spill: &mut Spill) {
+        if let Some(spilled) = spill.take() {
+            self.spilled.push((self.ends.len(), spilled));
+        }
         self.ends.push(self.buf.len());
         self.indices.push(index);
     }
 
-    pub(super) fn records(&self) -> impl Iterator<Item = (usize, &[u8])> {
+    pub(super) fn records(&self) -> impl Iterator<Item = (usize, Rec<'_>)> {
         let starts = std::iter::once(0).chain(self.ends.iter().copied());
-        starts
-            .zip(&self.ends)
-            .zip(&self.indices)
-            .map(|((start, &end), &index)| (index, &self.buf[start..end]))
+        let mut spilled = self.spilled.iter().peekable();
+        starts.zip(&self.ends).zip(&self.indices).enumerate().map(
+            move |(at, ((start, &end), &index))| {
+                let rec = match spilled.next_if(|(position, _)| *position == at) {
+                    Some((_, record)) => Rec::Spilled(record),
+                    None => Rec::Held(&self.buf[start..end]),
+                };
+                (index, rec)
+            },
+        )
+    }
+
+    /// The encoded bytes of its records.
+    pub(super) fn bytes(&self) -> u64 {
+        let spilled: u64 = self.spilled.iter().map(|(_, s)| s.len()).sum();
+        self.buf.len() as u64 + spilled
     }
 }
 
@@ -212,7 +263,7 @@ impl LineEncoding {
                     done.found.push(chunk, index, line, &record.url, &fp);
                 }
             }
-            done.ended(index);
+            done.ended(index, &mut scratch.spill);
         }
         Ok((done, count))
     }
@@ -366,7 +417,7 @@ pub(super) fn runs<T>(
 pub(super) fn check_sizes(encoded: &[Encoded], limits: Limits) -> Result<Vec<(usize, String)>> {
     let mut warnings = Vec::new();
     for (index, record) in encoded.iter().flat_map(Encoded::records) {
-        let len = record.len() as u64;
+        let len = record.len();
         let alone = len + limits.overhead;
         if alone > HARD_MAX_BYTES {
             return Err(Error::refused(

@@ -3,6 +3,8 @@
 use base64_simd::STANDARD;
 use libdeflater::{CompressionLvl, Compressor};
 
+use crate::record::OpenedFile;
+
 /// How content may be compressed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Compress {
@@ -246,6 +248,9 @@ pub struct Scratch {
     pub deflater: Deflater,
     /// `content_base64` decoded, or a `content_path` file read.
     pub bytes: Vec<u8>,
+    /// The `content_path` file the planning threads opened for the record being encoded, if
+    /// any: taken by its read, dropped (closed) after the record.
+    pub(crate) opened: Option<OpenedFile>,
 }
 
 /// Above this a scratch buffer is given back after use: one huge record must not pin its size.
@@ -256,6 +261,7 @@ impl Scratch {
         Scratch {
             deflater: Deflater::new(level),
             bytes: Vec::new(),
+            opened: None,
         }
     }
 

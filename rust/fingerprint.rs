@@ -240,7 +240,7 @@ fn canonical(index: usize, r: &Record<'_>, c: &mut Canonical<'_>) -> Result<()> 
                 _ => "",
             };
             let mut buf = Vec::new();
-            let (bytes, text) = content.resolve(index, mimetype, &mut buf)?;
+            let (bytes, text) = content.resolve(index, mimetype, &mut buf, None)?;
             c.flag(14, Some(text.is_some()));
             // By its own hash: hashed where it lies, never copied into the form.
             c.field(15, Some(&xxh3_128(bytes).to_le_bytes()));

@@ -96,8 +96,9 @@ impl Checked<'_, '_> {
         let Scratch {
             deflater,
             bytes: buf,
+            opened,
         } = scratch;
-        let (bytes, text) = content.resolve(index, self.mimetype, buf)?;
+        let (bytes, text) = content.resolve(index, self.mimetype, buf, opened.take())?;
         if let Some(s) = text {
             // Text is deflated too when that makes it smaller, base64 included: smaller feeds
             // are quicker to write, push and process. Short text stays readable.

@@ -447,20 +447,22 @@ pub struct Part<T> {
     pub files: Vec<(usize, T)>,
 }
 
-/// A chunk cut at line starts into about `count` parts of equal cost: a line costs its bytes,
-/// plus the size of the file it names, as `open` tells (given the named files in order, it
-/// returns each one's size and what it made of it). A record that names a file is much heavier
-/// than its line: cut by bytes of JSON, one part would hold most of the work.
+/// The lines of a chunk that start in `lines` (which starts and ends at line starts), cut at line
+/// starts into about `count` parts of equal cost: a line costs its bytes, plus the size of the
+/// file it names, as `open` tells (given the named files in order, it returns each one's size
+/// and what it made of it). A record that names a file is much heavier than its line: cut by
+/// bytes of JSON, one part would hold most of the work.
 pub fn cut_by_cost<T>(
     chunk: &[u8],
+    lines: Range<usize>,
     count: usize,
     open: impl FnOnce(&[&std::path::Path]) -> Vec<(u64, T)>,
 ) -> Vec<Part<T>> {
     let mut ends = Vec::new();
     let mut costs = Vec::new();
     let mut named = Vec::new();
-    let mut start = 0;
-    while start < chunk.len() {
+    let mut start = lines.start;
+    while start < lines.end {
         let end = memchr::memchr(b'\n', &chunk[start..]).map_or(chunk.len(), |k| start + k + 1);
         if let Some(path) = content_path_of(&chunk[start..end]) {
             named.push((costs.len(), start, path));
@@ -477,7 +479,7 @@ pub fn cut_by_cost<T>(
     }
     let target = costs.iter().sum::<u64>() / count.max(1) as u64;
     let mut parts = Vec::new();
-    let (mut from, mut sum, mut start) = (0, 0, 0);
+    let (mut from, mut sum, mut start) = (lines.start, 0, lines.start);
     for (end, cost) in ends.into_iter().zip(costs) {
         // A heavy line goes alone rather than at the end of a part already full enough.
         if sum > 0 && sum + cost > target {
@@ -491,8 +493,8 @@ pub fn cut_by_cost<T>(
         }
         start = end;
     }
-    if from < chunk.len() || parts.is_empty() {
-        parts.push((from..chunk.len(), sum));
+    if from < lines.end || parts.is_empty() {
+        parts.push((from..lines.end, sum));
     }
     let mut files = files.into_iter().peekable();
     parts

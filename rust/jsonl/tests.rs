@@ -177,7 +177,7 @@ fn chunks_that_name_files_are_cut_by_what_their_records_cost() {
     };
     let mut asked = Vec::new();
     // What the planner made of each file (here its path) goes with the part of its line.
-    let parts = cut_by_cost(&chunk, 8, |paths| {
+    let parts = cut_by_cost(&chunk, 0..chunk.len(), 8, |paths| {
         asked = paths.iter().map(|p| p.to_path_buf()).collect();
         paths.iter().map(|p| (size(p), p.to_path_buf())).collect()
     });
@@ -213,6 +213,25 @@ fn chunks_that_name_files_are_cut_by_what_their_records_cost() {
     }
     assert_eq!(handed, 64);
     assert_eq!((joined, total), lines(&chunk));
+
+    // Planned in two waves cut at a line start, the parts of both are those of one chunk.
+    let mid = chunk[chunk.len() / 3..]
+        .iter()
+        .position(|&b| b == b'\n')
+        .unwrap()
+        + chunk.len() / 3
+        + 1;
+    let open = |paths: &[&std::path::Path]| paths.iter().map(|p| (size(p), ())).collect();
+    let mut waves = cut_by_cost(&chunk, 0..mid, 2, open);
+    assert_eq!(waves.last().unwrap().lines.end, mid);
+    waves.extend(cut_by_cost(&chunk, mid..chunk.len(), 6, open));
+    assert!(waves.windows(2).all(|w| w[0].lines.end == w[1].lines.start));
+    assert_eq!(waves.iter().map(|p| p.files.len()).sum::<usize>(), 64);
+    let mut total = 0;
+    for part in &waves {
+        total += lines_in(&chunk, part.lines.clone()).1;
+    }
+    assert_eq!(total, lines(&chunk).1);
 }
 
 /// The fields of a struct as its derived `Deserialize` knows them: serde hands them to the

@@ -131,11 +131,14 @@ impl Results {
         }
     }
 
-    /// The plan cut the chunk into `pieces`.
-    fn expect(&self, pieces: usize) {
+    /// The plan cut `pieces` more of the chunk, which follow those before; returns the first
+    /// one's place.
+    fn expect(&self, pieces: usize) -> usize {
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        slots.0 = (0..pieces).map(|_| None).collect();
+        let first = slots.0.len();
+        slots.0.extend((0..pieces).map(|_| None));
         slots.1 += pieces;
+        first
     }
 
     fn put(&self, at: usize, piece: Piece) {
@@ -248,12 +251,30 @@ pub(super) fn start_chunk(
     let planner = std::thread::Builder::new().name("fastfeed-plan".into());
     let planning = planner.spawn(move || {
         let bytes = (*plan_chunk).as_ref();
-        let pieces = catch_unwind(AssertUnwindSafe(|| {
-            jsonl::cut_by_cost(bytes, count, crate::record::read_ahead)
-        }))
-        .unwrap_or_else(|_| vec![by_bytes(0..bytes.len())]);
-        plan_results.expect(pieces.len());
-        spawn_pieces(&plan_pool, &plan_chunk, &plan_results, pieces, how);
+        // The chunk's first lines are planned and started first, with a share of its pieces:
+        // where the encoding threads wait for this chunk (a build's first, or planning behind
+        // them, files slow to open), they start on those while the rest are opened.
+        let first = memchr::memchr(b'\n', &bytes[bytes.len() / FIRST_WAVE..])
+            .map_or(bytes.len(), |k| bytes.len() / FIRST_WAVE + k + 1);
+        let waves = [
+            (0..first, count / 4),
+            (first..bytes.len(), count - count / 4),
+        ];
+        for (lines, pieces) in waves.into_iter().filter(|(lines, _)| !lines.is_empty()) {
+            let planned = catch_unwind(AssertUnwindSafe(|| {
+                jsonl::cut_by_cost(bytes, lines.clone(), pieces, crate::record::read_ahead)
+            }))
+            .unwrap_or_else(|_| vec![by_bytes(lines)]);
+            let first_piece = plan_results.expect(planned.len());
+            spawn_pieces(
+                &plan_pool,
+                &plan_chunk,
+                &plan_results,
+                planned,
+                first_piece,
+                how,
+            );
+        }
         // Before the plan reports: the writer's own reference must be the last (see SharedChunk).
         drop(plan_chunk);
         plan_results.planned();
@@ -277,7 +298,7 @@ fn start_by_bytes(
         .map(by_bytes)
         .collect();
     let results = Arc::new(Results::new(pieces.len(), false));
-    spawn_pieces(pool, &chunk, &results, pieces, how);
+    spawn_pieces(pool, &chunk, &results, pieces, 0, how);
     Started { chunk, results }
 }
 
@@ -293,10 +314,14 @@ fn by_bytes(lines: Range<usize>) -> PlannedPiece {
     }
 }
 
+/// A chunk that names files is planned in two waves: its first 1/FIRST_WAVE of bytes, then
+/// the rest.
+const FIRST_WAVE: usize = 8;
+
 /// The most room reserved ahead for a piece's output.
 const MAX_PIECE_CAPACITY: u64 = 16 << 20;
 
-/// Hands `pieces` of `chunk` to the encoding threads, heaviest first:
+/// Hands `pieces` of `chunk`, the chunk's from `first` on, to the encoding threads, heaviest first:
 /// a chunk ends when its last piece does, and a heavy piece started last would leave the other
 /// threads idle.
 fn spawn_pieces(
@@ -304,9 +329,10 @@ fn spawn_pieces(
     chunk: &SharedChunk,
     results: &Arc<Results>,
     pieces: Vec<PlannedPiece>,
+    first: usize,
     how: LineEncoding,
 ) {
-    let mut order: Vec<(usize, PlannedPiece)> = pieces.into_iter().enumerate().collect();
+    let mut order: Vec<(usize, PlannedPiece)> = (first..).zip(pieces).collect();
     order.sort_by_key(|(_, piece)| std::cmp::Reverse(piece.cost));
     for (at, piece) in order {
         let (chunk, results) = (Arc::clone(chunk), Arc::clone(results));

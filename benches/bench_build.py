@@ -261,7 +261,7 @@ def test_both_cores_against_one(corpus: Path, tmp_path: Path) -> None:
         f"(medians {statistics.median(one):.2f} s, {statistics.median(two):.2f} s -> "
         f"{statistics.median(one) / statistics.median(two):.2f}x)"
     )
-    assert min(one) / min(two) >= 1.8
+    assert min(one) / min(two) >= 1.85
 
 
 def _kb_records(n: int, seed: int) -> list[dict[str, object]]:

@@ -3,6 +3,7 @@
 use base64_simd::STANDARD;
 use isal_sys::igzip_lib as isal;
 
+use crate::record::OpenedFile;
 use crate::spill::Spill;
 
 /// How content may be compressed.
@@ -403,6 +404,9 @@ pub struct Scratch {
     pub bytes: Vec<u8>,
     /// Where the records this thread encodes go when they grow big.
     pub spill: Spill,
+    /// The `content_path` file the planning threads opened for the record being encoded, if
+    /// any: taken by its read, dropped (closed) after the record.
+    pub(crate) opened: Option<OpenedFile>,
 }
 
 /// Above this a scratch buffer is given back after use: one huge record must not pin its size.
@@ -414,6 +418,7 @@ impl Scratch {
             deflater: Deflater::new(level),
             bytes: Vec::new(),
             spill: Spill::default(),
+            opened: None,
         }
     }
 

@@ -242,7 +242,7 @@ fn canonical(index: usize, r: &Record<'_>, c: &mut Canonical<'_>) -> Result<()> 
             let mut buf = Vec::new();
             // By its own hash: hashed where it lies, never copied into the form; a file larger
             // than a block a block at a time, never held whole.
-            let (hash, text) = match content.source(index, mimetype, &mut buf)? {
+            let (hash, text) = match content.source(index, mimetype, &mut buf, None)? {
                 Source::Memory { bytes, text } => (xxh3_128(bytes), text.is_some()),
                 mut file => {
                     let mut hash = Xxh3::new();

@@ -439,35 +439,47 @@ fn content_path_of(line: &[u8]) -> Option<PathBuf> {
     }
 }
 
-/// A chunk cut at line starts into about `count` parts of equal cost, each with its cost: a
-/// line costs its bytes, plus the size of the file it names, as `sizes` tells (given the named
-/// files in order). A record that names a file is much heavier than its line: cut by bytes of
-/// JSON, one part would hold most of the work.
-pub fn cut_by_cost(
+/// A part of a chunk, to encode on one thread: the lines that start in `lines`, what they cost,
+/// and what the planner made of the files they name, each by the start of its line.
+pub struct Part<T> {
+    pub lines: Range<usize>,
+    pub cost: u64,
+    pub files: Vec<(usize, T)>,
+}
+
+/// The lines of a chunk that start in `lines` (which starts and ends at line starts), cut at line
+/// starts into about `count` parts of equal cost: a line costs its bytes, plus the size of the
+/// file it names, as `open` tells (given the named files in order, it returns each one's size
+/// and what it made of it). A record that names a file is much heavier than its line: cut by
+/// bytes of JSON, one part would hold most of the work.
+pub fn cut_by_cost<T>(
     chunk: &[u8],
+    lines: Range<usize>,
     count: usize,
-    sizes: impl FnOnce(&[&std::path::Path]) -> Vec<u64>,
-) -> Vec<(Range<usize>, u64)> {
+    open: impl FnOnce(&[&std::path::Path]) -> Vec<(u64, T)>,
+) -> Vec<Part<T>> {
     let mut ends = Vec::new();
     let mut costs = Vec::new();
     let mut named = Vec::new();
-    let mut start = 0;
-    while start < chunk.len() {
+    let mut start = lines.start;
+    while start < lines.end {
         let end = memchr::memchr(b'\n', &chunk[start..]).map_or(chunk.len(), |k| start + k + 1);
         if let Some(path) = content_path_of(&chunk[start..end]) {
-            named.push((costs.len(), path));
+            named.push((costs.len(), start, path));
         }
         ends.push(end);
         costs.push((end - start) as u64);
         start = end;
     }
-    let paths: Vec<&std::path::Path> = named.iter().map(|(_, p)| p.as_path()).collect();
-    for ((line, _), size) in named.iter().zip(sizes(&paths)) {
+    let paths: Vec<&std::path::Path> = named.iter().map(|(_, _, p)| p.as_path()).collect();
+    let mut files = Vec::with_capacity(named.len());
+    for ((line, start, _), (size, file)) in named.iter().zip(open(&paths)) {
         costs[*line] += size;
+        files.push((*start, file));
     }
     let target = costs.iter().sum::<u64>() / count.max(1) as u64;
     let mut parts = Vec::new();
-    let (mut from, mut sum, mut start) = (0, 0, 0);
+    let (mut from, mut sum, mut start) = (lines.start, 0, lines.start);
     for (end, cost) in ends.into_iter().zip(costs) {
         // A heavy line goes alone rather than at the end of a part already full enough.
         if sum > 0 && sum + cost > target {
@@ -481,10 +493,18 @@ pub fn cut_by_cost(
         }
         start = end;
     }
-    if from < chunk.len() || parts.is_empty() {
-        parts.push((from..chunk.len(), sum));
+    if from < lines.end || parts.is_empty() {
+        parts.push((from..lines.end, sum));
     }
+    let mut files = files.into_iter().peekable();
     parts
+        .into_iter()
+        .map(|(lines, cost)| Part {
+            files: std::iter::from_fn(|| files.next_if(|(at, _)| lines.contains(at))).collect(),
+            lines,
+            cost,
+        })
+        .collect()
 }
 
 /// The non-blank lines of `chunk` that start in `part` (a line starts at 0 or after a newline;

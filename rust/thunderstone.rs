@@ -164,8 +164,13 @@ pub fn encode_item(
     let resolved = match &record.content {
         Some(content) => {
             let mimetype = record.mimetype(index)?;
-            let Scratch { bytes: buf, .. } = scratch;
-            Some((content.resolve(index, mimetype, buf)?, mimetype))
+            let Scratch {
+                bytes: buf, opened, ..
+            } = scratch;
+            Some((
+                content.resolve(index, mimetype, buf, opened.take())?,
+                mimetype,
+            ))
         }
         None => None,
     };

@@ -176,33 +176,62 @@ fn chunks_that_name_files_are_cut_by_what_their_records_cost() {
         }
     };
     let mut asked = Vec::new();
-    let parts = cut_by_cost(&chunk, 8, |paths| {
+    // What the planner made of each file (here its path) goes with the part of its line.
+    let parts = cut_by_cost(&chunk, 0..chunk.len(), 8, |paths| {
         asked = paths.iter().map(|p| p.to_path_buf()).collect();
-        paths.iter().map(|p| size(p)).collect()
+        paths.iter().map(|p| (size(p), p.to_path_buf())).collect()
     });
     assert_eq!(asked.len(), 64);
     assert_eq!(asked[40], std::path::Path::new("/f/40"));
-    let heavy: Vec<_> = parts
-        .iter()
-        .filter(|(_, cost)| *cost > 60_000_000)
-        .collect();
+    let heavy: Vec<_> = parts.iter().filter(|p| p.cost > 60_000_000).collect();
     assert_eq!(heavy.len(), 1);
-    assert_eq!(lines_in(&chunk, heavy[0].0.clone()).1, 1);
+    assert_eq!(lines_in(&chunk, heavy[0].lines.clone()).1, 1);
     assert!(parts.len() >= 5, "{} parts", parts.len());
     // Parts start at line starts, cover the chunk, and their lines are the chunk's, once each.
-    assert_eq!(parts.first().unwrap().0.start, 0);
-    assert_eq!(parts.last().unwrap().0.end, chunk.len());
+    assert_eq!(parts.first().unwrap().lines.start, 0);
+    assert_eq!(parts.last().unwrap().lines.end, chunk.len());
     assert!(parts
         .windows(2)
-        .all(|w| w[0].0.end == w[1].0.start && chunk[w[1].0.start - 1] == b'\n'));
+        .all(|w| w[0].lines.end == w[1].lines.start && chunk[w[1].lines.start - 1] == b'\n'));
     let mut joined = Vec::new();
     let mut total = 0;
-    for (part, _) in parts {
-        let (found, n) = lines_in(&chunk, part);
+    let mut handed = 0;
+    for part in parts {
+        let (found, n) = lines_in(&chunk, part.lines.clone());
+        // Each line that names a file gets what was made of its own file, in order.
+        let naming: Vec<(usize, PathBuf)> = found
+            .iter()
+            .filter_map(|(_, line)| {
+                let at = line.as_ptr() as usize - chunk.as_ptr() as usize;
+                content_path_of(line).map(|path| (at, path))
+            })
+            .collect();
+        assert_eq!(part.files, naming);
+        handed += part.files.len();
         joined.extend(found.into_iter().map(|(i, line)| (i + total, line)));
         total += n;
     }
+    assert_eq!(handed, 64);
     assert_eq!((joined, total), lines(&chunk));
+
+    // Planned in two waves cut at a line start, the parts of both are those of one chunk.
+    let mid = chunk[chunk.len() / 3..]
+        .iter()
+        .position(|&b| b == b'\n')
+        .unwrap()
+        + chunk.len() / 3
+        + 1;
+    let open = |paths: &[&std::path::Path]| paths.iter().map(|p| (size(p), ())).collect();
+    let mut waves = cut_by_cost(&chunk, 0..mid, 2, open);
+    assert_eq!(waves.last().unwrap().lines.end, mid);
+    waves.extend(cut_by_cost(&chunk, mid..chunk.len(), 6, open));
+    assert!(waves.windows(2).all(|w| w[0].lines.end == w[1].lines.start));
+    assert_eq!(waves.iter().map(|p| p.files.len()).sum::<usize>(), 64);
+    let mut total = 0;
+    for part in &waves {
+        total += lines_in(&chunk, part.lines.clone()).1;
+    }
+    assert_eq!(total, lines(&chunk).1);
 }
 
 /// The fields of a struct as its derived `Deserialize` knows them: serde hands them to the

@@ -4,6 +4,8 @@ use std::borrow::Cow;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 use crate::encode::{blocks, decode_base64_into, IN_BLOCK};
 use crate::error::{Error, RecordErrorKind, Result};
@@ -48,12 +50,14 @@ impl Content<'_> {
     }
 
     /// The bytes to send, and their text when they may travel as XML text. `buf` receives
-    /// decoded base64, a file's bytes or text made UTF-8.
+    /// decoded base64, a file's bytes or text made UTF-8. `opened` is the file the planning
+    /// threads opened for this record, if any (see `OpenedFile`).
     pub(crate) fn resolve<'s>(
         &'s self,
         index: usize,
         mimetype: &str,
         buf: &'s mut Vec<u8>,
+        opened: Option<OpenedFile>,
     ) -> Result<(&'s [u8], Option<&'s str>)> {
         let field = self.field();
         Ok(match self {
@@ -79,7 +83,7 @@ impl Content<'_> {
             Content::Path(p) => {
                 let unreadable =
                     |m| Error::refused(RecordErrorKind::Unreadable, index, Some(field), m);
-                let (file, size) = open_regular(p).map_err(unreadable)?;
+                let (file, size) = open_planned(p, opened).map_err(unreadable)?;
                 read_content_file(&file, size, p, buf).map_err(unreadable)?;
                 (buf, file_text(mimetype, buf))
             }
@@ -93,14 +97,15 @@ impl Content<'_> {
         index: usize,
         mimetype: &str,
         buf: &'s mut Vec<u8>,
+        opened: Option<OpenedFile>,
     ) -> Result<Source<'s>> {
         let Content::Path(path) = self else {
-            let (bytes, text) = self.resolve(index, mimetype, buf)?;
+            let (bytes, text) = self.resolve(index, mimetype, buf, None)?;
             return Ok(Source::Memory { bytes, text });
         };
         let unreadable =
             |m| Error::refused(RecordErrorKind::Unreadable, index, Some("content_path"), m);
-        let (file, size) = open_regular(path).map_err(unreadable)?;
+        let (file, size) = open_planned(path, opened).map_err(unreadable)?;
         if size > IN_BLOCK as u64 {
             return Ok(Source::File(FileSource {
                 file,
@@ -264,7 +269,7 @@ impl FileSource<'_> {
             .read_to_end(self.block)
             .map_err(|e| self.cannot(e))?;
         if (self.block.len() as u64) < len {
-            return Err(self.refuse(changed_size(self.path, self.size)));
+            return Err(self.refuse(changed_size(self.path, self.size, "grew")));
         }
         Ok(())
     }
@@ -274,7 +279,7 @@ impl FileSource<'_> {
         let mut more = [0u8];
         match self.file.read(&mut more) {
             Ok(0) => Ok(()),
-            Ok(_) => Err(self.refuse(changed_size(self.path, self.size))),
+            Ok(_) => Err(self.refuse(changed_size(self.path, self.size, "grew"))),
             Err(e) => Err(self.cannot(e)),
         }
     }
@@ -328,20 +333,42 @@ impl Utf8Blocks {
     }
 }
 
-fn changed_size(path: &Path, size: u64) -> String {
+/// Why a file is refused when it is no longer the size it had when it was opened: what was
+/// read is not the document, and a short read would send a shorter one.
+fn changed_size(path: &Path, size: u64, how: &str) -> String {
     format!(
-        "{} changed size while it was read (it had {size} bytes when opened): it is not sent \
-         part read; build again once it is written",
+        "{} {how} while it was read ({size} bytes when opened): it is not sent part read; build \
+         again once it is complete",
         path.display()
     )
 }
 
-/// Opens a `content_path` file and returns it with its size: only a regular file (a FIFO
-/// would block the build, a device never end), and no larger than the hard ceiling on a feed
-/// file, which no content larger can fit under.
-fn open_regular(path: &Path) -> std::result::Result<(File, u64), String> {
+/// The file the planning threads opened for `path`, or `path` opened now.
+fn open_planned(
+    path: &Path,
+    opened: Option<OpenedFile>,
+) -> std::result::Result<(File, u64), String> {
+    match opened.filter(|o| o.path == path) {
+        Some(o) => Ok(o.into_parts()),
+        None => open_content_file(path),
+    }
+}
+
+/// Opens a `content_path` file and takes its size: only a regular file (a FIFO would block
+/// the build, a device never end), and no larger than the hard ceiling on a feed file, which no
+/// content larger can fit under.
+fn open_content_file(path: &Path) -> std::result::Result<(File, u64), String> {
     let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
-    let file = open_content_file(path).map_err(cannot)?;
+    // Opening a FIFO for reading waits for a writer: O_NONBLOCK returns at once, and fstat then
+    // tells what it is. It changes nothing for a regular file's reads.
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path).map_err(cannot)?;
     let meta = file.metadata().map_err(cannot)?;
     if !meta.is_file() {
         return Err(format!(
@@ -384,23 +411,65 @@ fn read_content_file(
         ));
     }
     if size > 0 && read != size {
-        return Err(changed_size(path, size));
+        return Err(changed_size(
+            path,
+            size,
+            if read < size { "shrank" } else { "grew" },
+        ));
     }
     Ok(())
 }
 
-/// Opens a `content_path` file for reading. Opening a FIFO for reading waits for a writer:
-/// O_NONBLOCK returns at once, and fstat then tells what it is. It changes nothing for a
-/// regular file's reads.
-fn open_content_file(path: &std::path::Path) -> std::io::Result<std::fs::File> {
-    let mut options = std::fs::OpenOptions::new();
-    options.read(true);
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.custom_flags(libc::O_NONBLOCK);
+/// A `content_path` file the planning threads opened (see `read_ahead`), handed to the thread
+/// that encodes its record, so that each file is opened once: on a network or FUSE file system
+/// every open is a round trip, and FUSE drops a file's cached pages when it is opened again
+/// (the pages read ahead with them). Closed when dropped.
+pub struct OpenedFile {
+    path: PathBuf,
+    file: File,
+    size: u64,
+    _held: Held,
+}
+
+impl OpenedFile {
+    /// The file and its size, for its read: no longer counted among the files held ahead
+    /// (what is being read is one a thread).
+    fn into_parts(self) -> (File, u64) {
+        (self.file, self.size)
     }
-    options.open(path)
+}
+
+/// One of the files counted in `HELD`, until dropped.
+struct Held;
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        HELD.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Files held open between their planning and their read, across all builds of the process.
+static HELD: AtomicUsize = AtomicUsize::new(0);
+
+/// The most files held open so: a quarter of the process's limit on descriptors (RLIMIT_NOFILE,
+/// often 1,024), so that the user's own files and sockets always have room. A file planned past
+/// it is closed once asked ahead, and opened again by its encoding thread.
+fn max_held() -> usize {
+    static MAX: OnceLock<usize> = OnceLock::new();
+    *MAX.get_or_init(|| {
+        #[cfg(unix)]
+        {
+            let mut limit = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: getrlimit only fills the struct it is given.
+            if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+                return (limit.rlim_cur / 4).min(4096) as usize;
+            }
+        }
+        256
+    })
 }
 
 /// Threads that open the files a chunk names and ask the kernel to read them ahead, at most
@@ -420,23 +489,19 @@ const READ_AHEAD_FILE: u64 = 8 << 20;
 /// read would be read twice.
 const READ_AHEAD_CHUNK: u64 = 256 << 20;
 
-/// Asks the kernel to read the start of each file ahead, many at a time, and returns each
-/// file's size (0 for what cannot be opened or is not a regular file: its read will say why).
+/// Opens the files, many at a time, asks the kernel to read the start of each ahead, and
+/// returns each file's size (0 for what cannot be opened or is not a regular file: its read
+/// will say why) and the file opened, while the process holds few enough (see `max_held`).
 /// Its threads may wait for the disk.
-pub(crate) fn read_ahead(paths: &[&std::path::Path]) -> Vec<u64> {
-    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+pub(crate) fn read_ahead(paths: &[&Path]) -> Vec<(u64, Option<OpenedFile>)> {
     let budget = AtomicU64::new(READ_AHEAD_CHUNK);
     let next = AtomicUsize::new(0);
-    let sizes: Vec<AtomicU64> = paths.iter().map(|_| AtomicU64::new(0)).collect();
-    let one = |path: &std::path::Path| {
-        let Ok(file) = open_content_file(path) else {
-            return 0;
+    let opened: Vec<OnceLock<(u64, Option<OpenedFile>)>> =
+        paths.iter().map(|_| OnceLock::new()).collect();
+    let one = |path: &Path| {
+        let Ok((file, size)) = open_content_file(path) else {
+            return (0, None);
         };
-        let size = file
-            .metadata()
-            .ok()
-            .filter(std::fs::Metadata::is_file)
-            .map_or(0, |m| m.len());
         let len = size.min(READ_AHEAD_FILE);
         let granted = budget
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
@@ -446,13 +511,24 @@ pub(crate) fn read_ahead(paths: &[&std::path::Path]) -> Vec<u64> {
         if granted && len > 0 {
             will_need(&file, len);
         }
-        size
+        let held = HELD
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < max_held()).then_some(n + 1)
+            })
+            .is_ok();
+        let file = held.then(|| OpenedFile {
+            path: path.to_owned(),
+            file,
+            size,
+            _held: Held,
+        });
+        (size, file)
     };
     // Each thread takes the next file not taken yet.
     let claim = || loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
         let Some(path) = paths.get(i) else { break };
-        sizes[i].store(one(path), Ordering::Relaxed);
+        let _ = opened[i].set(one(path));
     };
     let threads = paths
         .len()
@@ -464,11 +540,14 @@ pub(crate) fn read_ahead(paths: &[&std::path::Path]) -> Vec<u64> {
         }
         claim();
     });
-    sizes.into_iter().map(AtomicU64::into_inner).collect()
+    opened
+        .into_iter()
+        .map(|o| o.into_inner().unwrap_or((0, None)))
+        .collect()
 }
 
 /// Starts reading the first `len` bytes of `file` into the page cache, without waiting for them.
-fn will_need(file: &std::fs::File, len: u64) {
+fn will_need(file: &File, len: u64) {
     #[cfg(target_os = "linux")]
     {
         use std::os::fd::AsRawFd;
@@ -512,7 +591,7 @@ mod tests {
             std::fs::write(&path, &bytes).unwrap();
             let content = Content::Path(path.clone());
             let mut buf = Vec::new();
-            let mut source = content.source(7, "text/plain", &mut buf).unwrap();
+            let mut source = content.source(7, "text/plain", &mut buf, None).unwrap();
             // Read whole once: the same bytes each time it is read from the start.
             assert!(read_all(&mut source).unwrap() == bytes);
             let writer = std::fs::OpenOptions::new()
@@ -531,10 +610,7 @@ mod tests {
                         (index, field, kind),
                         (7, Some("content_path"), RecordErrorKind::Unreadable)
                     );
-                    assert!(
-                        message.contains("changed size while it was read"),
-                        "{message}"
-                    );
+                    assert!(message.contains("while it was read"), "{message}");
                 }
                 other => panic!("{other:?}"),
             }
@@ -572,5 +648,80 @@ mod tests {
             utf8.push(b"x", true, |_| Ok(())).is_err(),
             "a broken character"
         );
+    }
+
+    fn read(path: &Path, opened: Option<OpenedFile>) -> Result<Vec<u8>> {
+        let mut buf = Vec::new();
+        let content = Content::Path(path.to_owned());
+        let (bytes, _) = content.resolve(7, "application/octet-stream", &mut buf, opened)?;
+        Ok(bytes.to_vec())
+    }
+
+    fn open_ahead(path: &Path) -> OpenedFile {
+        let (size, opened) = read_ahead(&[path]).pop().unwrap();
+        assert_eq!(size, std::fs::metadata(path).unwrap().len());
+        opened.expect("held open")
+    }
+
+    #[test]
+    fn a_file_opened_ahead_is_read_whole_and_must_not_change_size_before_its_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.bin");
+        std::fs::write(&path, b"0123456789").unwrap();
+        assert_eq!(read(&path, Some(open_ahead(&path))).unwrap(), b"0123456789");
+
+        for (now, how) in [(&b"01234"[..], "shrank"), (b"0123456789 and more", "grew")] {
+            let opened = open_ahead(&path);
+            std::fs::write(&path, now).unwrap();
+            let err = read(&path, Some(opened)).unwrap_err().to_string();
+            assert!(
+                err.contains("record 7") && err.contains("content_path"),
+                "{err}"
+            );
+            assert!(err.contains(&format!("{} {how} while it was read", path.display())));
+            std::fs::write(&path, b"0123456789").unwrap();
+        }
+
+        // A file that vanished once opened is read from the descriptor held; one that vanished
+        // before is refused by name.
+        let opened = open_ahead(&path);
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(read(&path, Some(opened)).unwrap(), b"0123456789");
+        let err = read(&path, None).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("cannot read {}", path.display())),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_file_opened_for_another_path_is_not_read_for_the_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mine, other) = (dir.path().join("mine"), dir.path().join("other"));
+        std::fs::write(&mine, b"mine").unwrap();
+        std::fs::write(&other, b"other").unwrap();
+        assert_eq!(read(&mine, Some(open_ahead(&other))).unwrap(), b"mine");
+    }
+
+    #[test]
+    fn files_held_open_are_bounded_and_closed_when_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths: Vec<PathBuf> = (0..max_held() + 10)
+            .map(|n| {
+                let path = dir.path().join(n.to_string());
+                std::fs::write(&path, b"x").unwrap();
+                path
+            })
+            .collect();
+        let borrowed: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+        let planned = read_ahead(&borrowed);
+        // Every size is known; no more than the bound is held (other tests may hold some).
+        assert!(planned.iter().all(|(size, _)| *size == 1));
+        let held = planned.iter().filter(|(_, f)| f.is_some()).count();
+        assert!(held <= max_held() && held >= max_held() - 16, "{held}");
+        assert!(HELD.load(Ordering::Relaxed) <= max_held());
+        // Dropped, they are closed and make room (other tests hold one each at most).
+        drop(planned);
+        assert!(HELD.load(Ordering::Relaxed) < 3);
     }
 }

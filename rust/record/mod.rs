@@ -13,9 +13,8 @@ use crate::error::{Error, RecordErrorKind, Result};
 use crate::escape::first_unrepresentable;
 use crate::url::{check_url, url_path};
 
-pub(crate) use content::read_ahead;
 pub use content::Content;
-pub(crate) use content::Source;
+pub(crate) use content::{read_ahead, OpenedFile, Source};
 use date::normalize_date;
 pub(crate) use date::parse_date;
 use xml::Checked;

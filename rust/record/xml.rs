@@ -90,9 +90,10 @@ impl Checked<'_, '_> {
             deflater,
             bytes,
             spill,
+            opened,
         } = scratch;
         let mut sink = Sink::new(out, start, spill);
-        let mut source = content.source(index, self.mimetype, bytes)?;
+        let mut source = content.source(index, self.mimetype, bytes, opened.take())?;
         write_content(&mut source, opts.compress, deflater, &mut sink)?;
         sink.out.extend_from_slice(b"</record>\n");
         sink.finish()

@@ -11,7 +11,7 @@ use crate::encode::Scratch;
 use crate::error::{Error, RecordErrorKind, Result};
 use crate::fingerprint::{fingerprint, snapshot_record, Fingerprints};
 use crate::jsonl;
-use crate::record::{EncodeOptions, FeedKind};
+use crate::record::{EncodeOptions, FeedKind, OpenedFile};
 use crate::spill::{Spill, Spilled};
 
 use super::set::SetKind;
@@ -182,11 +182,14 @@ impl Results {
         }
     }
 
-    /// The plan cut the chunk into `pieces`.
-    fn expect(&self, pieces: usize) {
+    /// The plan cut `pieces` more of the chunk, which follow those before; returns the first
+    /// one's place.
+    fn expect(&self, pieces: usize) -> usize {
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        slots.0 = (0..pieces).map(|_| None).collect();
+        let first = slots.0.len();
+        slots.0.extend((0..pieces).map(|_| None));
         slots.1 += pieces;
+        first
     }
 
     fn put(&self, at: usize, piece: Piece) {
@@ -244,25 +247,34 @@ impl LineEncoding {
     fn encode_piece(
         self,
         chunk: &[u8],
-        piece: Range<usize>,
+        piece: PlannedPiece,
         capacity: usize,
         scratch: &mut Scratch,
     ) -> Piece {
-        let (lines, count) = jsonl::lines_in(chunk, piece);
+        let (lines, count) = jsonl::lines_in(chunk, piece.lines);
         let mut done = Encoded::with_capacity(capacity);
         let fingerprinting = self.set.form().encode_record.filter(|_| self.fingerprints);
         let (kind, enc) = (self.kind, self.enc);
+        let mut opened = piece.files.into_iter().peekable();
         for (index, line) in lines {
+            // The file the planner opened for this line, if any: its read takes it, and it is
+            // closed after the line, whatever became of the record.
+            let at = line.as_ptr() as usize - chunk.as_ptr() as usize;
+            scratch.opened = opened
+                .next_if(|(start, _)| *start == at)
+                .and_then(|(_, f)| f);
             let out = &mut done.buf;
-            match fingerprinting {
-                None => self.set.encode_line(index, line, kind, enc, scratch, out)?,
-                Some(encode) => {
-                    let record = snapshot_record(index, line)?;
+            let encoded = match fingerprinting {
+                None => self.set.encode_line(index, line, kind, enc, scratch, out),
+                Some(encode) => snapshot_record(index, line).and_then(|record| {
                     let fp = fingerprint(index, &record)?;
                     encode(index, &record, kind, enc, scratch, out)?;
                     done.found.push(chunk, index, line, &record.url, &fp);
-                }
-            }
+                    Ok(())
+                }),
+            };
+            scratch.opened = None;
+            encoded?;
             done.ended(index, &mut scratch.spill);
         }
         Ok((done, count))
@@ -290,12 +302,30 @@ pub(super) fn start_chunk(
     let planner = std::thread::Builder::new().name("fastfeed-plan".into());
     let planning = planner.spawn(move || {
         let bytes = (*plan_chunk).as_ref();
-        let pieces = catch_unwind(AssertUnwindSafe(|| {
-            jsonl::cut_by_cost(bytes, count, crate::record::read_ahead)
-        }))
-        .unwrap_or_else(|_| vec![(0..bytes.len(), bytes.len() as u64)]);
-        plan_results.expect(pieces.len());
-        spawn_pieces(&plan_pool, &plan_chunk, &plan_results, pieces, how);
+        // The chunk's first lines are planned and started first, with a share of its pieces:
+        // where the encoding threads wait for this chunk (a build's first, or planning behind
+        // them, files slow to open), they start on those while the rest are opened.
+        let first = memchr::memchr(b'\n', &bytes[bytes.len() / FIRST_WAVE..])
+            .map_or(bytes.len(), |k| bytes.len() / FIRST_WAVE + k + 1);
+        let waves = [
+            (0..first, count / 4),
+            (first..bytes.len(), count - count / 4),
+        ];
+        for (lines, pieces) in waves.into_iter().filter(|(lines, _)| !lines.is_empty()) {
+            let planned = catch_unwind(AssertUnwindSafe(|| {
+                jsonl::cut_by_cost(bytes, lines.clone(), pieces, crate::record::read_ahead)
+            }))
+            .unwrap_or_else(|_| vec![by_bytes(lines)]);
+            let first_piece = plan_results.expect(planned.len());
+            spawn_pieces(
+                &plan_pool,
+                &plan_chunk,
+                &plan_results,
+                planned,
+                first_piece,
+                how,
+            );
+        }
         // Before the plan reports: the writer's own reference must be the last (see SharedChunk).
         drop(plan_chunk);
         plan_results.planned();
@@ -316,36 +346,53 @@ fn start_by_bytes(
 ) -> Started {
     let pieces: Vec<_> = jsonl::pieces((*chunk).as_ref().len(), count)
         .into_iter()
-        .map(|p| (p.clone(), p.len() as u64))
+        .map(by_bytes)
         .collect();
     let results = Arc::new(Results::new(pieces.len(), false));
-    spawn_pieces(pool, &chunk, &results, pieces, how);
+    spawn_pieces(pool, &chunk, &results, pieces, 0, how);
     Started { chunk, results }
 }
+
+/// A piece of a chunk, with the files the planner opened for its lines (see `OpenedFile`).
+type PlannedPiece = jsonl::Part<Option<OpenedFile>>;
+
+/// The piece of a chunk's `lines`, costed by their bytes, with no file opened ahead.
+fn by_bytes(lines: Range<usize>) -> PlannedPiece {
+    PlannedPiece {
+        cost: lines.len() as u64,
+        lines,
+        files: Vec::new(),
+    }
+}
+
+/// A chunk that names files is planned in two waves: its first 1/FIRST_WAVE of bytes, then
+/// the rest.
+const FIRST_WAVE: usize = 8;
 
 /// The most room reserved ahead for a piece's output.
 const MAX_PIECE_CAPACITY: u64 = 16 << 20;
 
-/// Hands `pieces` (ranges of `chunk`, with their cost) to the encoding threads, heaviest first:
+/// Hands `pieces` of `chunk`, the chunk's from `first` on, to the encoding threads, heaviest first:
 /// a chunk ends when its last piece does, and a heavy piece started last would leave the other
 /// threads idle.
 fn spawn_pieces(
     pool: &rayon::ThreadPool,
     chunk: &SharedChunk,
     results: &Arc<Results>,
-    pieces: Vec<(Range<usize>, u64)>,
+    pieces: Vec<PlannedPiece>,
+    first: usize,
     how: LineEncoding,
 ) {
-    let mut order: Vec<(usize, (Range<usize>, u64))> = pieces.into_iter().enumerate().collect();
-    order.sort_by_key(|(_, (_, cost))| std::cmp::Reverse(*cost));
-    for (at, (piece, cost)) in order {
+    let mut order: Vec<(usize, PlannedPiece)> = (first..).zip(pieces).collect();
+    order.sort_by_key(|(_, piece)| std::cmp::Reverse(piece.cost));
+    for (at, piece) in order {
         let (chunk, results) = (Arc::clone(chunk), Arc::clone(results));
         pool.spawn_fifo(move || {
             let done = catch_unwind(AssertUnwindSafe(|| {
                 with_scratch(how.level, |scratch| {
                     // Room for what the piece will likely take, but not a huge file's worth
                     // at once: a big record grows its buffer as it goes.
-                    let capacity = cost.min(MAX_PIECE_CAPACITY) as usize;
+                    let capacity = piece.cost.min(MAX_PIECE_CAPACITY) as usize;
                     how.encode_piece((*chunk).as_ref(), piece, capacity, scratch)
                 })
             }))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 import random
 import subprocess
@@ -372,6 +373,9 @@ def test_files_too_big_to_hold_go_through_json_lines_and_directory_builds_unchan
         assert [f.content_encoding for f in fed] == ["base64binary", "base64compressed", None]
         manifest = read_manifest(tmp_path / out)
         assert all(validate_file(tmp_path / out / e.file) == [] for e in manifest)
+        # Hashed as written, the big records read back from their own files included.
+        for e in manifest:
+            assert hashlib.sha256((tmp_path / out / e.file).read_bytes()).hexdigest() == e.sha256
         # Nothing else: the files the big records went through had no name.
         names = {p.name for p in (tmp_path / out).iterdir()}
         assert names == {"manifest.jsonl", *(e.file for e in manifest)}

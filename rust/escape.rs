@@ -9,8 +9,8 @@
 //!
 //! Clean input dominates real corpora, so the scan flags the bytes that need a look 32 at a time
 //! (SSE2 compares on x86_64, part of its baseline) and copies clean chunks whole. A chunk with
-//! flagged bytes is escaped straight into the output with copies of fixed size and a table of
-//! escapes: markup-dense text costs a few instructions per escape, not two calls to `memcpy`.
+//! flagged bytes is escaped in place in the output, with copies of fixed size and a table of
+//! escapes: markup-dense text costs a few instructions per escape, not calls to `memcpy`.
 
 /// Where the escaped text goes, which decides what must be escaped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,21 +141,19 @@ fn refused(bytes: &[u8], i: usize) -> bool {
 /// fixed size.
 const ROOM: usize = 7 * CHUNK;
 
-/// Appends the escaped form of `src[..len]`, the chunk at `base` in `bytes` followed by slack;
-/// `mask` flags its bytes to look at, `codes` says their escapes.
+/// Writes the escaped form of `src[..len]`, the chunk at `base` in `bytes` followed by as many
+/// bytes of slack, at the start of `dst`; returns its length. `mask` flags the bytes to look at, `codes` says
+/// their escapes.
 #[inline(always)]
 fn escape_chunk(
-    out: &mut Vec<u8>,
+    dst: &mut [u8; ROOM],
     bytes: &[u8],
     base: usize,
     src: &[u8; 2 * CHUNK],
     len: usize,
     mut mask: u32,
     codes: &[u8; 256],
-) -> Result<(), Unrepresentable> {
-    let start = out.len();
-    out.resize(start + ROOM, 0);
-    let dst: &mut [u8; ROOM] = (&mut out[start..]).try_into().expect("room for a chunk");
+) -> Result<usize, Unrepresentable> {
     // `from`: the first byte of the chunk not yet copied; `at`: the length written. Each copy
     // is of a fixed size, without a call: what lands past its run is overwritten by what
     // follows, and cut off at the end.
@@ -178,9 +176,20 @@ fn escape_chunk(
         from = j + 1;
     }
     dst[at..at + CHUNK].copy_from_slice(&src[from..from + CHUNK]);
-    at += len - from;
-    out.truncate(start + at);
-    Ok(())
+    Ok(at + len - from)
+}
+
+/// The room at `at` in `out` for a chunk's escaped form. `out` is grown, zeroed, ahead of the
+/// writing by the `rest` of the input at a time: a chunk is then written in place, without a
+/// `memset` of its own.
+#[inline(always)]
+fn room(out: &mut Vec<u8>, at: usize, rest: usize) -> &mut [u8; ROOM] {
+    if out.len() < at + ROOM {
+        out.resize(at + ROOM + rest, 0);
+    }
+    (&mut out[at..at + ROOM])
+        .try_into()
+        .expect("room for a chunk")
 }
 
 /// Appends the escaped form of `s` to `out`. On error `out` may hold a partial result; callers
@@ -191,30 +200,47 @@ pub fn escape_into(out: &mut Vec<u8>, s: &str, ctx: Context) -> Result<(), Unrep
         Context::Text => &TEXT_CODES,
         Context::Attribute => &ATTRIBUTE_CODES,
     };
-    out.reserve(bytes.len() + ROOM);
     // The chunk being escaped, and slack for the copies of fixed size.
     let mut src = [0; 2 * CHUNK];
+    // Where the escaped text ends in `out`, which holds zeroed room beyond.
+    let mut at = out.len();
     let mut chunks = bytes.chunks_exact(CHUNK);
     let mut base = 0;
     for chunk in &mut chunks {
         let chunk: &[u8; CHUNK] = chunk.try_into().expect("an exact chunk");
-        match chunk_mask(chunk, ctx) {
-            0 => out.extend_from_slice(chunk),
-            mask => {
-                src[..CHUNK].copy_from_slice(chunk);
-                escape_chunk(out, bytes, base, &src, CHUNK, mask, codes)?;
-            }
+        let mask = chunk_mask(chunk, ctx);
+        let dst = room(out, at, bytes.len() - base);
+        if mask == 0 {
+            dst[..CHUNK].copy_from_slice(chunk);
+            at += CHUNK;
+        } else {
+            // The chunk and the next one, where there is a next: copied to `src`, the chunk would
+            // be read back in pieces that straddle its stores, which stalls each read.
+            let window = match bytes.get(base..base + 2 * CHUNK) {
+                Some(window) => window.try_into().expect("two chunks"),
+                None => {
+                    src[..CHUNK].copy_from_slice(chunk);
+                    &src
+                }
+            };
+            at += escape_chunk(dst, bytes, base, window, CHUNK, mask, codes)?;
         }
         base += CHUNK;
     }
+    out.truncate(at);
     let tail = chunks.remainder();
     // Padded with spaces, which need no care, to be scanned as a chunk.
     src[..tail.len()].copy_from_slice(tail);
     src[tail.len()..CHUNK].fill(b' ');
     let last: &[u8; CHUNK] = src[..CHUNK].try_into().expect("a chunk");
     match chunk_mask(last, ctx) {
+        // Most attribute values, which are short and clean, take only this.
         0 => out.extend_from_slice(tail),
-        mask => escape_chunk(out, bytes, base, &src, tail.len(), mask, codes)?,
+        mask => {
+            let written =
+                escape_chunk(room(out, at, 0), bytes, base, &src, tail.len(), mask, codes)?;
+            out.truncate(at + written);
+        }
     }
     Ok(())
 }

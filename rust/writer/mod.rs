@@ -245,7 +245,9 @@ impl FeedWriter {
                 |run| run.1,
                 self.opts.level,
                 |run, scratch| {
-                    let mut done = Encoded::with_capacity(run.1);
+                    // A record's markup and escapes add about a third to its text (the weight):
+                    // room for half more, so that the buffer is not grown, and copied.
+                    let mut done = Encoded::with_capacity(run.1 + run.1 / 2);
                     for (index, item) in &items[run.0.clone()] {
                         encode_one(*index, item, kind, enc, scratch, &mut done.buf)?;
                         done.ended(*index);

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import trustme
 from cryptography.hazmat.primitives import serialization
@@ -18,6 +20,7 @@ from fastfeed.delivery.settings import PushSettings, Secret
 from fastfeed.emulator import Emulator, Fault
 from fastfeed.errors import PushError, SettingsError
 from fastfeed.gsa.push import push
+from feeds import sha256s
 
 MakeSet = Callable[..., Path]
 Settings = Callable[..., PushSettings]
@@ -40,7 +43,8 @@ def test_every_file_reaches_the_index_byte_for_byte(
     pushes = emulator.pushes()
     # The data field arrived exactly as built, with the manifest's datasource and feed type.
     assert [(p.datasource, p.feedtype, p.sha256, p.bytes) for p in pushes] == [
-        (e.datasource, e.feedtype, e.sha256, e.bytes) for e in manifest
+        (e.datasource, e.feedtype, sha256, e.bytes)
+        for e, sha256 in zip(manifest, sha256s(feeds), strict=True)
     ]
     emulator.wait_idle()
     documents = emulator.documents("docs")
@@ -140,6 +144,29 @@ def test_an_untrusted_ip_stops_the_whole_push(
     assert caught.value.summary is not None and caught.value.summary.results == []
 
 
+def test_a_set_of_an_earlier_version_pushes_checked_by_its_sha256_digests(
+    emulator: Emulator, make_feed_set: MakeSet, push_settings: Settings
+) -> None:
+    feeds = make_feed_set("docs", "full", files=3)
+    lines = [orjson.loads(line) for line in (feeds / "manifest.jsonl").read_bytes().splitlines()]
+    for line in lines:  # the manifest as versions before BLAKE3 wrote it
+        del line["digest"]
+        line["sha256"] = hashlib.sha256((feeds / line["file"]).read_bytes()).hexdigest()
+    (feeds / "manifest.jsonl").write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    third = feeds / "docs-000003.xml"
+    third.write_bytes(third.read_bytes().replace(b"doc 12", b"doc X"))
+
+    summary = push(feeds, push_settings(emulator))
+
+    assert outcomes(summary) == [
+        ("docs-000001.xml", Outcome.ACCEPTED),
+        ("docs-000002.xml", Outcome.ACCEPTED),
+        ("docs-000003.xml", Outcome.FAILED),
+    ]
+    assert "sha256 digest differs from the manifest's" in summary.results[2].message
+    assert [p.sha256 for p in emulator.pushes()] == [line["sha256"] for line in lines[:2]]
+
+
 def test_a_file_changed_since_the_build_is_not_sent(
     emulator: Emulator, make_feed_set: MakeSet, push_settings: Settings
 ) -> None:
@@ -154,7 +181,7 @@ def test_a_file_changed_since_the_build_is_not_sent(
         ("docs-000002.xml", Outcome.FAILED),
         ("docs-000003.xml", Outcome.BLOCKED),
     ]
-    assert "sha256" in summary.results[1].message
+    assert "blake3 digest differs from the manifest's" in summary.results[1].message
     assert len(emulator.pushes()) == 1
 
 

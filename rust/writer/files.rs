@@ -1,4 +1,4 @@
-//! The writing thread: numbered feed files under the size cap, each finished (hashed, renamed)
+//! The writing thread: numbered feed files under the size cap, each finished (synced, renamed)
 //! when the next would overflow it, and the manifest at the end.
 
 use std::fs::{self, File};
@@ -6,13 +6,11 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, Sender};
 
-use sha2::{Digest, Sha256};
-
 use crate::error::{Error, Result};
 use crate::output::Output;
 use crate::record::FeedType;
 
-use super::set::{ManifestEntry, SetKind};
+use super::set::{file_digest, ManifestEntry, SetKind};
 use super::tasks::Encoded;
 use super::MANIFEST;
 
@@ -20,7 +18,6 @@ pub(super) struct OpenFile {
     pub(super) name: String,
     pub(super) tmp: PathBuf,
     pub(super) out: Output,
-    pub(super) hash: Sha256,
     pub(super) feedtype: FeedType,
     pub(super) bytes: u64,
     pub(super) records: u64,
@@ -29,7 +26,6 @@ pub(super) struct OpenFile {
 impl OpenFile {
     pub(super) fn write(&mut self, data: &[u8]) -> std::io::Result<()> {
         self.out.write_all(data)?;
-        self.hash.update(data);
         self.bytes += data.len() as u64;
         Ok(())
     }
@@ -94,7 +90,6 @@ impl Files {
             name,
             tmp,
             out,
-            hash: Sha256::new(),
             feedtype,
             bytes: 0,
             records: 0,
@@ -115,19 +110,26 @@ impl Files {
             .map_err(|e| Error::io(&tmp, e))
             // The rename publishes the file: it must never name a file whose bytes are not on
             // disk.
-            .and_then(|()| fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e)));
-        if let Err(e) = published {
-            // No half-written file is left behind (a full disk, say), as when the writer drops.
-            let _ = fs::remove_file(&tmp);
-            return Err(e);
-        }
+            .and_then(|hash| {
+                fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
+                Ok(hash)
+            });
+        let hash = match published {
+            Ok(hash) => hash,
+            Err(e) => {
+                // No half-written file is left behind (a full disk, say), as when the writer
+                // drops.
+                let _ = fs::remove_file(&tmp);
+                return Err(e);
+            }
+        };
         let entry = ManifestEntry {
             file: file.name,
             datasource: self.datasource.clone(),
             feedtype: file.feedtype,
             records: file.records,
             bytes: file.bytes,
-            sha256: format!("{:x}", file.hash.finalize()),
+            digest: file_digest(&hash),
             kind: self.set,
         };
         self.entries.push(entry.clone());

@@ -67,12 +67,16 @@ pub fn add_batches<E: Display>(
     batches: impl Iterator<Item = std::result::Result<RecordBatch, E>>,
     unlocked: impl Fn(&mut Unlocked<'_>) -> Result<BatchReport>,
 ) -> (BatchReport, Option<Error>) {
-    let mut report = BatchReport::default();
+    let mut flow = Flow {
+        writer,
+        unlocked,
+        started: None,
+        report: BatchReport::default(),
+    };
     // The batches the group's rows are in; the last may go on into the next group.
     let mut held: Vec<Arc<Rows>> = Vec::new();
     let mut items: Vec<Item> = Vec::new();
     let (mut index, mut weight) = (0, 0);
-    let mut started: Option<Started> = None;
     for batch in batches {
         let rows = batch
             .map_err(|e| Error::Config(format!("cannot read the Arrow data: {e}")))
@@ -80,12 +84,11 @@ pub fn add_batches<E: Display>(
         let rows = match rows {
             Ok(rows) => Arc::new(rows),
             Err(e) => {
-                let group = Group {
+                let written = flow.last(Group {
                     batches: held,
                     items,
-                };
-                let written = last(writer, &mut started, group, &unlocked, &mut report);
-                return (report, Some(written.err().unwrap_or(e)));
+                });
+                return (flow.report, Some(written.err().unwrap_or(e)));
             }
         };
         held.push(Arc::clone(&rows));
@@ -98,8 +101,8 @@ pub fn add_batches<E: Display>(
                     batches: held.clone(),
                     items: std::mem::take(&mut items),
                 };
-                if let Err(e) = next(writer, &mut started, group, &unlocked, &mut report) {
-                    return (report, Some(e));
+                if let Err(e) = flow.next(group) {
+                    return (flow.report, Some(e));
                 }
                 weight = 0;
                 // Only the batch being read may have rows left.
@@ -107,93 +110,90 @@ pub fn add_batches<E: Display>(
             }
         }
     }
-    let group = Group {
-        batches: held,
-        items,
-    };
-    let error = last(writer, &mut started, group, &unlocked, &mut report).err();
-    (report, error)
+    let error = flow
+        .last(Group {
+            batches: held,
+            items,
+        })
+        .err();
+    (flow.report, error)
 }
 
-/// Starts encoding `group` and takes the group started before it. On an error, the group just
-/// started is waited for and dropped.
-fn next(
-    writer: &mut FeedWriter,
-    started: &mut Option<Started>,
-    group: Group,
-    unlocked: &impl Fn(&mut Unlocked<'_>) -> Result<BatchReport>,
-    report: &mut BatchReport,
-) -> Result<()> {
-    let group = Arc::new(group);
-    let encoding = writer.start_records(Arc::clone(&group))?;
-    let Some(before) = started.replace((group, encoding)) else {
-        return Ok(());
-    };
-    let landed = land(writer, before, unlocked, report);
-    if landed.is_err() {
-        // Rows after a refused one are not taken: waited for without the lock, and dropped.
-        let mut dropped = started.take();
-        let _ = unlocked(&mut || {
-            drop(dropped.take());
-            Ok(BatchReport::default())
-        });
-    }
-    landed
+/// The groups of an `add_batches` on their way to the writer, and what it reported of them.
+struct Flow<'w, U> {
+    writer: &'w mut FeedWriter,
+    unlocked: U,
+    /// The group being encoded while the next is read.
+    started: Option<Started>,
+    report: BatchReport,
 }
 
-/// Starts the last group, if it has rows, and takes what is left.
-fn last(
-    writer: &mut FeedWriter,
-    started: &mut Option<Started>,
-    group: Group,
-    unlocked: &impl Fn(&mut Unlocked<'_>) -> Result<BatchReport>,
-    report: &mut BatchReport,
-) -> Result<()> {
-    if !group.items.is_empty() {
-        next(writer, started, group, unlocked, report)?;
-    }
-    match started.take() {
-        Some(group) => land(writer, group, unlocked, report),
-        None => Ok(()),
-    }
-}
-
-/// Waits for a group and takes it. On a refused row, takes the rows before it and returns the
-/// error.
-fn land(
-    writer: &mut FeedWriter,
-    (group, encoding): Started,
-    unlocked: &impl Fn(&mut Unlocked<'_>) -> Result<BatchReport>,
-    report: &mut BatchReport,
-) -> Result<()> {
-    let mut encoding = Some(encoding);
-    let error = match unlocked(&mut || writer.land_records(encoding.take().expect("landed once"))) {
-        Ok(done) => {
-            merge(report, done);
+impl<U: Fn(&mut Unlocked<'_>) -> Result<BatchReport>> Flow<'_, U> {
+    /// Starts encoding `group` and takes the group started before it. On an error, the group
+    /// just started is waited for and dropped.
+    fn next(&mut self, group: Group) -> Result<()> {
+        let group = Arc::new(group);
+        let encoding = self.writer.start_records(Arc::clone(&group))?;
+        let Some(before) = self.started.replace((group, encoding)) else {
             return Ok(());
+        };
+        let landed = self.land(before);
+        if landed.is_err() {
+            // Rows after a refused one are not taken: waited for without the lock, and dropped.
+            let mut dropped = self.started.take();
+            let _ = (self.unlocked)(&mut || {
+                drop(dropped.take());
+                Ok(BatchReport::default())
+            });
         }
-        Err(error) => error,
-    };
-    let before = match error {
-        Error::Record { index, .. } => group.items.partition_point(|&(i, _)| i < index),
-        _ => 0,
-    };
-    if before > 0 {
-        let items = &group.items[..before];
-        let batches = &group.batches;
-        let done = unlocked(&mut || {
-            writer.add_records(
-                items,
-                |&(batch, row)| batches[batch].weight(row),
-                |index, &(batch, row), encode| encode(&batches[batch].record(row, index)?),
-            )
-        })?;
-        merge(report, done);
+        landed
     }
-    Err(error)
-}
 
-fn merge(report: &mut BatchReport, done: BatchReport) {
-    report.warnings.extend(done.warnings);
-    report.finished.extend(done.finished);
+    /// Starts the last group, if it has rows, and takes what is left.
+    fn last(&mut self, group: Group) -> Result<()> {
+        if !group.items.is_empty() {
+            self.next(group)?;
+        }
+        match self.started.take() {
+            Some(started) => self.land(started),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits for a group and takes it. On a refused row, takes the rows before it and returns
+    /// the error.
+    fn land(&mut self, (group, encoding): Started) -> Result<()> {
+        let writer = &mut *self.writer;
+        let mut encoding = Some(encoding);
+        let landed =
+            (self.unlocked)(&mut || writer.land_records(encoding.take().expect("landed once")));
+        let error = match landed {
+            Ok(done) => {
+                self.merge(done);
+                return Ok(());
+            }
+            Err(error) => error,
+        };
+        let before = match error {
+            Error::Record { index, .. } => group.items.partition_point(|&(i, _)| i < index),
+            _ => 0,
+        };
+        if before > 0 {
+            let (items, batches) = (&group.items[..before], &group.batches);
+            let done = (self.unlocked)(&mut || {
+                writer.add_records(
+                    items,
+                    |&(batch, row)| batches[batch].weight(row),
+                    |index, &(batch, row), encode| encode(&batches[batch].record(row, index)?),
+                )
+            })?;
+            self.merge(done);
+        }
+        Err(error)
+    }
+
+    fn merge(&mut self, done: BatchReport) {
+        self.report.warnings.extend(done.warnings);
+        self.report.finished.extend(done.finished);
+    }
 }

@@ -6,13 +6,15 @@ Run: `pytest benches/bench_arrow.py -o python_files='bench_*.py' -s` (FASTFEED_B
 the corpus size, default 200). Each test prints the ratio it measured.
 
 Targets (issue 13): `add_arrow` 7x `add_batch` for 1 KB text records (2 million records/s on
-two cores); a Parquet build within 1.3x the JSON Lines build's time. The first is not met:
-its assert guards what is (see PERFORMANCE.md for the figures and what limits them).
+two cores), and no slower per byte than JSON Lines for large records; a Parquet build within
+1.3x the JSON Lines build's time. The first is not met: its assert guards what is (see
+PERFORMANCE.md for the figures and what limits them).
 """
 
 from __future__ import annotations
 
 import os
+import random
 import sys
 import time
 from collections.abc import Callable
@@ -21,7 +23,7 @@ from pathlib import Path
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
-from bench_build import CORPUS_MB, _kb_records, make_corpus
+from bench_build import CORPUS_MB, _kb_records, _text, make_corpus
 from fastfeed import FeedWriter, read_manifest
 from fastfeed.gsa.build import build
 from peak import run_measuring_peak
@@ -101,10 +103,54 @@ def test_add_arrow_against_add_batch(tmp_path: Path) -> None:
         f"\nadd_arrow {n / best:,.0f} records/s, add_batch {n / min(d[0] for d in dicts):,.0f} "
         f"records/s -> {ratio:.1f}x ({cpu:.1f}x in CPU time)"
     )
-    # The 7x target is not met: both calls are bound by the same encoding and hashing (see
+    # The 7x target is not met: add_arrow is bound by the encoding both calls share (see
     # PERFORMANCE.md); this guards what add_arrow saves, reading rows without Python. In CPU
     # time, which the other work on the shared machine moves far less than the time.
-    assert cpu >= 1.4
+    assert cpu >= 1.8
+
+
+def test_add_arrow_against_json_lines_for_large_records(tmp_path: Path) -> None:
+    """Text records of 16 to 256 KB (markup-dense, so deflated: the encoding is the same work
+    either way), as a pyarrow Table written by `add_arrow` and as the JSON Lines file
+    `fastfeed build` reads: per byte, reading Arrow must cost no more than parsing JSON."""
+    rng = random.Random(5)
+    records = []
+    size = 0
+    while size < CORPUS_MB * 1_000_000:
+        content = _text(rng, rng.randint(16_000, 256_000))
+        records.append({"url": f"http://docs.example.com/{len(records)}", "content": content})
+        size += len(content)
+    src = tmp_path / "large.jsonl"
+    src.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    table = pa.Table.from_pylist(records)
+    del records
+    runs = iter(range(1000))
+    digests: dict[str, set[tuple[str, ...]]] = {"jsonl": set(), "arrow": set()}
+
+    def write(kind: str, fill: Callable[[Path], object]) -> tuple[float, float]:
+        out = tmp_path / f"o{next(runs)}"
+        seconds = timed(lambda: fill(out))
+        digests[kind].add(tuple(e.digest for e in read_manifest(out)))
+        return seconds
+
+    def arrow(out: Path) -> None:
+        with FeedWriter(out, "bench", "incremental") as w:
+            w.add_arrow(table)
+
+    jsonl, arrows = [], []
+    for _ in range(ROUNDS):
+        jsonl.append(write("jsonl", lambda out: build([str(src)], out, "bench", "incremental")))
+        arrows.append(write("arrow", arrow))
+    assert digests["arrow"] == digests["jsonl"]  # the same feed files
+    ratio, cpu = ratios(jsonl, arrows)
+    print(
+        f"\nlarge records, {size / 1e6:.0f} MB of text: JSON Lines "
+        f"{size / min(j[0] for j in jsonl) / 1e6:.0f} MB/s, add_arrow "
+        f"{size / min(a[0] for a in arrows) / 1e6:.0f} MB/s -> {ratio:.2f}x "
+        f"({cpu:.2f}x in CPU time)"
+    )
+    # In CPU time, which the other work on the shared machine moves far less than the time.
+    assert cpu >= 1.0
 
 
 def test_parquet_build_against_json_lines(tmp_path: Path) -> None:
@@ -115,19 +161,19 @@ def test_parquet_build_against_json_lines(tmp_path: Path) -> None:
     to_parquet(src, tmp_path / "mixed.parquet")
     runs = iter(range(1000))
 
-    sha256: dict[str, set[tuple[str, ...]]] = {"jsonl": set(), "parquet": set()}
+    digests: dict[str, set[tuple[str, ...]]] = {"jsonl": set(), "parquet": set()}
 
     def fastfeed(path: Path) -> tuple[float, float]:
         out = tmp_path / f"o{next(runs)}"
         seconds = timed(lambda: build([str(path)], out, "bench", "incremental"))
-        sha256[path.suffix[1:]].add(tuple(e.sha256 for e in read_manifest(out)))
+        digests[path.suffix[1:]].add(tuple(e.digest for e in read_manifest(out)))
         return seconds
 
     jsonl, parquet = [], []
     for _ in range(ROUNDS):
         jsonl.append(fastfeed(src))
         parquet.append(fastfeed(tmp_path / "mixed.parquet"))
-    assert sha256["parquet"] == sha256["jsonl"]  # the same feed files
+    assert digests["parquet"] == digests["jsonl"]  # the same feed files
     ratio, cpu = ratios(parquet, jsonl)
     size = (tmp_path / "mixed.parquet").stat().st_size / 1e6
     print(

@@ -6,6 +6,10 @@
 //! which stalls the build. Written with `O_DIRECT`, they go from this buffer to the disk while
 //! the next records are encoded. Where the file system refuses `O_DIRECT` (tmpfs, some network
 //! file systems), files are written through the page cache as usual.
+//!
+//! Each block is hashed (BLAKE3, the manifest's digest) once it is full, in one call: hashed a
+//! record at a time, BLAKE3 has no chunks to hash side by side and runs at a fifteenth of its
+//! speed.
 
 use std::fs::File;
 use std::io;
@@ -31,6 +35,8 @@ pub struct Output {
     filled: usize,
     /// Bytes written to the file so far.
     written: u64,
+    /// What was written so far.
+    hash: blake3::Hasher,
 }
 
 impl Output {
@@ -50,6 +56,7 @@ impl Output {
             start,
             filled: 0,
             written: 0,
+            hash: blake3::Hasher::new(),
         })
     }
 
@@ -61,6 +68,8 @@ impl Output {
             self.filled += n;
             data = &data[n..];
             if self.filled == BLOCK {
+                self.hash
+                    .update(&self.storage[self.start..self.start + BLOCK]);
                 self.write_block(BLOCK)?;
             }
         }
@@ -87,10 +96,12 @@ impl Output {
         Ok(())
     }
 
-    /// Writes what is buffered and syncs the file to the disk.
-    pub fn finish(mut self) -> io::Result<()> {
+    /// Writes what is buffered and syncs the file to the disk; returns the file's hash.
+    pub fn finish(mut self) -> io::Result<blake3::Hash> {
         if self.filled > 0 {
             let len = self.filled;
+            self.hash
+                .update(&self.storage[self.start..self.start + len]);
             if self.direct {
                 // A direct write is whole blocks: pad the tail, then cut the file back.
                 let padded = len.next_multiple_of(ALIGN);
@@ -103,7 +114,8 @@ impl Output {
                 self.write_block(len)?;
             }
         }
-        self.file.sync_all()
+        self.file.sync_all()?;
+        Ok(self.hash.finalize())
     }
 }
 
@@ -178,7 +190,8 @@ fn clear_direct(_: &File) -> io::Result<()> {
 mod tests {
     use super::*;
 
-    /// Writes `data` in uneven pieces and reads the file back.
+    /// Writes `data` in uneven pieces and reads the file back; checks the hash of what was
+    /// written.
     fn round_trip(dir: &Path, data: &[u8]) -> (Vec<u8>, bool) {
         let path = dir.join("out.xml");
         let mut out = Output::create(&path).unwrap();
@@ -186,8 +199,10 @@ mod tests {
         for piece in data.chunks(1_000_003) {
             out.write_all(piece).unwrap();
         }
-        out.finish().unwrap();
-        (std::fs::read(&path).unwrap(), direct)
+        let hash = out.finish().unwrap();
+        let read = std::fs::read(&path).unwrap();
+        assert_eq!(hash, blake3::hash(&read));
+        (read, direct)
     }
 
     #[test]

@@ -5,12 +5,23 @@ what the protocol encodes."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
+from fastfeed import read_manifest
 from lxml import etree
+
+
+def sha256s(feed_set: Path) -> list[str]:
+    """The SHA-256 of each file of a set, in manifest order: what the emulator records of each
+    file it receives (the manifest's own digests are BLAKE3)."""
+    return [
+        hashlib.sha256((feed_set / e.file).read_bytes()).hexdigest()
+        for e in read_manifest(feed_set)
+    ]
 
 
 @dataclass

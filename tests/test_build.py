@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import hashlib
 import os
 import random
 import subprocess
@@ -14,7 +13,9 @@ from pathlib import Path
 import orjson
 import pytest
 from fastfeed import FeedError, FeedWarning, FeedWriter, RecordError, read_manifest
+from fastfeed._core import Blake3
 from fastfeed.cli import main
+from fastfeed.errors import FastfeedError
 from fastfeed.gsa.validate import validate_file
 from feeds import decode_file, decode_set
 
@@ -158,20 +159,60 @@ def test_a_split_full_feed_replaces_only_with_its_first_file(tmp_path: Path) -> 
 
 
 def test_manifest_describes_each_file(tmp_path: Path) -> None:
-    import hashlib
-
     assert build(tmp_path, [doc(i) for i in range(5)], "--max-records", "2") == 0
     for e in read_manifest(tmp_path / "out"):
         data = (tmp_path / "out" / e.file).read_bytes()
-        assert (e.datasource, e.bytes, e.sha256) == (
+        hashed = Blake3()
+        hashed.update(data)
+        assert (e.datasource, e.bytes, e.digest) == (
             "docs",
             len(data),
-            hashlib.sha256(data).hexdigest(),
+            f"blake3:{hashed.hexdigest()}",
         )
         assert data.startswith(
             b'<?xml version="1.0" encoding="UTF-8"?>\n'
             b'<!DOCTYPE gsafeed PUBLIC "-//Google//DTD GSA Feeds//EN" "">\n'
         )
+
+
+@pytest.mark.parametrize(
+    ("length", "digest"),
+    [
+        (0, "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"),
+        (102_400, "bc3e3d41a1146b069abffad3c0d44860cf664390afce4d9661f7902e7943e085"),
+    ],
+)
+def test_the_digest_is_blake3_given_in_pieces_as_a_push_gives_it(length: int, digest: str) -> None:
+    """The BLAKE3 authors' test vectors (bytes 0 to 250, repeated), fed in uneven pieces."""
+    data = bytes(i % 251 for i in range(length))
+    hashed = Blake3()
+    for at in range(0, length, 1000):
+        hashed.update(data[at : at + 1000])
+    assert hashed.hexdigest() == digest
+
+
+def test_a_manifest_of_an_earlier_version_reads_with_its_sha256_digests(tmp_path: Path) -> None:
+    import hashlib
+
+    assert build(tmp_path, [doc(i) for i in range(3)]) == 0
+    out = tmp_path / "out"
+    [entry] = read_manifest(out)
+    data = (out / entry.file).read_bytes()
+    line = orjson.loads((out / "manifest.jsonl").read_bytes())
+    del line["digest"]
+    line["sha256"] = hashlib.sha256(data).hexdigest()
+    (out / "manifest.jsonl").write_bytes(orjson.dumps(line) + b"\n")
+    [old] = read_manifest(out)
+    assert (old.algorithm, old.digest) == ("sha256", f"sha256:{line['sha256']}")
+    hashed = old.hasher()
+    hashed.update(data)
+    assert old.digest_of(hashed) == old.digest
+    # A digest of a kind this version does not know is refused when the manifest is read.
+    del line["sha256"]
+    line["digest"] = "sha3:00"
+    (out / "manifest.jsonl").write_bytes(orjson.dumps(line) + b"\n")
+    with pytest.raises(FastfeedError, match="its digest is not one of blake3, sha256"):
+        read_manifest(out)
 
 
 def test_a_record_over_the_cap_goes_alone_with_a_warning(
@@ -375,7 +416,9 @@ def test_files_too_big_to_hold_go_through_json_lines_and_directory_builds_unchan
         assert all(validate_file(tmp_path / out / e.file) == [] for e in manifest)
         # Hashed as written, the big records read back from their own files included.
         for e in manifest:
-            assert hashlib.sha256((tmp_path / out / e.file).read_bytes()).hexdigest() == e.sha256
+            hashed = e.hasher()
+            hashed.update((tmp_path / out / e.file).read_bytes())
+            assert e.digest_of(hashed) == e.digest
         # Nothing else: the files the big records went through had no name.
         names = {p.name for p in (tmp_path / out).iterdir()}
         assert names == {"manifest.jsonl", *(e.file for e in manifest)}

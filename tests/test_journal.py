@@ -10,8 +10,10 @@ from fastfeed.sets.journal import JOURNAL, Journal, JournalWarning
 from fastfeed.sets.manifest import ManifestEntry
 
 
-def entry(n: int, sha: str = "") -> ManifestEntry:
-    return ManifestEntry(f"docs-{n:06}.xml", "docs", "incremental", 10, 1000, sha or f"{n:064x}")
+def entry(n: int, digest: str = "") -> ManifestEntry:
+    return ManifestEntry(
+        f"docs-{n:06}.xml", "docs", "incremental", 10, 1000, digest or f"blake3:{n:064x}"
+    )
 
 
 def test_accepted_files_are_remembered_across_runs(tmp_path: Path) -> None:
@@ -22,9 +24,19 @@ def test_accepted_files_are_remembered_across_runs(tmp_path: Path) -> None:
         assert journal.is_accepted(entry(1))
         assert not journal.is_accepted(entry(2))
         # Rebuilt with other content, the same file name is a new file.
-        assert not journal.is_accepted(entry(1, sha="f" * 64))
+        assert not journal.is_accepted(entry(1, digest="blake3:" + "f" * 64))
     with Journal(tmp_path, "other:19902") as journal:
         assert not journal.is_accepted(entry(1))
+
+
+def test_a_line_of_an_earlier_version_still_counts_for_its_sha256_file(tmp_path: Path) -> None:
+    (tmp_path / JOURNAL).write_bytes(
+        b'{"event": "accepted", "target": "gsa:19902", "datasource": "docs", '
+        b'"file": "docs-000001.xml", "sha256": "' + b"a" * 64 + b'"}\n'
+    )
+    with Journal(tmp_path, "gsa:19902") as journal:
+        assert journal.is_accepted(entry(1, digest="sha256:" + "a" * 64))
+        assert not journal.is_accepted(entry(1, digest="blake3:" + "a" * 64))
 
 
 def test_a_line_torn_by_a_crash_is_ignored_and_later_lines_still_count(tmp_path: Path) -> None:

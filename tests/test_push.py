@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import trustme
 from cryptography.hazmat.primitives import serialization
@@ -18,6 +19,7 @@ from fastfeed.delivery.settings import PushSettings, Secret
 from fastfeed.emulator import Emulator, Fault
 from fastfeed.errors import PushError, SettingsError
 from fastfeed.gsa.push import push
+from feeds import sha256s
 
 MakeSet = Callable[..., Path]
 Settings = Callable[..., PushSettings]
@@ -40,7 +42,8 @@ def test_every_file_reaches_the_index_byte_for_byte(
     pushes = emulator.pushes()
     # The data field arrived exactly as built, with the manifest's datasource and feed type.
     assert [(p.datasource, p.feedtype, p.sha256, p.bytes) for p in pushes] == [
-        (e.datasource, e.feedtype, e.sha256, e.bytes) for e in manifest
+        (e.datasource, e.feedtype, sha256, e.bytes)
+        for e, sha256 in zip(manifest, sha256s(feeds), strict=True)
     ]
     emulator.wait_idle()
     documents = emulator.documents("docs")
@@ -140,10 +143,19 @@ def test_an_untrusted_ip_stops_the_whole_push(
     assert caught.value.summary is not None and caught.value.summary.results == []
 
 
+@pytest.mark.parametrize("digest", ["blake3", "sha256"])
 def test_a_file_changed_since_the_build_is_not_sent(
-    emulator: Emulator, make_feed_set: MakeSet, push_settings: Settings
+    emulator: Emulator, make_feed_set: MakeSet, push_settings: Settings, digest: str
 ) -> None:
+    """Whichever digest the manifest carries: sha256 in sets built by earlier versions."""
     feeds = make_feed_set("docs", "full", files=3)
+    built = sha256s(feeds)
+    if digest == "sha256":
+        lines = [orjson.loads(line) for line in (feeds / "manifest.jsonl").read_bytes().split()]
+        for line, sha256 in zip(lines, built, strict=True):
+            del line["digest"]
+            line["sha256"] = sha256
+        (feeds / "manifest.jsonl").write_bytes(b"\n".join(map(orjson.dumps, lines)) + b"\n")
     second = feeds / "docs-000002.xml"
     second.write_bytes(second.read_bytes().replace(b"doc 7", b"doc X"))
 
@@ -154,8 +166,8 @@ def test_a_file_changed_since_the_build_is_not_sent(
         ("docs-000002.xml", Outcome.FAILED),
         ("docs-000003.xml", Outcome.BLOCKED),
     ]
-    assert "sha256" in summary.results[1].message
-    assert len(emulator.pushes()) == 1
+    assert f"{digest} digest differs from the manifest's" in summary.results[1].message
+    assert [p.sha256 for p in emulator.pushes()] == built[:1]
 
 
 def test_a_file_changed_while_it_is_streamed_is_abandoned_before_its_last_chunk(

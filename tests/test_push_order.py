@@ -11,6 +11,7 @@ from fastfeed.delivery.results import Outcome
 from fastfeed.delivery.settings import PushSettings
 from fastfeed.emulator import Emulator, Fault
 from fastfeed.gsa.push import push
+from feeds import sha256s
 
 MakeSet = Callable[..., Path]
 Settings = Callable[..., PushSettings]
@@ -25,10 +26,6 @@ def received(emulator: Emulator, datasource: str | None = None) -> list[str]:
     ]
 
 
-def shas(feeds: Path) -> list[str]:
-    return [e.sha256 for e in read_manifest(feeds)]
-
-
 def test_a_full_file_goes_alone_and_first_even_when_slow(
     emulator: Emulator, make_feed_set: MakeSet, push_settings: Settings
 ) -> None:
@@ -38,7 +35,7 @@ def test_a_full_file_goes_alone_and_first_even_when_slow(
     summary = push(feeds, push_settings(emulator, concurrency=4))
 
     assert summary.ok
-    assert received(emulator) == shas(feeds)
+    assert received(emulator) == sha256s(feeds)
     assert [p.feedtype for p in emulator.pushes()] == ["full"] + ["incremental"] * 3
 
 
@@ -50,7 +47,7 @@ def test_files_of_one_datasource_keep_manifest_order_by_default(
 
     push(feeds, push_settings(emulator, concurrency=3))
 
-    assert received(emulator) == shas(feeds)
+    assert received(emulator) == sha256s(feeds)
 
 
 def test_overlap_incremental_lets_later_files_overtake_a_slow_one(
@@ -65,8 +62,8 @@ def test_overlap_incremental_lets_later_files_overtake_a_slow_one(
     got = received(emulator)
     # Files 1 and 2 race to the server and the fault holds whichever comes first; file 3 starts
     # in the other's slot and finishes before the held one, which sequential sending never allows.
-    assert sorted(got) == sorted(shas(feeds))
-    assert got[2] != shas(feeds)[2]
+    assert sorted(got) == sorted(sha256s(feeds))
+    assert got[2] != sha256s(feeds)[2]
 
 
 def test_overlap_incremental_still_sends_a_full_file_alone(
@@ -77,7 +74,7 @@ def test_overlap_incremental_still_sends_a_full_file_alone(
 
     push(feeds, push_settings(emulator, concurrency=3, overlap_incremental=True))
 
-    assert received(emulator)[0] == shas(feeds)[0]
+    assert received(emulator)[0] == sha256s(feeds)[0]
 
 
 def test_datasources_are_pushed_side_by_side(
@@ -95,7 +92,7 @@ def test_datasources_are_pushed_side_by_side(
     assert len(first_three) == 1  # one datasource went through while the other's file was held
     for feeds in (slow_set, fast_set):
         datasource = read_manifest(feeds)[0].datasource
-        assert received(emulator, datasource) == shas(feeds)
+        assert received(emulator, datasource) == sha256s(feeds)
 
 
 def test_a_failure_holds_back_its_datasource_only_and_the_next_run_resumes_in_order(
@@ -117,5 +114,5 @@ def test_a_failure_holds_back_its_datasource_only_and_the_next_run_resumes_in_or
     ]
     second = push([docs, news], settings)
     assert [r.outcome for r in second.results] == [Outcome.ACCEPTED] * 3 + [Outcome.SKIPPED] * 2
-    assert received(emulator, "docs") == shas(docs)
-    assert received(emulator, "news") == shas(news)
+    assert received(emulator, "docs") == sha256s(docs)
+    assert received(emulator, "news") == sha256s(news)

@@ -7,6 +7,7 @@ from typing import Any, Literal, Self, final
 __all__ = [
     "FeedWriter",
     "MappingGuard",
+    "Blake3",
     "url_problem",
     "parse_last_modified",
     "datasource_problem",
@@ -101,3 +102,9 @@ class MappingGuard:
     @property
     def truncated(self) -> bool: ...
     def close(self) -> None: ...
+
+@final
+class Blake3:
+    def __new__(cls) -> Self: ...
+    def update(self, data: bytes) -> None: ...
+    def hexdigest(self) -> str: ...

@@ -1,13 +1,17 @@
 //! A stream of record batches into a writer, in groups of rows: a batch may hold one row or
 //! millions, and a group is what is encoded at once, so that the threads stay busy on small
-//! batches and memory stays bounded on big ones.
+//! batches and memory stays bounded on big ones. A group is encoded while the next is read and
+//! the one before is taken: the threads never wait for the caller, nor for a group's slowest
+//! record.
 
 use std::fmt::Display;
+use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 
 use crate::error::{Error, Result};
-use crate::writer::{BatchReport, FeedWriter};
+use crate::record::Record;
+use crate::writer::{BatchReport, FeedWriter, RecordSource, StartedRecords};
 
 use super::Rows;
 
@@ -18,11 +22,44 @@ const GROUP_BYTES: usize = 16 << 20;
 /// Work to run without the caller's lock (the GIL, for Python).
 pub type Unlocked<'a> = dyn FnMut() -> Result<BatchReport> + Send + 'a;
 
-/// A row to encode: its index across the input, its batch among those held, its row there.
+/// A row to encode: its index across the input, its batch among the group's, its row there.
 type Item = (usize, (usize, usize));
 
+/// Rows to encode at once, and the batches they are in.
+struct Group {
+    batches: Vec<Arc<Rows>>,
+    items: Vec<Item>,
+}
+
+impl RecordSource for Group {
+    fn count(&self) -> usize {
+        self.items.len()
+    }
+
+    fn index(&self, i: usize) -> usize {
+        self.items[i].0
+    }
+
+    fn weight(&self, i: usize) -> usize {
+        let (_, (batch, row)) = self.items[i];
+        self.batches[batch].weight(row)
+    }
+
+    fn with_record(
+        &self,
+        i: usize,
+        encode: &mut dyn FnMut(&Record<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let (index, (batch, row)) = self.items[i];
+        encode(&self.batches[batch].record(row, index)?)
+    }
+}
+
+/// A group on the encoding threads.
+type Started = (Arc<Group>, StartedRecords<Group>);
+
 /// Writes every row of `batches`, numbered from 0 across them, through `writer`; `unlocked`
-/// runs the encoding of each group (batches are read where this is called). Returns what the
+/// runs the waiting for each group (batches are read where this is called). Returns what the
 /// writer reported, and the error that stopped it, if any: a refused row leaves every row
 /// before it written and none after it, so that the caller can go on after it.
 pub fn add_batches<E: Display>(
@@ -30,84 +67,133 @@ pub fn add_batches<E: Display>(
     batches: impl Iterator<Item = std::result::Result<RecordBatch, E>>,
     unlocked: impl Fn(&mut Unlocked<'_>) -> Result<BatchReport>,
 ) -> (BatchReport, Option<Error>) {
-    let mut report = BatchReport::default();
+    let mut flow = Flow {
+        writer,
+        unlocked,
+        started: None,
+        report: BatchReport::default(),
+    };
     // The batches the group's rows are in; the last may go on into the next group.
-    let mut held: Vec<Rows> = Vec::new();
+    let mut held: Vec<Arc<Rows>> = Vec::new();
     let mut items: Vec<Item> = Vec::new();
     let (mut index, mut weight) = (0, 0);
-    let mut write = |held: &[Rows], items: &[Item], report: &mut BatchReport| {
-        let result = write_group(writer, held, items, &unlocked);
-        let (done, error) = match result {
-            Ok(done) => (done, None),
-            Err((done, error)) => (done, Some(error)),
-        };
-        report.warnings.extend(done.warnings);
-        report.finished.extend(done.finished);
-        error.map_or(Ok(()), Err)
-    };
     for batch in batches {
         let rows = batch
             .map_err(|e| Error::Config(format!("cannot read the Arrow data: {e}")))
             .and_then(|batch| Rows::new(&batch));
-        match rows {
-            Ok(rows) => held.push(rows),
+        let rows = match rows {
+            Ok(rows) => Arc::new(rows),
             Err(e) => {
-                let written = write(&held, &items, &mut report);
-                return (report, Some(written.err().unwrap_or(e)));
+                let written = flow.last(Group {
+                    batches: held,
+                    items,
+                });
+                return (flow.report, Some(written.err().unwrap_or(e)));
             }
-        }
-        for row in 0..held[held.len() - 1].len() {
-            weight += held[held.len() - 1].weight(row);
+        };
+        held.push(Arc::clone(&rows));
+        for row in 0..rows.len() {
+            weight += rows.weight(row);
             items.push((index, (held.len() - 1, row)));
             index += 1;
             if items.len() >= GROUP_ROWS || weight >= GROUP_BYTES {
-                if let Err(e) = write(&held, &items, &mut report) {
-                    return (report, Some(e));
+                let group = Group {
+                    batches: held.clone(),
+                    items: std::mem::take(&mut items),
+                };
+                if let Err(e) = flow.next(group) {
+                    return (flow.report, Some(e));
                 }
-                items.clear();
                 weight = 0;
                 // Only the batch being read may have rows left.
                 held.drain(..held.len() - 1);
             }
         }
     }
-    let error = write(&held, &items, &mut report).err();
-    (report, error)
+    let error = flow
+        .last(Group {
+            batches: held,
+            items,
+        })
+        .err();
+    (flow.report, error)
 }
 
-/// Encodes and writes a group's rows. On a refused row, writes the rows before it and returns
-/// what they did with the error.
-fn write_group(
-    writer: &mut FeedWriter,
-    held: &[Rows],
-    items: &[Item],
-    unlocked: &impl Fn(&mut Unlocked<'_>) -> Result<BatchReport>,
-) -> std::result::Result<BatchReport, (BatchReport, Error)> {
-    let mut write = |items: &[Item]| {
-        unlocked(&mut || {
-            writer.add_records(
-                items,
-                |&(batch, row)| held[batch].weight(row),
-                |index, &(batch, row), encode| encode(&held[batch].record(row, index)?),
-            )
-        })
-    };
-    if items.is_empty() {
-        return Ok(BatchReport::default());
+/// The groups of an `add_batches` on their way to the writer, and what it reported of them.
+struct Flow<'w, U> {
+    writer: &'w mut FeedWriter,
+    unlocked: U,
+    /// The group being encoded while the next is read.
+    started: Option<Started>,
+    report: BatchReport,
+}
+
+impl<U: Fn(&mut Unlocked<'_>) -> Result<BatchReport>> Flow<'_, U> {
+    /// Starts encoding `group` and takes the group started before it. On an error, the group
+    /// just started is waited for and dropped.
+    fn next(&mut self, group: Group) -> Result<()> {
+        let group = Arc::new(group);
+        let encoding = self.writer.start_records(Arc::clone(&group))?;
+        let Some(before) = self.started.replace((group, encoding)) else {
+            return Ok(());
+        };
+        let landed = self.land(before);
+        if landed.is_err() {
+            // Rows after a refused one are not taken: waited for without the lock, and dropped.
+            let mut dropped = self.started.take();
+            let _ = (self.unlocked)(&mut || {
+                drop(dropped.take());
+                Ok(BatchReport::default())
+            });
+        }
+        landed
     }
-    let error = match write(items) {
-        Ok(report) => return Ok(report),
-        Err(error) => error,
-    };
-    let before = match error {
-        Error::Record { index, .. } => items.partition_point(|&(i, _)| i < index),
-        _ => 0,
-    };
-    if before == 0 {
-        return Err((BatchReport::default(), error));
+
+    /// Starts the last group, if it has rows, and takes what is left.
+    fn last(&mut self, group: Group) -> Result<()> {
+        if !group.items.is_empty() {
+            self.next(group)?;
+        }
+        match self.started.take() {
+            Some(started) => self.land(started),
+            None => Ok(()),
+        }
     }
-    match write(&items[..before]) {
-        Ok(report) => Err((report, error)),
-        Err(other) => Err((BatchReport::default(), other)),
+
+    /// Waits for a group and takes it. On a refused row, takes the rows before it and returns
+    /// the error.
+    fn land(&mut self, (group, encoding): Started) -> Result<()> {
+        let writer = &mut *self.writer;
+        let mut encoding = Some(encoding);
+        let landed =
+            (self.unlocked)(&mut || writer.land_records(encoding.take().expect("landed once")));
+        let error = match landed {
+            Ok(done) => {
+                self.merge(done);
+                return Ok(());
+            }
+            Err(error) => error,
+        };
+        let before = match error {
+            Error::Record { index, .. } => group.items.partition_point(|&(i, _)| i < index),
+            _ => 0,
+        };
+        if before > 0 {
+            let (items, batches) = (&group.items[..before], &group.batches);
+            let done = (self.unlocked)(&mut || {
+                writer.add_records(
+                    items,
+                    |&(batch, row)| batches[batch].weight(row),
+                    |index, &(batch, row), encode| encode(&batches[batch].record(row, index)?),
+                )
+            })?;
+            self.merge(done);
+        }
+        Err(error)
+    }
+
+    fn merge(&mut self, done: BatchReport) {
+        self.report.warnings.extend(done.warnings);
+        self.report.finished.extend(done.finished);
     }
 }

@@ -112,12 +112,6 @@ pub(super) enum Values {
     Many(List<Bytes>),
 }
 
-/// A metadata name's values in a row.
-enum MetaValue {
-    One(String),
-    Many(Vec<String>),
-}
-
 impl Values {
     fn new(path: &str, array: &dyn Array) -> Result<Values, String> {
         match List::new(array, |items| text_column(&format!("{path}[]"), items)) {
@@ -128,28 +122,41 @@ impl Values {
         }
     }
 
-    /// The value of a name at `row` (`None` when null: the name is absent).
-    fn get(&self, name: &str, row: usize) -> Result<Option<MetaValue>, String> {
-        Ok(match self {
-            Values::One(bytes) => bytes.text(row)?.map(|v| MetaValue::One(v.to_owned())),
-            Values::Many(list) => match list.range(row)? {
-                None => None,
-                Some(items) => Some(MetaValue::Many(
-                    items
-                        .map(|i| match list.items.text(i)? {
-                            Some(v) => Ok(v.to_owned()),
-                            None => Err(format!("'{name}' holds a null in its list of values")),
-                        })
-                        .collect::<Result<_, String>>()?,
-                )),
-            },
-        })
+    /// Appends the (name, value) pairs of a name at `row` to `out`, in order; returns whether
+    /// the name is there (null: absent; an empty list is there, without pairs).
+    fn push(
+        &self,
+        name: &str,
+        row: usize,
+        out: &mut Vec<(String, String)>,
+    ) -> Result<bool, String> {
+        match self {
+            Values::One(bytes) => Ok(match bytes.text(row)? {
+                Some(v) => {
+                    out.push((name.to_owned(), v.to_owned()));
+                    true
+                }
+                None => false,
+            }),
+            Values::Many(list) => {
+                let Some(items) = list.range(row)? else {
+                    return Ok(false);
+                };
+                for i in items {
+                    match list.items.text(i)? {
+                        Some(v) => out.push((name.to_owned(), v.to_owned())),
+                        None => return Err(format!("'{name}' holds a null in its list of values")),
+                    }
+                }
+                Ok(true)
+            }
+        }
     }
 }
 
 /// The `metadata` column.
 pub(super) enum Meta {
-    /// A field per name; a null value leaves the name out.
+    /// A field per name, sorted by name; a null value leaves the name out.
     Struct {
         names: Vec<String>,
         values: Vec<Values>,
@@ -164,8 +171,7 @@ impl Meta {
         match array.data_type() {
             DataType::Struct(fields) => {
                 let columns = array.as_struct();
-                let mut names: Vec<String> = Vec::new();
-                let mut values = Vec::new();
+                let mut fields_found: Vec<(String, Values)> = Vec::new();
                 for (field, column) in fields.iter().zip(columns.columns()) {
                     if fields.iter().filter(|f| f.name() == field.name()).count() > 1 {
                         return Err(given_twice(field.name()));
@@ -173,10 +179,12 @@ impl Meta {
                     if column.data_type() == &DataType::Null {
                         continue; // a name without values
                     }
-                    names.push(field.name().clone());
                     let path = format!("metadata.{}", field.name());
-                    values.push(Values::new(&path, column.as_ref())?);
+                    fields_found.push((field.name().clone(), Values::new(&path, column.as_ref())?));
                 }
+                // In the record's order once, not each row's.
+                fields_found.sort_by(|a, b| a.0.cmp(&b.0));
+                let (names, values) = fields_found.into_iter().unzip();
                 Ok(Meta::Struct {
                     names,
                     values,
@@ -203,8 +211,10 @@ impl Meta {
         }
     }
 
+    /// The row's metadata in the record's form: (name, value) pairs sorted by name, a name's
+    /// values in order.
     pub(super) fn get(&self, row: usize) -> Result<Option<Metadata>, String> {
-        let mut out = BTreeMap::new();
+        let mut pairs = Vec::new();
         match self {
             Meta::Struct {
                 names,
@@ -215,9 +225,7 @@ impl Meta {
                     return Ok(None);
                 }
                 for (name, values) in names.iter().zip(values) {
-                    if let Some(v) = values.get(name, row)? {
-                        out.insert(name.clone(), v);
-                    }
+                    values.push(name, row, &mut pairs)?;
                 }
             }
             Meta::Map(entries) => {
@@ -225,25 +233,24 @@ impl Meta {
                     return Ok(None);
                 };
                 let (keys, values) = &entries.items;
+                // Each name there, and where its pairs are among `found`.
+                let mut found = Vec::new();
+                let mut names = BTreeMap::new();
                 for i in range {
                     let name = keys.text(i)?.ok_or("a name is null")?;
-                    if out.contains_key(name) {
+                    if names.contains_key(name) {
                         return Err(given_twice(name));
                     }
-                    if let Some(v) = values.get(name, i)? {
-                        out.insert(name.to_owned(), v);
+                    let start = found.len();
+                    if values.push(name, i, &mut found)? {
+                        names.insert(name, start..found.len());
                     }
+                }
+                for at in names.into_values() {
+                    pairs.extend(found[at].iter_mut().map(std::mem::take));
                 }
             }
         }
-        // The record's form: (name, value) pairs sorted by name, a name's values in order.
-        let pairs = out
-            .into_iter()
-            .flat_map(|(name, value)| match value {
-                MetaValue::One(v) => vec![(name, v)],
-                MetaValue::Many(vs) => vs.into_iter().map(|v| (name.clone(), v)).collect(),
-            })
-            .collect();
         Ok(Some(Metadata(pairs)))
     }
 }

@@ -220,6 +220,10 @@ fn is_textual(mimetype: &str) -> bool {
 }
 
 fn guess_mimetype(path: &str) -> Option<&'static str> {
+    // A path without a dot has no extension: most record URLs, asked for every record.
+    if !path.contains('.') {
+        return None;
+    }
     mime_guess::from_path(path).first_raw()
 }
 

@@ -13,6 +13,7 @@ mod tasks;
 
 use std::collections::VecDeque;
 use std::fs;
+use std::ops::Range;
 use std::path::Path;
 use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender, TryRecvError};
 use std::sync::{Arc, Mutex};
@@ -26,8 +27,8 @@ use crate::record::{EncodeOptions, FeedKind, FeedType, Record};
 
 use files::{write_files, Files, Job};
 use tasks::{
-    check_sizes, prepare_thread, run_tasks, runs, start_chunk, Encoded, Limits, LineEncoding,
-    Started,
+    check_sizes, prepare_thread, run_tasks, runs, start_chunk, start_runs, Encoded, Limits,
+    LineEncoding, Started,
 };
 
 pub use set::{check_datasource, BatchReport, ManifestEntry, Options, SetKind};
@@ -243,19 +244,23 @@ impl FeedWriter {
             + Sync,
     ) -> Result<BatchReport> {
         let (kind, enc) = (self.kind, self.encode_options());
-        let runs = runs(items, weight, self.pool.current_num_threads());
+        let weights = items.iter().map(|(_, item)| weight(item));
+        let runs = runs(weights, self.pool.current_num_threads());
         let results = self.pool.install(|| {
             run_tasks(
                 &runs,
                 |run| run.1,
                 self.opts.level,
-                |run, scratch| {
-                    let mut done = Encoded::with_capacity(run.1);
-                    for (index, item) in &items[run.0.clone()] {
-                        encode_one(*index, item, kind, enc, scratch, &mut done.buf)?;
-                        done.ended(*index, &mut scratch.spill);
-                    }
-                    Ok(done)
+                |(run, weight), scratch| {
+                    encode_run(
+                        run.clone(),
+                        *weight,
+                        |i| items[i].0,
+                        scratch,
+                        |i, scratch, out| {
+                            encode_one(items[i].0, &items[i].1, kind, enc, scratch, out)
+                        },
+                    )
                 },
             )
         });
@@ -312,6 +317,50 @@ impl FeedWriter {
                 encode(index, record, kind, enc, scratch, out)
             })
         })
+    }
+
+    /// Like `add_records`, returning at once: the records of `source` are made and encoded on
+    /// the encoding threads while the caller goes on (reads the next batch, takes the one
+    /// before). `land_records` takes them; batches started and landed in turn keep the threads
+    /// busy, where one at a time each ended with the threads waiting for the slowest.
+    pub fn start_records<S: RecordSource>(&self, source: Arc<S>) -> Result<StartedRecords<S>> {
+        let Some(encode) = self.set.form().encode_record else {
+            return Err(self.refuse("document records"));
+        };
+        let (kind, enc) = (self.kind, self.encode_options());
+        let weights = (0..source.count()).map(|i| source.weight(i));
+        let runs = runs(weights, self.pool.current_num_threads());
+        let work = move |source: &S, run: Range<usize>, weight, scratch: &mut Scratch| {
+            encode_run(
+                run,
+                weight,
+                |i| source.index(i),
+                scratch,
+                |i, scratch, out| {
+                    source.with_record(i, &mut |record| {
+                        encode(source.index(i), record, kind, enc, scratch, out)
+                    })
+                },
+            )
+        };
+        let started = start_runs(&self.pool, source, runs, self.opts.level, work);
+        Ok(StartedRecords(Some(started)))
+    }
+
+    /// Waits for records started by `start_records` and takes them, as `add_records` would
+    /// have; batches are taken in the order they were started.
+    pub fn land_records<S>(&mut self, mut started: StartedRecords<S>) -> Result<BatchReport> {
+        let pieces = started
+            .0
+            .take()
+            .expect("started records are landed once")
+            .wait();
+        // The first bad record of the batch, whichever thread met it first.
+        let encoded = pieces
+            .into_iter()
+            .map(|piece| piece.map(|(done, _)| done))
+            .collect::<Result<Vec<_>>>()?;
+        self.take(encoded)
     }
 
     /// Starts encoding a chunk of JSON Lines (whole lines only) on the encoding threads and
@@ -409,6 +458,52 @@ impl FeedWriter {
         let finished = self.collect_done(true)?;
         Ok((std::mem::take(&mut self.entries), finished))
     }
+}
+
+/// Records that `start_records` makes and encodes on the encoding threads, the `i`th of them
+/// named `index(i)` in errors and about `weight(i)` of work.
+pub trait RecordSource: Send + Sync + 'static {
+    fn count(&self) -> usize;
+    fn index(&self, i: usize) -> usize;
+    fn weight(&self, i: usize) -> usize;
+    /// Makes the `i`th record and gives it to `encode`.
+    fn with_record(
+        &self,
+        i: usize,
+        encode: &mut dyn FnMut(&Record<'_>) -> Result<()>,
+    ) -> Result<()>;
+}
+
+/// Records on the encoding threads (`FeedWriter::start_records`). Dropped before they are
+/// landed, they are waited for: the last reference to their source is dropped by its owner's
+/// thread (see `SharedChunk`).
+pub struct StartedRecords<S>(Option<Started<Arc<S>>>);
+
+impl<S> Drop for StartedRecords<S> {
+    fn drop(&mut self) {
+        if let Some(started) = self.0.take() {
+            drop(started.wait());
+        }
+    }
+}
+
+/// Encodes the items of `run` (about `weight` of work) into one buffer: `encode(i, out)`
+/// appends the `i`th, which `index(i)` names in errors.
+fn encode_run(
+    run: Range<usize>,
+    weight: usize,
+    index: impl Fn(usize) -> usize,
+    scratch: &mut Scratch,
+    mut encode: impl FnMut(usize, &mut Scratch, &mut Vec<u8>) -> Result<()>,
+) -> Result<Encoded> {
+    // A record's markup and escapes add about a third to its text (the weight): room for half
+    // more, so that the buffer is not grown, and copied.
+    let mut done = Encoded::with_capacity(weight + weight / 2);
+    for i in run {
+        encode(i, scratch, &mut done.buf)?;
+        done.ended(index(i), &mut scratch.spill);
+    }
+    Ok(done)
 }
 
 impl Drop for FeedWriter {

@@ -156,9 +156,10 @@ pub type SharedChunk = Arc<dyn AsRef<[u8]> + Send + Sync>;
 
 pub(super) type Piece = Result<(Encoded, usize)>;
 
-/// A chunk whose pieces are on the encoding threads.
-pub(super) struct Started {
-    pub(super) chunk: SharedChunk,
+/// A chunk (or a batch of records) whose pieces are on the encoding threads. `keep` is what
+/// they read, dropped here once they are done with it (see `SharedChunk`).
+pub(super) struct Started<K = SharedChunk> {
+    pub(super) keep: K,
     pub(super) results: Arc<Results>,
 }
 
@@ -211,7 +212,7 @@ impl Results {
     }
 }
 
-impl Started {
+impl<K> Started<K> {
     /// Waits for every piece; returns their results in chunk order.
     pub(super) fn wait(self) -> Vec<Piece> {
         let slots = self.results.slots.lock().unwrap_or_else(|e| e.into_inner());
@@ -220,7 +221,7 @@ impl Started {
             .all_in
             .wait_while(slots, |slots| slots.1 > 0)
             .unwrap_or_else(|e| e.into_inner());
-        drop(self.chunk);
+        drop(self.keep);
         slots
             .0
             .iter_mut()
@@ -331,7 +332,10 @@ pub(super) fn start_chunk(
         plan_results.planned();
     });
     match planning {
-        Ok(_) => Started { chunk, results },
+        Ok(_) => Started {
+            keep: chunk,
+            results,
+        },
         // No thread to plan on (out of threads): cut by bytes, as a chunk naming no file.
         Err(_) => start_by_bytes(pool, chunk, count, how),
     }
@@ -350,7 +354,10 @@ fn start_by_bytes(
         .collect();
     let results = Arc::new(Results::new(pieces.len(), false));
     spawn_pieces(pool, &chunk, &results, pieces, 0, how);
-    Started { chunk, results }
+    Started {
+        keep: chunk,
+        results,
+    }
 }
 
 /// A piece of a chunk, with the files the planner opened for its lines (see `OpenedFile`).
@@ -386,26 +393,61 @@ fn spawn_pieces(
     let mut order: Vec<(usize, PlannedPiece)> = (first..).zip(pieces).collect();
     order.sort_by_key(|(_, piece)| std::cmp::Reverse(piece.cost));
     for (at, piece) in order {
-        let (chunk, results) = (Arc::clone(chunk), Arc::clone(results));
-        pool.spawn_fifo(move || {
-            let done = catch_unwind(AssertUnwindSafe(|| {
-                with_scratch(how.level, |scratch| {
-                    // Room for what the piece will likely take, but not a huge file's worth
-                    // at once: a big record grows its buffer as it goes.
-                    let capacity = piece.cost.min(MAX_PIECE_CAPACITY) as usize;
-                    how.encode_piece((*chunk).as_ref(), piece, capacity, scratch)
-                })
-            }))
-            .unwrap_or_else(|_| {
+        let chunk = Arc::clone(chunk);
+        spawn_piece(pool, results, at, how.level, move |scratch| {
+            // Room for what the piece will likely take, but not a huge file's worth at once: a
+            // big record grows its buffer as it goes.
+            let capacity = piece.cost.min(MAX_PIECE_CAPACITY) as usize;
+            how.encode_piece((*chunk).as_ref(), piece, capacity, scratch)
+        });
+    }
+}
+
+/// Hands piece `at` to the encoding threads: `work` runs with a thread's scratch and reports
+/// to `results`. What `work` holds is dropped before it reports: the caller's own references
+/// must be the last (see `SharedChunk`).
+fn spawn_piece(
+    pool: &rayon::ThreadPool,
+    results: &Arc<Results>,
+    at: usize,
+    level: u8,
+    work: impl FnOnce(&mut Scratch) -> Piece + Send + 'static,
+) {
+    let results = Arc::clone(results);
+    pool.spawn_fifo(move || {
+        let done =
+            catch_unwind(AssertUnwindSafe(|| with_scratch(level, work))).unwrap_or_else(|_| {
                 Err(Error::Config(
                     "an encoding thread failed (a bug in fastfeed: please report it)".into(),
                 ))
             });
-            // Before reporting: the writer's own reference must be the last (see SharedChunk).
-            drop(chunk);
-            results.put(at, done);
+        results.put(at, done);
+    });
+}
+
+/// Starts encoding the `runs` of `keep` (ranges of its items, with their weight) on `pool`,
+/// heaviest first, each by `work`; returns at once. `wait` gives their results in order.
+pub(super) fn start_runs<K, W>(
+    pool: &rayon::ThreadPool,
+    keep: Arc<K>,
+    runs: Vec<(Range<usize>, usize)>,
+    level: u8,
+    work: W,
+) -> Started<Arc<K>>
+where
+    K: Send + Sync + 'static,
+    W: Fn(&K, Range<usize>, usize, &mut Scratch) -> Result<Encoded> + Clone + Send + 'static,
+{
+    let results = Arc::new(Results::new(runs.len(), false));
+    let mut order: Vec<(usize, (Range<usize>, usize))> = runs.into_iter().enumerate().collect();
+    order.sort_by_key(|(_, (_, weight))| std::cmp::Reverse(*weight));
+    for (at, (run, weight)) in order {
+        let (keep, work) = (Arc::clone(&keep), work.clone());
+        spawn_piece(pool, &results, at, level, move |scratch| {
+            Ok((work(&keep, run, weight, scratch)?, 0))
         });
     }
+    Started { keep, results }
 }
 
 /// Runs `work` on every task on the current pool's threads, each thread with its own scratch,
@@ -435,15 +477,14 @@ pub(super) fn run_tasks<T: Sync, R: Send>(
     results.into_iter().map(|(_, r)| r).collect()
 }
 
-/// Splits `items` into runs of neighbours to encode together, with their weight: several runs
-/// per thread, so that uneven records still spread over the threads, and at most 64 records a
-/// run, so that small records share one buffer.
-pub(super) fn runs<T>(
-    items: &[(usize, T)],
-    weight: impl Fn(&T) -> usize,
+/// Splits items of these `weights` into runs of neighbours to encode together, with their
+/// weight: several runs per thread, so that uneven records still spread over the threads, and
+/// at most 64 records a run, so that small records share one buffer.
+pub(super) fn runs(
+    weights: impl Iterator<Item = usize>,
     threads: usize,
 ) -> Vec<(Range<usize>, usize)> {
-    let weights: Vec<usize> = items.iter().map(|(_, item)| weight(item).max(1)).collect();
+    let weights: Vec<usize> = weights.map(|w| w.max(1)).collect();
     let target = weights.iter().sum::<usize>() / (threads * 8);
     let mut runs = Vec::new();
     let (mut start, mut sum) = (0, 0);
@@ -454,8 +495,8 @@ pub(super) fn runs<T>(
             (start, sum) = (i + 1, 0);
         }
     }
-    if start < items.len() {
-        runs.push((start..items.len(), sum));
+    if start < weights.len() {
+        runs.push((start..weights.len(), sum));
     }
     runs
 }

@@ -35,7 +35,7 @@ PUSH_HELP = f"""\
 Push feed sets (directories made by `fastfeed build`) or some of their files to an appliance.
 
 Each file is POSTed to /xmlfeed with the datasource and feed type its manifest gives, after
-checking that it is still the file that was built (sha256). Only the answer `Success` counts:
+checking that it is still the file that was built (its digest). Only the answer `Success` counts:
 an untrusted IP stops the push (status 3); "insufficient disk space" is retried later; 5xx,
 timeouts, dropped connections and `Internal Error` are retried with backoff; any other answer
 fails that file. Files of different datasources go side by side (--concurrency); within one

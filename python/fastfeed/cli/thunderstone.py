@@ -48,7 +48,7 @@ NAME`) to a Thunderstone Search Appliance.
 Each file is POSTed to --url, the profile's data receiving URL (the admin URL ending in
 /dowalk, with /recvdata.xml appended), as the url-encoded form fields `profile` (the set's
 profile) and `data` (the file, streamed), after checking that it is still the file that was
-built (sha256). The appliance loads the items during the request and answers a status per
+built (its digest). The appliance loads the items during the request and answers a status per
 item: items it did not load are listed with their URLs. Files of a set go one at a time, in
 order; once every file of a set was delivered, a UI item asks the appliance to update its
 search indexes, so the new data becomes searchable at once.

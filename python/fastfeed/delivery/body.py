@@ -4,7 +4,6 @@ manifest entry before anything is sent and again while it is sent."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import AsyncIterator
 
 from fastfeed.delivery.results import FeedFile
@@ -14,15 +13,19 @@ from fastfeed.errors import FileChanged
 def check_file(feed: FeedFile) -> None:
     """Hashes the whole file before sending: a feed edited or truncated since it was built is
     refused rather than replacing a datasource with something nobody validated."""
-    digest = hashlib.sha256()
+    entry = feed.entry
+    digest = entry.hasher()
     try:
         with open(feed.path, "rb") as f:
             while chunk := f.read(1 << 20):
                 digest.update(chunk)
     except OSError as exc:
         raise FileChanged(f"cannot read it: {exc.strerror or exc}") from None
-    if digest.hexdigest() != feed.entry.sha256:
-        raise FileChanged("its sha256 differs from the manifest's: it changed since it was built")
+    if entry.digest_of(digest) != entry.digest:
+        raise FileChanged(
+            f"its {entry.algorithm} digest differs from the manifest's: it changed since it "
+            "was built"
+        )
 
 
 async def file_chunks(feed: FeedFile, chunk_size: int) -> AsyncIterator[bytes]:
@@ -33,10 +36,10 @@ async def file_chunks(feed: FeedFile, chunk_size: int) -> AsyncIterator[bytes]:
     before the request is complete, so the appliance never receives bytes nobody built. The
     same for a file that became shorter or unreadable.
     """
-    digest = hashlib.sha256()
+    digest = feed.entry.hasher()
     remaining = feed.entry.bytes
     held = b""
-    # Each chunk is hashed on a worker thread (hashlib lets go of the GIL) while the one before
+    # Each chunk is hashed on a worker thread (both hashes let go of the GIL) while the one before
     # it is sent: hashing on the event loop, in turn with TLS, cost a tenth of the throughput.
     hashing: asyncio.Future[None] | None = None
     loop = asyncio.get_running_loop()
@@ -60,7 +63,7 @@ async def file_chunks(feed: FeedFile, chunk_size: int) -> AsyncIterator[bytes]:
     finally:
         if hashing is not None:
             await hashing
-    if digest.hexdigest() != feed.entry.sha256:
+    if feed.entry.digest_of(digest) != feed.entry.digest:
         raise FileChanged("it changed while being sent: the request was abandoned before its end")
     if held:
         yield held

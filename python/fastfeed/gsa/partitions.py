@@ -6,7 +6,6 @@ that runs a function per partition, drives it itself."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import tempfile
 import time
@@ -138,7 +137,7 @@ def retype(directory: Path, entry: ManifestEntry, feedtype: str) -> ManifestEntr
     old = f"<feedtype>{entry.feedtype}</feedtype>".encode()
     new = f"<feedtype>{feedtype}</feedtype>".encode()
     tmp = path.with_name(f"{path.name}.retype")
-    digest = hashlib.sha256()
+    digest = entry.hasher()
     size = 0
     with path.open("rb") as source, tmp.open("wb") as target:
         head = source.read(_HEAD)
@@ -155,4 +154,4 @@ def retype(directory: Path, entry: ManifestEntry, feedtype: str) -> ManifestEntr
         target.flush()
         os.fsync(target.fileno())
     os.replace(tmp, path)
-    return dataclasses.replace(entry, feedtype=feedtype, bytes=size, sha256=digest.hexdigest())
+    return dataclasses.replace(entry, feedtype=feedtype, bytes=size, digest=entry.digest_of(digest))

@@ -75,7 +75,7 @@ class _Job:
     journal: Journal
     state: _State = _State.PENDING
     result: FileResult | None = None
-    #: The sha256 check, started early for the file next in line (see `_start_eligible`).
+    #: The digest check, started early for the file next in line (see `_start_eligible`).
     check: asyncio.Future[None] | None = None
     #: Bytes of the file sent by the POST under way: how far along it is.
     sent: int = 0

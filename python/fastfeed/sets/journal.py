@@ -7,8 +7,9 @@ file is pushed once more by the next run, which is harmless, whereas skipping it
 A torn last line is ignored when reading for the same reason, and so is a line that parses but
 is not a journal line (edited by hand, written by something else), with a warning naming it.
 
-Lines are keyed by target (`host:port`), datasource, file name and sha256: the same feed set
-pushed to another appliance, or rebuilt with different content, is new to the journal.
+Lines are keyed by target (`host:port`), datasource, file name and digest (`sha256` in the lines
+of earlier versions, which name SHA-256 digests): the same feed set pushed to another appliance,
+or rebuilt with different content, is new to the journal.
 `fastfeed replay` appends a generation marker for its target; acceptances before the last marker
 no longer count, which is what makes a replay push everything again.
 """
@@ -35,13 +36,15 @@ class JournalWarning(UserWarning):
     """Lines of a journal were ignored: their files, if any, are pushed again."""
 
 
-_FIELDS = {"accepted": ("target", "datasource", "file", "sha256"), "replay": ("target",)}
+_FIELDS = {"accepted": ("target", "datasource", "file", "digest"), "replay": ("target",)}
 
 
 def _journal_line(item: object) -> dict[str, str] | None:
     """The line's fields if it is a journal line (an event with its fields, all strings)."""
     if not isinstance(item, dict) or item.get("event") not in _FIELDS:
         return None
+    if isinstance(item.get("sha256"), str) and "digest" not in item:
+        item["digest"] = f"sha256:{item['sha256']}"  # a line of an earlier version
     fields = _FIELDS[item["event"]]
     if not all(isinstance(item.get(name), str) for name in fields):
         return None
@@ -49,7 +52,7 @@ def _journal_line(item: object) -> dict[str, str] | None:
 
 
 def _key(entry: ManifestEntry) -> Key:
-    return (entry.datasource, entry.file, entry.sha256)
+    return (entry.datasource, entry.file, entry.digest)
 
 
 class Journal:
@@ -94,7 +97,7 @@ class Journal:
             elif item["event"] == "replay":
                 accepted.clear()
             else:
-                accepted.add((item["datasource"], item["file"], item["sha256"]))
+                accepted.add((item["datasource"], item["file"], item["digest"]))
         if ignored:
             shown = ", ".join(map(str, ignored[:10])) + (", ..." if len(ignored) > 10 else "")
             warnings.warn(
@@ -117,7 +120,7 @@ class Journal:
                 "target": self.target,
                 "datasource": entry.datasource,
                 "file": entry.file,
-                "sha256": entry.sha256,
+                "digest": entry.digest,
             }
         )
         self._accepted.add(_key(entry))

@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import orjson
 
+from fastfeed._core import Blake3
 from fastfeed.errors import FastfeedError
 
 MANIFEST = "manifest.jsonl"
+
+
+class FileHash(Protocol):
+    """A hash given a file's bytes a piece at a time."""
+
+    def update(self, data: bytes, /) -> None: ...
+    def hexdigest(self) -> str: ...
+
+
+#: The hash of each kind of digest a manifest may carry: BLAKE3, which the core hashes as it
+#: writes a file (without the GIL, several GB/s), and SHA-256, in manifests written before.
+HASHES: dict[str, Callable[[], FileHash]] = {"blake3": Blake3, "sha256": hashlib.sha256}
 
 
 @dataclass(frozen=True)
@@ -19,18 +35,47 @@ class ManifestEntry:
     feed is `full` and replaces the datasource, the rest are `incremental` and add to it.
 
     `kind` is `feed` for content and web feeds (pushed to /xmlfeed) and `groups` for groups
-    feeds (pushed to /xmlgroups), whose `datasource` is the groupsource."""
+    feeds (pushed to /xmlgroups), whose `datasource` is the groupsource.
+
+    `digest` is the file's hash named by its kind: `blake3:` and 64 hex digits (manifests
+    written by earlier versions carry `sha256:`, read from their `sha256` field)."""
 
     file: str
     datasource: str
     feedtype: str
     records: int
     bytes: int
-    sha256: str
+    digest: str
     kind: str = "feed"
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, item: dict[str, Any]) -> ManifestEntry:
+        """The entry a manifest line holds; `TypeError` or `ValueError` says why it is none."""
+        if "sha256" in item and "digest" not in item:
+            item = dict(item)
+            item["digest"] = f"sha256:{item.pop('sha256')}"
+        entry = cls(**item)
+        if entry.algorithm not in HASHES:
+            raise ValueError(
+                f"its digest is not one of {', '.join(HASHES)}: was it built by a newer fastfeed?"
+            )
+        return entry
+
+    @property
+    def algorithm(self) -> str:
+        """The kind of the digest: blake3 or sha256."""
+        return self.digest.partition(":")[0]
+
+    def hasher(self) -> FileHash:
+        """A hash of the digest's kind, to check the file with (`digest_of`)."""
+        return HASHES[self.algorithm]()
+
+    def digest_of(self, hashed: FileHash) -> str:
+        """The digest of what `hashed` (from `hasher`) was given, as the entry writes its own."""
+        return f"{self.algorithm}:{hashed.hexdigest()}"
 
 
 def read_manifest(directory: str | os.PathLike[str]) -> list[ManifestEntry]:
@@ -48,7 +93,7 @@ def read_manifest(directory: str | os.PathLike[str]) -> list[ManifestEntry]:
         if not line.strip():
             continue
         try:
-            entries.append(ManifestEntry(**orjson.loads(line)))
-        except (orjson.JSONDecodeError, TypeError) as exc:
+            entries.append(ManifestEntry.from_dict(orjson.loads(line)))
+        except (TypeError, ValueError) as exc:  # orjson's JSONDecodeError is a ValueError
             raise FastfeedError(f"{path}:{lineno}: not a manifest entry: {exc}") from None
     return entries

@@ -212,7 +212,7 @@ class _Pusher:
         if not entries:
             return
         profile = entries[0].datasource
-        key = hashlib.sha256("\n".join(e.sha256 for e in entries).encode()).hexdigest()
+        key = "sha256:" + hashlib.sha256("\n".join(e.digest for e in entries).encode()).hexdigest()
         entry = ManifestEntry(UPDATE_INDEXES, profile, "", 0, 0, key, KIND)
         feed = FeedFile(directory, entry)
         if undelivered is not None:

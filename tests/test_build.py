@@ -6,6 +6,7 @@ import base64
 import hashlib
 import os
 import random
+import resource
 import subprocess
 import sys
 import zlib
@@ -381,6 +382,38 @@ def test_files_too_big_to_hold_go_through_json_lines_and_directory_builds_unchan
         assert names == {"manifest.jsonl", *(e.file for e in manifest)}
     feed = (tmp_path / "out" / "docs-000001.xml").read_bytes()
     assert feed == (tmp_path / "memory" / "docs-000001.xml").read_bytes()
+
+
+def test_many_big_records_waiting_for_the_writer_take_few_descriptors(tmp_path: Path) -> None:
+    """Records too big to hold (4 MB once encoded) wait for the writing thread in one file per
+    encoding thread, not one each: a chunk of many big files by path builds under a low limit
+    on open files, where a descriptor per record waiting ran out of them (a fatal error)."""
+    first = tmp_path / "0.bin"
+    first.write_bytes(random.Random(2).randbytes(3_300_000))
+    paths = [first]
+    for i in range(1, 70):
+        paths.append(tmp_path / f"{i}.bin")
+        os.link(first, paths[-1])
+    url = "http://files.example.com/"
+    src = write_jsonl(
+        tmp_path / "in.jsonl", [{"url": url + p.name, "content_path": str(p)} for p in paths]
+    )
+
+    def few_descriptors() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    out = tmp_path / "out"
+    done = subprocess.run(
+        ["fastfeed", "build", str(src), "--datasource", "d", "--out", str(out), "--workers", "2"],
+        capture_output=True,
+        check=False,
+        preexec_fn=few_descriptors,
+    )
+    assert done.returncode == 0, done.stderr
+    fed = decode_set(out)
+    assert len(fed) == 70
+    assert all(f.content == fed[0].content for f in fed)
+    assert fed[0].content == first.read_bytes()
 
 
 def test_a_directory_given_as_the_current_one_maps_paths_to_urls_the_same_way(

@@ -321,3 +321,37 @@ fn a_file_hashed_in_blocks_has_the_fingerprint_of_its_bytes_in_memory() {
         );
     }
 }
+
+#[test]
+fn a_file_too_big_for_any_feed_in_base64_is_refused_before_it_is_encoded() {
+    use fastfeed_core::error::{Error, RecordErrorKind};
+    use fastfeed_core::limits::HARD_MAX_BYTES;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("huge.bin");
+    // Sparse: it takes no room, and under `never` it can only go as base64, a third larger.
+    let file = std::fs::File::create(&path).unwrap();
+    file.set_len(HARD_MAX_BYTES / 4 * 3 + (1 << 20)).unwrap();
+    let r = record(Content::Path(path.clone()), "application/octet-stream");
+    let kind = FeedKind {
+        feedtype: FeedType::Incremental,
+        web: false,
+    };
+    let opts = EncodeOptions {
+        compress: Compress::Never,
+        acl_format: AclFormat::PerUrl,
+    };
+    let mut out = Vec::new();
+    let started = std::time::Instant::now();
+    match r.encode_into(4, kind, opts, &mut Scratch::new(1), &mut out) {
+        Err(Error::Record {
+            index: 4,
+            field: Some("content_path"),
+            kind: RecordErrorKind::TooLarge,
+            message,
+        }) => assert!(message.contains("huge.bin"), "{message}"),
+        other => panic!("{:?}", other.map(|()| out.len())),
+    }
+    // Refused from its size, not once a gigabyte of base64 was made.
+    assert!(out.len() < 1 << 20);
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+}

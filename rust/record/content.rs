@@ -178,6 +178,26 @@ impl Source<'_> {
         }
     }
 
+    /// Refuses a file whose content would be `encoded` bytes in the feed, more than any feed
+    /// file can hold: before it is written, not after.
+    pub(crate) fn fits(&self, encoded: u64) -> Result<()> {
+        let limit = crate::limits::HARD_MAX_BYTES;
+        match self {
+            Source::File(f) if encoded > limit => Err(Error::refused(
+                RecordErrorKind::TooLarge,
+                f.index,
+                Some("content_path"),
+                format!(
+                    "{} would be {encoded} bytes in base64, which no feed under the protocol's \
+                     1 GB limit can hold (ceiling {limit} bytes); send it as a web feed URL \
+                     instead",
+                    f.path.display()
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// The first bytes: a block, or all of them.
     pub(crate) fn head(&mut self) -> Result<&[u8]> {
         match self {

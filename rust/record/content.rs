@@ -519,6 +519,9 @@ fn read_content_file(
     buf.clear();
     buf.reserve(size as usize);
     let most = if size == 0 { limit } else { size };
+    // From its start: another read of the same opening (the fingerprint's) may have moved on.
+    let mut file = file;
+    file.seek(SeekFrom::Start(0)).map_err(cannot)?;
     file.take(most + 1).read_to_end(buf).map_err(cannot)?;
     let read = buf.len() as u64;
     if size == 0 && read > limit {
@@ -554,6 +557,20 @@ pub struct OpenedFile {
 }
 
 impl OpenedFile {
+    /// Another descriptor of the same opening, for another read of the record (its
+    /// fingerprint's), which then finds the file as the encoding does; none if the process is
+    /// out of descriptors (that read opens the file itself).
+    pub(crate) fn try_clone(&self) -> Option<OpenedFile> {
+        let file = self.file.try_clone().ok()?;
+        HELD.fetch_add(1, Ordering::Relaxed);
+        Some(OpenedFile {
+            path: self.path.clone(),
+            file,
+            opened: self.opened,
+            _held: Held,
+        })
+    }
+
     /// The file and what it was when opened, for its read: no longer counted among the files
     /// held ahead (what is being read is one a thread).
     fn into_parts(self) -> (File, Identity) {
@@ -887,6 +904,30 @@ mod tests {
             err.contains(&format!("cannot read {}", path.display())),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_fingerprint_read_from_the_encodings_opening_is_refused_if_the_file_changed_since() {
+        use crate::fingerprint::fingerprint_opened;
+        use crate::record::Record;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.txt");
+        std::fs::write(&path, b"first").unwrap();
+        let record = Record {
+            url: "http://docs.example.com/a".into(),
+            content: Some(Content::Path(path.clone())),
+            ..Default::default()
+        };
+        let opened = open_ahead(&path);
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        std::fs::write(&path, b"other").unwrap();
+        // The encoding would refuse it; so does its fingerprint, read from the same opening.
+        let err = fingerprint_opened(5, &record, opened.try_clone()).unwrap_err();
+        assert!(
+            err.to_string().contains("changed while it was read"),
+            "{err}"
+        );
+        assert!(read(&path, Some(opened)).is_err());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use crate::encode::Scratch;
 use crate::error::{Error, RecordErrorKind, Result};
-use crate::fingerprint::{fingerprint, snapshot_record, Fingerprints};
+use crate::fingerprint::{fingerprint_opened, snapshot_record, Fingerprints};
 use crate::jsonl;
 use crate::record::{EncodeOptions, FeedKind, OpenedFile};
 use crate::spill::{Spill, Spilled};
@@ -267,7 +267,8 @@ impl LineEncoding {
             let encoded = match fingerprinting {
                 None => self.set.encode_line(index, line, kind, enc, scratch, out),
                 Some(encode) => snapshot_record(index, line).and_then(|record| {
-                    let fp = fingerprint(index, &record)?;
+                    let opened = scratch.opened.as_ref().and_then(OpenedFile::try_clone);
+                    let fp = fingerprint_opened(index, &record, opened)?;
                     encode(index, &record, kind, enc, scratch, out)?;
                     done.found.push(chunk, index, line, &record.url, &fp);
                     Ok(())

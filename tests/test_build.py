@@ -416,6 +416,27 @@ def test_many_big_records_waiting_for_the_writer_take_few_descriptors(tmp_path: 
     assert fed[0].content == first.read_bytes()
 
 
+def test_a_bad_line_after_many_big_files_is_set_aside_and_each_good_record_written_once(
+    tmp_path: Path,
+) -> None:
+    """A chunk naming more big files than one round of encoding takes is written round by
+    round (the records waiting for the writer stay few); a bad line in a later round is set
+    aside under --on-error skip, and the lines of the rounds already written are not written
+    again."""
+    big = tmp_path / "big.bin"
+    with big.open("wb") as f:
+        f.truncate(3_200_000)  # sparse: big by its size, no room on disk
+    records: list[object] = [
+        {"url": f"http://files.example.com/{i}", "content_path": str(big)} for i in range(300)
+    ]
+    records[250] = {"url": "http://files.example.com/250", "content_path": "/no/such/file"}
+    assert build(tmp_path, records, "--on-error", "skip") == 1
+    urls = [f.url for f in decode_set(tmp_path / "out")]
+    assert urls == [f"http://files.example.com/{i}" for i in range(300) if i != 250]
+    rejected = (tmp_path / "out" / "rejected.jsonl").read_bytes().splitlines()
+    assert len(rejected) == 1 and b"/no/such/file" in rejected[0]
+
+
 def test_a_directory_given_as_the_current_one_maps_paths_to_urls_the_same_way(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -60,6 +60,17 @@ fn record<'a>(content: Content<'a>, mimetype: &str) -> Record<'a> {
 }
 
 fn encode(record: &Record<'_>, compress: Compress) -> Vec<u8> {
+    let mut out = Vec::new();
+    try_encode(record, compress, &mut out).unwrap();
+    out
+}
+
+/// Encodes a record as record 0 of an incremental feed into `out`.
+fn try_encode(
+    record: &Record<'_>,
+    compress: Compress,
+    out: &mut Vec<u8>,
+) -> fastfeed_core::error::Result<()> {
     let kind = FeedKind {
         feedtype: FeedType::Incremental,
         web: false,
@@ -68,11 +79,7 @@ fn encode(record: &Record<'_>, compress: Compress) -> Vec<u8> {
         compress,
         acl_format: AclFormat::PerUrl,
     };
-    let mut out = Vec::new();
-    record
-        .encode_into(0, kind, opts, &mut Scratch::new(1), &mut out)
-        .unwrap();
-    out
+    record.encode_into(0, kind, opts, &mut Scratch::new(1), out)
 }
 
 /// The bytes a receiver gets from an encoded record's content.
@@ -332,19 +339,11 @@ fn a_file_too_big_for_any_feed_in_base64_is_refused_before_it_is_encoded() {
     let file = std::fs::File::create(&path).unwrap();
     file.set_len(HARD_MAX_BYTES / 4 * 3 + (1 << 20)).unwrap();
     let r = record(Content::Path(path.clone()), "application/octet-stream");
-    let kind = FeedKind {
-        feedtype: FeedType::Incremental,
-        web: false,
-    };
-    let opts = EncodeOptions {
-        compress: Compress::Never,
-        acl_format: AclFormat::PerUrl,
-    };
     let mut out = Vec::new();
     let started = std::time::Instant::now();
-    match r.encode_into(4, kind, opts, &mut Scratch::new(1), &mut out) {
+    match try_encode(&r, Compress::Never, &mut out) {
         Err(Error::Record {
-            index: 4,
+            index: 0,
             field: Some("content_path"),
             kind: RecordErrorKind::TooLarge,
             message,

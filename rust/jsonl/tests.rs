@@ -320,14 +320,15 @@ fn a_round_takes_the_lines_before_the_big_file_past_its_budget_and_one_at_least(
     let size = |p: &std::path::Path| if p.ends_with("1") { 1 } else { 4 };
     let open =
         |paths: &[&std::path::Path]| paths.iter().map(|p| (size(p), p.to_path_buf())).collect();
-    let mut budget = FileBudget {
+    let budget = |bytes, files| FileBudget {
         big: 3,
-        bytes: 10,
-        files: 100,
+        bytes,
+        files,
     };
-    let (parts, taken) = cut_within(&chunk, 0..chunk.len(), 4, open, Some(&mut budget));
+    let mut left = budget(10, 100);
+    let (parts, taken) = cut_within(&chunk, 0..chunk.len(), 4, open, Some(&mut left));
     assert_eq!(taken, starts[3]);
-    assert_eq!((budget.bytes, budget.files), (2, 98));
+    assert_eq!((left.bytes, left.files), (2, 98));
     assert_eq!(parts.last().unwrap().lines.end, starts[3]);
     let handed: Vec<PathBuf> = parts
         .into_iter()
@@ -336,19 +337,15 @@ fn a_round_takes_the_lines_before_the_big_file_past_its_budget_and_one_at_least(
         .collect();
     assert_eq!(handed, ["/f/0", "/f/1", "/f/2"].map(PathBuf::from));
     // Nothing left: the next round still takes its first line; a count runs out as bytes do.
-    let mut spent = FileBudget {
-        big: 3,
-        bytes: 0,
-        files: 100,
-    };
-    let (_, taken) = cut_within(&chunk, starts[3]..chunk.len(), 4, open, Some(&mut spent));
+    let (_, taken) = cut_within(
+        &chunk,
+        starts[3]..chunk.len(),
+        4,
+        open,
+        Some(&mut budget(0, 100)),
+    );
     assert_eq!(taken, starts[4]);
-    let mut two = FileBudget {
-        big: 3,
-        bytes: 100,
-        files: 2,
-    };
-    let (_, taken) = cut_within(&chunk, 0..chunk.len(), 4, open, Some(&mut two));
+    let (_, taken) = cut_within(&chunk, 0..chunk.len(), 4, open, Some(&mut budget(100, 2)));
     assert_eq!(taken, starts[3]);
     // No budget: every line.
     let (_, taken) = cut_within(&chunk, 0..chunk.len(), 4, open, None);

@@ -109,7 +109,6 @@ impl Content<'_> {
         if id.size > IN_BLOCK as u64 {
             return Ok(Source::File(FileSource {
                 file,
-                size: id.size,
                 opened: id,
                 first: None,
                 path,
@@ -144,9 +143,8 @@ pub(crate) enum Source<'s> {
 
 pub(crate) struct FileSource<'s> {
     file: File,
-    /// Its size when it was opened, which every read must find.
-    size: u64,
-    /// What it was when it was opened, which it must still be after every read.
+    /// What it was when it was opened (its size, which every read must find), which it must
+    /// still be after every read.
     opened: Identity,
     /// The hash of the bytes of the first read to its end, which every later one must match:
     /// a file rewritten in place at the same size (and within the clock's resolution) would
@@ -166,7 +164,7 @@ impl Source<'_> {
     pub(crate) fn len(&self) -> u64 {
         match self {
             Source::Memory { bytes, .. } => bytes.len() as u64,
-            Source::File(f) => f.size,
+            Source::File(f) => f.opened.size,
         }
     }
 
@@ -204,7 +202,7 @@ impl Source<'_> {
             Source::Memory { bytes, .. } => Ok(bytes),
             Source::File(f) => {
                 f.rewind()?;
-                f.read_block(f.size.min(IN_BLOCK as u64))?;
+                f.read_block(f.opened.size.min(IN_BLOCK as u64))?;
                 f.check_identity()?;
                 Ok(f.block)
             }
@@ -233,11 +231,11 @@ impl Source<'_> {
                 let mut hash = Xxh3::new();
                 let mut at = 0;
                 loop {
-                    let len = (f.size - at).min(IN_BLOCK as u64);
+                    let len = (f.opened.size - at).min(IN_BLOCK as u64);
                     f.read_block(len)?;
                     hash.update(f.block);
                     at += len;
-                    let last = at == f.size;
+                    let last = at == f.opened.size;
                     if last {
                         f.check_end()?;
                         f.check_identity()?;
@@ -318,7 +316,7 @@ impl FileSource<'_> {
             .read_to_end(self.block)
             .map_err(|e| self.cannot(e))?;
         if (self.block.len() as u64) < len {
-            return Err(self.refuse(changed_size(self.path, self.size, "grew")));
+            return Err(self.refuse(changed_size(self.path, self.opened.size, "grew")));
         }
         Ok(())
     }
@@ -328,7 +326,7 @@ impl FileSource<'_> {
         let mut more = [0u8];
         match self.file.read(&mut more) {
             Ok(0) => Ok(()),
-            Ok(_) => Err(self.refuse(changed_size(self.path, self.size, "grew"))),
+            Ok(_) => Err(self.refuse(changed_size(self.path, self.opened.size, "grew"))),
             Err(e) => Err(self.cannot(e)),
         }
     }

@@ -52,8 +52,20 @@ create_exception!(
     FeedError,
     "A record breaks a rule; `index` is its position in the batch, `field` the field at fault, \
      `reason` why, `kind` what sort of refusal (stable names: not_json, unknown_field, missing, \
-     invalid, not_allowed, unreadable, too_large)."
+     invalid, not_allowed, unreadable, too_large), `written` how many lines of a chunk of JSON \
+     Lines before it were written all the same (see `add_jsonl`)."
 );
+
+/// A chunk of JSON Lines' error, with how many of its lines were written before it
+/// (`RecordError.written`: see `FeedWriter::written_before_error`).
+fn jsonl_error(py: Python<'_>, e: Error, written: usize) -> PyErr {
+    let err = PyErr::from(e);
+    if written > 0 && err.is_instance_of::<RecordError>(py) {
+        // Setting an attribute of an exception object cannot fail.
+        let _ = err.value(py).setattr("written", written);
+    }
+    err
+}
 
 impl From<Error> for PyErr {
     fn from(err: Error) -> PyErr {
@@ -71,6 +83,7 @@ impl From<Error> for PyErr {
                     value.setattr("field", field)?;
                     value.setattr("reason", message)?;
                     value.setattr("kind", kind.as_str())?;
+                    value.setattr("written", 0)?;
                     Ok(())
                 };
                 match set() {
@@ -436,7 +449,9 @@ impl PyFeedWriter {
 
     /// Parses, checks, encodes and writes a chunk of JSON Lines (whole lines), ahead of the
     /// chunks started and not yet waited for. Errors carry the index of the line in the chunk,
-    /// blank lines counted. Returns as `add_batch`, plus the number of lines in the chunk.
+    /// blank lines counted, and how many of its lines were written before it (`written`: none,
+    /// unless the chunk named too many big files for one round). Returns as `add_batch`, plus
+    /// the number of lines in the chunk.
     fn add_jsonl<'py>(
         &mut self,
         py: Python<'py>,
@@ -444,7 +459,9 @@ impl PyFeedWriter {
     ) -> PyResult<JsonlReport<'py>> {
         let chunk = shared_chunk(py, chunk)?;
         let writer = self.writer()?;
-        let report = py.allow_threads(|| writer.add_jsonl(chunk))?;
+        let report = py
+            .allow_threads(|| writer.add_jsonl(chunk))
+            .map_err(|e| jsonl_error(py, e, writer.written_before_error()))?;
         jsonl_report(py, report)
     }
 
@@ -458,7 +475,9 @@ impl PyFeedWriter {
     /// Waits for the oldest chunk started and writes it; returns as `add_jsonl`.
     fn wait_jsonl<'py>(&mut self, py: Python<'py>) -> PyResult<JsonlReport<'py>> {
         let writer = self.writer()?;
-        let report = py.allow_threads(|| writer.wait_jsonl())?;
+        let report = py
+            .allow_threads(|| writer.wait_jsonl())
+            .map_err(|e| jsonl_error(py, e, writer.written_before_error()))?;
         jsonl_report(py, report)
     }
 

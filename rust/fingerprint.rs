@@ -39,7 +39,7 @@ use xxhash_rust::xxh3::{xxh3_128, Xxh3};
 
 use crate::error::{Error, RecordErrorKind, Result};
 use crate::jsonl;
-use crate::record::{parse_date, Action, Content, Record, Source};
+use crate::record::{parse_date, Action, Content, OpenedFile, Record, Source};
 
 pub type Fingerprint = [u8; 16];
 
@@ -176,10 +176,22 @@ const FORM_KEPT: usize = 64 * 1024;
 
 /// The fingerprint of a record; `index` names it in errors (a content that cannot be read).
 pub fn fingerprint(index: usize, r: &Record<'_>) -> Result<Fingerprint> {
+    fingerprint_opened(index, r, None)
+}
+
+/// The fingerprint of a record whose `content_path` file the planning threads opened for its
+/// encoding (`opened`, another descriptor of the same opening): read from that opening, it is
+/// checked against what the file was when opened, as the encoding's reads are, so the two
+/// agree or the record is refused.
+pub(crate) fn fingerprint_opened(
+    index: usize,
+    r: &Record<'_>,
+    opened: Option<OpenedFile>,
+) -> Result<Fingerprint> {
     FORM.with(|form| {
         let mut form = form.borrow_mut();
         form.clear();
-        canonical(index, r, &mut Canonical(&mut form))?;
+        canonical(index, r, &mut Canonical(&mut form), opened)?;
         let fp = xxh3_128(&form).to_le_bytes();
         form.shrink_to(FORM_KEPT);
         Ok(fp)
@@ -187,7 +199,12 @@ pub fn fingerprint(index: usize, r: &Record<'_>) -> Result<Fingerprint> {
 }
 
 /// Writes the canonical form of a record.
-fn canonical(index: usize, r: &Record<'_>, c: &mut Canonical<'_>) -> Result<()> {
+fn canonical(
+    index: usize,
+    r: &Record<'_>,
+    c: &mut Canonical<'_>,
+    opened: Option<OpenedFile>,
+) -> Result<()> {
     c.0.extend_from_slice(VERSION.as_bytes());
     c.text(1, Some(&r.url));
     c.name(2, r.action);
@@ -242,7 +259,7 @@ fn canonical(index: usize, r: &Record<'_>, c: &mut Canonical<'_>) -> Result<()> 
             let mut buf = Vec::new();
             // By its own hash: hashed where it lies, never copied into the form; a file larger
             // than a block a block at a time, never held whole.
-            let (hash, text) = match content.source(index, mimetype, &mut buf, None)? {
+            let (hash, text) = match content.source(index, mimetype, &mut buf, opened)? {
                 Source::Memory { bytes, text } => (xxh3_128(bytes), text.is_some()),
                 mut file => {
                     let mut hash = Xxh3::new();

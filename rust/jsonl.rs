@@ -458,6 +458,30 @@ pub fn cut_by_cost<T>(
     count: usize,
     open: impl FnOnce(&[&std::path::Path]) -> Vec<(u64, T)>,
 ) -> Vec<Part<T>> {
+    cut_within(chunk, lines, count, open, None).0
+}
+
+/// How much of the big files a chunk names one round of its encoding may still take (see
+/// `cut_within`).
+#[derive(Clone, Copy, Debug)]
+pub struct FileBudget {
+    /// A file at least this big makes a record that is moved out of memory (`spill`).
+    pub big: u64,
+    /// The bytes and number of such files left.
+    pub bytes: u64,
+    pub files: usize,
+}
+
+/// As `cut_by_cost`, for the first lines of `lines` only when `budget` is given: those before
+/// the line whose big file would pass what is left of it (one line at least), which they take
+/// from it. Returns the parts, and where the lines left out start (`lines.end` when none is).
+pub fn cut_within<T>(
+    chunk: &[u8],
+    lines: Range<usize>,
+    count: usize,
+    open: impl FnOnce(&[&std::path::Path]) -> Vec<(u64, T)>,
+    mut budget: Option<&mut FileBudget>,
+) -> (Vec<Part<T>>, usize) {
     let mut ends = Vec::new();
     let mut costs = Vec::new();
     let mut named = Vec::new();
@@ -473,10 +497,27 @@ pub fn cut_by_cost<T>(
     }
     let paths: Vec<&std::path::Path> = named.iter().map(|(_, _, p)| p.as_path()).collect();
     let mut files = Vec::with_capacity(named.len());
+    let mut taken = lines.end;
     for ((line, start, _), (size, file)) in named.iter().zip(open(&paths)) {
+        if taken < lines.end {
+            // Left out: closed, and opened again in its round.
+            continue;
+        }
+        if let Some(b) = budget.as_deref_mut().filter(|b| size >= b.big) {
+            if (size > b.bytes || b.files == 0) && *line > 0 {
+                taken = *start;
+                continue;
+            }
+            b.bytes = b.bytes.saturating_sub(size);
+            b.files = b.files.saturating_sub(1);
+        }
         costs[*line] += size;
         files.push((*start, file));
     }
+    // The lines left out (their files closed) are planned in a round of their own.
+    let kept = ends.partition_point(|&end| end <= taken);
+    ends.truncate(kept);
+    costs.truncate(kept);
     let target = costs.iter().sum::<u64>() / count.max(1) as u64;
     let mut parts = Vec::new();
     let (mut from, mut sum, mut start) = (lines.start, 0, lines.start);
@@ -493,18 +534,19 @@ pub fn cut_by_cost<T>(
         }
         start = end;
     }
-    if from < lines.end || parts.is_empty() {
-        parts.push((from..lines.end, sum));
+    if from < taken || parts.is_empty() {
+        parts.push((from..taken, sum));
     }
     let mut files = files.into_iter().peekable();
-    parts
+    let parts = parts
         .into_iter()
         .map(|(lines, cost)| Part {
             files: std::iter::from_fn(|| files.next_if(|(at, _)| lines.contains(at))).collect(),
             lines,
             cost,
         })
-        .collect()
+        .collect();
+    (parts, taken)
 }
 
 /// The non-blank lines of `chunk` that start in `part` (a line starts at 0 or after a newline;

@@ -8,10 +8,11 @@
 //! `Body` (UTF-8), binary content `RawData`. Any text XML cannot carry goes as base64 with
 //! `dt:dt="bin.base64"`, so nothing is dropped.
 
-use crate::encode::{base64_into, Scratch};
+use crate::encode::{base64_into, Base64Stream, Scratch};
 use crate::error::{Error, RecordErrorKind, Result};
 use crate::escape::{escape_into, Context};
-use crate::record::{parse_date, Action, Record};
+use crate::record::{parse_date, Action, Record, Source, Utf8Blocks};
+use crate::spill::Sink;
 
 pub const HEADER: &[u8] = b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
     <ThunderstoneReplication xmlns:dt=\"urn:schemas-microsoft-com:datatypes\">\n";
@@ -153,6 +154,7 @@ pub fn encode_item(
         None => None,
     };
 
+    let start = out.len();
     out.extend_from_slice(b"<Item>\n<Type>");
     out.extend_from_slice(match action {
         Action::Add => b"I",
@@ -161,29 +163,38 @@ pub fn encode_item(
         Action::Update => b"U",
     });
     out.extend_from_slice(b"</Type>\n");
-    let resolved = match &record.content {
+    // The content may be big (a file read a block at a time): from here on the item may be
+    // moved out of memory.
+    let Scratch {
+        bytes: buf,
+        opened,
+        spill,
+        ..
+    } = scratch;
+    let mut source = match &record.content {
         Some(content) => {
             let mimetype = record.mimetype(index)?;
-            let Scratch {
-                bytes: buf, opened, ..
-            } = scratch;
             Some((
-                content.resolve(index, mimetype, buf, opened.take())?,
+                content.source(index, mimetype, buf, opened.take())?,
                 mimetype,
             ))
         }
         None => None,
     };
-    if let Some(((bytes, _), _)) = &resolved {
-        element(out, "Size", &bytes.len().to_string());
+    let mut sink = Sink::new(out, start, spill);
+    let out = &mut *sink.out;
+    if let Some((source, _)) = &source {
+        element(out, "Size", &source.len().to_string());
     }
     element(out, "Url", &record.url);
     if let Some(title) = title {
         element(out, "Title", title);
     }
-    if let Some(((_, Some(text)), _)) = &resolved {
-        element(out, "Body", text);
-    }
+    let text = match &mut source {
+        Some((source, _)) => write_body(source, &mut sink)?,
+        None => false,
+    };
+    let out = &mut *sink.out;
     if !keywords.is_empty() {
         element(out, "Keywords", &keywords.join(", "));
     }
@@ -200,20 +211,81 @@ pub fn encode_item(
         element(out, "Modified", modified);
     }
     if !deleting {
-        if let Some(mimetype) = record
-            .mimetype
-            .as_deref()
-            .or(resolved.as_ref().map(|r| r.1))
-        {
+        if let Some(mimetype) = record.mimetype.as_deref().or(source.as_ref().map(|r| r.1)) {
             element(out, "MimeType", mimetype);
         }
     }
-    match &resolved {
-        Some(((_, Some(_)), _)) => element(out, "Charset", "UTF-8"),
-        Some(((bytes, None), _)) => binary(out, "RawData", bytes),
+    match &mut source {
+        Some(_) if text => element(out, "Charset", "UTF-8"),
+        Some((source, _)) => write_binary(source, "RawData", &mut sink)?,
         None => {}
     }
-    out.extend_from_slice(b"</Item>\n");
+    sink.out.extend_from_slice(b"</Item>\n");
+    sink.finish()
+}
+
+/// Writes the content as `Body` if it is text (in base64 if XML cannot carry it); returns
+/// whether it was. A file is read a block at a time, and its `Body` taken back if it proves not
+/// to be UTF-8.
+fn write_body(source: &mut Source<'_>, sink: &mut Sink<'_>) -> Result<bool> {
+    match source {
+        Source::Memory { text: None, .. } => return Ok(false),
+        Source::Memory {
+            text: Some(text), ..
+        } => {
+            element(sink.out, "Body", text);
+            return Ok(true);
+        }
+        Source::File(_) if source.is_text() == Some(false) => return Ok(false),
+        Source::File(_) => {}
+    }
+    let mark = sink.len();
+    sink.out.extend_from_slice(b"<Body>");
+    let (mut utf8, mut escaped) = (Utf8Blocks::default(), true);
+    let mut is_utf8 = true;
+    source.blocks(|block, last| {
+        is_utf8 = utf8
+            .push(block, last, |piece| {
+                // Once XML cannot carry it, the rest is only checked for UTF-8.
+                if escaped {
+                    escaped = escape_into(sink.out, piece, Context::Text).is_ok();
+                }
+                Ok(())
+            })
+            .is_ok();
+        sink.relieve()?;
+        Ok(is_utf8)
+    })?;
+    if !is_utf8 {
+        sink.truncate(mark)?;
+        return Ok(false);
+    }
+    if !escaped {
+        sink.truncate(mark)?;
+        write_binary(source, "Body", sink)?;
+        return Ok(true);
+    }
+    close(sink.out, "Body");
+    Ok(true)
+}
+
+/// Writes the content in base64 as element `name`, as `binary` does, a block at a time.
+fn write_binary(source: &mut Source<'_>, name: &str, sink: &mut Sink<'_>) -> Result<()> {
+    let Source::Memory { bytes, .. } = source else {
+        sink.out.push(b'<');
+        sink.out.extend_from_slice(name.as_bytes());
+        sink.out.extend_from_slice(b" dt:dt=\"bin.base64\">");
+        let mut base64 = Base64Stream::default();
+        source.blocks(|block, _| {
+            base64.push(sink.out, block);
+            sink.relieve()?;
+            Ok(true)
+        })?;
+        base64.finish(sink.out);
+        close(sink.out, name);
+        return Ok(());
+    };
+    binary(sink.out, name, bytes);
     Ok(())
 }
 
@@ -226,6 +298,85 @@ mod tests {
         let mut out = Vec::new();
         encode_item(r, 0, &mut Scratch::new(1), &mut out)?;
         Ok(String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn a_big_file_is_read_in_blocks_and_its_item_moved_out_the_same_as_in_memory() {
+        use crate::encode::IN_BLOCK;
+        use crate::spill::Spill;
+        let dir = tempfile::tempdir().unwrap();
+        let mut noise = vec![0u8; 3_500_000];
+        let mut x = 1u64;
+        for b in noise.iter_mut() {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            *b = (x >> 56) as u8;
+        }
+        let text = "caf\u{e9} \u{65e5} <&> ".repeat(IN_BLOCK / 8);
+        let mut latin1 = text.clone().into_bytes();
+        latin1.extend_from_slice(b"\xe9t\xe9");
+        let cases: [(&str, &[u8], Content<'_>); 4] = [
+            ("a.bin", &noise, Content::Bytes(noise.as_slice().into())),
+            (
+                "a.txt",
+                text.as_bytes(),
+                Content::Text(text.as_str().into()),
+            ),
+            // UTF-8 XML cannot carry: Body in base64.
+            ("b.txt", b"\x01", Content::Text("\x01".into())),
+            // Not UTF-8, though its type is text: RawData.
+            ("c.txt", &latin1, Content::Bytes(latin1.as_slice().into())),
+        ];
+        for (name, bytes, in_memory) in cases {
+            let path = dir.path().join(name);
+            let bytes = if bytes.len() < IN_BLOCK {
+                [bytes, text.as_bytes()].concat()
+            } else {
+                bytes.to_vec()
+            };
+            std::fs::write(&path, &bytes).unwrap();
+            let in_memory = match in_memory {
+                Content::Text(t) if t.len() < IN_BLOCK => {
+                    Content::Text(String::from_utf8(bytes.clone()).unwrap().into())
+                }
+                other => other,
+            };
+            let record = |content| Record {
+                url: "http://docs.example.com/a".into(),
+                mimetype: Some(
+                    if name.ends_with("bin") {
+                        "application/pdf"
+                    } else {
+                        "text/plain"
+                    }
+                    .into(),
+                ),
+                content: Some(content),
+                ..Default::default()
+            };
+            let want = item(&record(in_memory)).unwrap();
+            let mut scratch = Scratch::new(1);
+            scratch.spill = Spill::into_dir(dir.path().into());
+            let mut out = b"<Item/>\n".to_vec();
+            encode_item(&record(Content::Path(path)), 0, &mut scratch, &mut out).unwrap();
+            let mut got = out[8..].to_vec();
+            if let Some(spilled) = scratch.spill.take() {
+                assert_eq!(out.len(), 8, "{name}: the item moved out whole");
+                spilled
+                    .copy_into(|b| {
+                        got.extend_from_slice(b);
+                        Ok(())
+                    })
+                    .unwrap();
+            }
+            assert!(got == want.as_bytes(), "{name}");
+            assert!(scratch.spill.take().is_none());
+            // Items past a spill's threshold leave memory.
+            if name == "a.bin" {
+                assert_eq!(out.len(), 8, "a big item is moved out");
+            }
+        }
     }
 
     #[test]

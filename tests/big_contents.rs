@@ -60,6 +60,17 @@ fn record<'a>(content: Content<'a>, mimetype: &str) -> Record<'a> {
 }
 
 fn encode(record: &Record<'_>, compress: Compress) -> Vec<u8> {
+    let mut out = Vec::new();
+    try_encode(record, compress, &mut out).unwrap();
+    out
+}
+
+/// Encodes a record as record 0 of an incremental feed into `out`.
+fn try_encode(
+    record: &Record<'_>,
+    compress: Compress,
+    out: &mut Vec<u8>,
+) -> fastfeed_core::error::Result<()> {
     let kind = FeedKind {
         feedtype: FeedType::Incremental,
         web: false,
@@ -68,11 +79,7 @@ fn encode(record: &Record<'_>, compress: Compress) -> Vec<u8> {
         compress,
         acl_format: AclFormat::PerUrl,
     };
-    let mut out = Vec::new();
-    record
-        .encode_into(0, kind, opts, &mut Scratch::new(1), &mut out)
-        .unwrap();
-    out
+    record.encode_into(0, kind, opts, &mut Scratch::new(1), out)
 }
 
 /// The bytes a receiver gets from an encoded record's content.
@@ -320,4 +327,30 @@ fn a_file_hashed_in_blocks_has_the_fingerprint_of_its_bytes_in_memory() {
             "{what}"
         );
     }
+}
+
+#[test]
+fn a_file_too_big_for_any_feed_in_base64_is_refused_before_it_is_encoded() {
+    use fastfeed_core::error::{Error, RecordErrorKind};
+    use fastfeed_core::limits::HARD_MAX_BYTES;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("huge.bin");
+    // Sparse: it takes no room, and under `never` it can only go as base64, a third larger.
+    let file = std::fs::File::create(&path).unwrap();
+    file.set_len(HARD_MAX_BYTES / 4 * 3 + (1 << 20)).unwrap();
+    let r = record(Content::Path(path.clone()), "application/octet-stream");
+    let mut out = Vec::new();
+    let started = std::time::Instant::now();
+    match try_encode(&r, Compress::Never, &mut out) {
+        Err(Error::Record {
+            index: 0,
+            field: Some("content_path"),
+            kind: RecordErrorKind::TooLarge,
+            message,
+        }) => assert!(message.contains("huge.bin"), "{message}"),
+        other => panic!("{:?}", other.map(|()| out.len())),
+    }
+    // Refused from its size, not once a gigabyte of base64 was made.
+    assert!(out.len() < 1 << 20);
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
 }

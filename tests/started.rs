@@ -77,3 +77,71 @@ fn waiting_with_nothing_started_or_finishing_with_chunks_started_is_refused() {
         "1 chunk(s) of JSON Lines were started and not waited for"
     );
 }
+
+/// A chunk naming more big files than a round of encoding takes is written in rounds, so that
+/// the records waiting for the writer stay few: all of its records, once each and in order;
+/// and a bad line in a later round says how many lines before it were written.
+#[test]
+fn a_chunk_naming_many_big_files_is_written_in_rounds() {
+    let dir = tempfile::tempdir().unwrap();
+    // Big by their size (3 MB or more): sparse, they take no disk and deflate to little.
+    let big = dir.path().join("big");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(3_200_000)
+        .unwrap();
+    let line = |i: usize, path: &std::path::Path| {
+        format!(
+            "{{\"url\": \"http://h.example.com/{i}\", \"content_path\": {:?}}}\n",
+            path
+        )
+    };
+    let chunk: String = (0..300).map(|i| line(i, &big)).collect();
+    let opts = Options {
+        workers: 2,
+        ..Options::default()
+    };
+    let (out, mut w) = common::docs_writer(opts.clone());
+    assert_eq!(
+        w.add_jsonl(Arc::new(chunk.clone().into_bytes()))
+            .unwrap()
+            .lines,
+        300
+    );
+    assert_eq!(w.records(), 300);
+    w.finish().unwrap();
+    let feed: String = std::fs::read_dir(out.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "xml"))
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
+    let urls: Vec<usize> = feed
+        .split("url=\"http://h.example.com/")
+        .skip(1)
+        .map(|s| s[..s.find('"').unwrap()].parse().unwrap())
+        .collect();
+    assert_eq!(urls, (0..300).collect::<Vec<_>>());
+
+    // Line 250 names a file that is not there: the first round (128 big files) was written.
+    let bad: String = (0..300)
+        .map(|i| {
+            line(
+                i,
+                if i == 250 {
+                    std::path::Path::new("/no/such")
+                } else {
+                    &big
+                },
+            )
+        })
+        .collect();
+    let (_out, mut w) = common::docs_writer(opts);
+    match w.add_jsonl(Arc::new(bad.into_bytes())) {
+        Err(fastfeed_core::Error::Record { index: 250, .. }) => {}
+        other => panic!("{:?}", other.map(|r| r.lines)),
+    }
+    let written = w.written_before_error();
+    assert!(written > 0 && written < 250, "{written}");
+    assert_eq!(w.records(), written as u64);
+}

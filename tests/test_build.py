@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import os
 import random
+import resource
 import subprocess
 import sys
 import zlib
@@ -424,6 +425,59 @@ def test_files_too_big_to_hold_go_through_json_lines_and_directory_builds_unchan
         assert names == {"manifest.jsonl", *(e.file for e in manifest)}
     feed = (tmp_path / "out" / "docs-000001.xml").read_bytes()
     assert feed == (tmp_path / "memory" / "docs-000001.xml").read_bytes()
+
+
+def test_many_big_records_waiting_for_the_writer_take_few_descriptors(tmp_path: Path) -> None:
+    """Records too big to hold (4 MB once encoded) wait for the writing thread in one file per
+    encoding thread, not one each: a chunk of many big files by path builds under a low limit
+    on open files, where a descriptor per record waiting ran out of them (a fatal error)."""
+    first = tmp_path / "0.bin"
+    first.write_bytes(random.Random(2).randbytes(3_300_000))
+    paths = [first]
+    for i in range(1, 70):
+        paths.append(tmp_path / f"{i}.bin")
+        os.link(first, paths[-1])
+    url = "http://files.example.com/"
+    src = write_jsonl(
+        tmp_path / "in.jsonl", [{"url": url + p.name, "content_path": str(p)} for p in paths]
+    )
+
+    def few_descriptors() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    out = tmp_path / "out"
+    done = subprocess.run(
+        ["fastfeed", "build", str(src), "--datasource", "d", "--out", str(out), "--workers", "2"],
+        capture_output=True,
+        check=False,
+        preexec_fn=few_descriptors,
+    )
+    assert done.returncode == 0, done.stderr
+    fed = decode_set(out)
+    assert len(fed) == 70
+    assert all(f.content == fed[0].content for f in fed)
+    assert fed[0].content == first.read_bytes()
+
+
+def test_a_bad_line_after_many_big_files_is_set_aside_and_each_good_record_written_once(
+    tmp_path: Path,
+) -> None:
+    """A chunk naming more big files than one round of encoding takes is written round by
+    round (the records waiting for the writer stay few); a bad line in a later round is set
+    aside under --on-error skip, and the lines of the rounds already written are not written
+    again."""
+    big = tmp_path / "big.bin"
+    with big.open("wb") as f:
+        f.truncate(3_200_000)  # sparse: big by its size, no room on disk
+    records: list[object] = [
+        {"url": f"http://files.example.com/{i}", "content_path": str(big)} for i in range(300)
+    ]
+    records[250] = {"url": "http://files.example.com/250", "content_path": "/no/such/file"}
+    assert build(tmp_path, records, "--on-error", "skip") == 1
+    urls = [f.url for f in decode_set(tmp_path / "out")]
+    assert urls == [f"http://files.example.com/{i}" for i in range(300) if i != 250]
+    rejected = (tmp_path / "out" / "rejected.jsonl").read_bytes().splitlines()
+    assert len(rejected) == 1 and b"/no/such/file" in rejected[0]
 
 
 def test_a_directory_given_as_the_current_one_maps_paths_to_urls_the_same_way(

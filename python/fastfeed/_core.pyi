@@ -55,6 +55,8 @@ class RecordError(FeedError):
     kind: Literal[
         "not_json", "unknown_field", "missing", "invalid", "not_allowed", "unreadable", "too_large"
     ]
+    #: Lines of a chunk of JSON Lines before this one written all the same (`add_jsonl`).
+    written: int
 
 @final
 class FeedWriter:

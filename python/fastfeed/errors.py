@@ -2,7 +2,7 @@
 
     FastfeedError            the root (made in the Rust core, so that its errors are under it)
     ├── FeedError            a feed cannot be built as asked (writer settings, a closed writer)
-    │   └── RecordError      a record breaks a rule: `.index`, `.field`, `.reason`, `.kind`
+    │   └── RecordError      a bad record: `.index`, `.field`, `.reason`, `.kind`, `.written`
     ├── InputError           an input record that cannot be read or is refused, where it came from
     ├── EmptyFullFeed        a full feed with no records, refused unless allowed
     ├── StateError           a sync state file cannot be used (not a state, another's, too new)

@@ -303,3 +303,51 @@ fn a_mistyped_field_inside_a_field_is_named_with_the_one_meant_there() {
         "record 0: field 'acl': unknown field 'acess': did you mean 'access'?"
     );
 }
+
+#[test]
+fn a_round_takes_the_lines_before_the_big_file_past_its_budget_and_one_at_least() {
+    let chunk: Vec<u8> = (0..10)
+        .flat_map(|n| {
+            format!("{{\"url\":\"http://f.example.com/{n}\",\"content_path\":\"/f/{n}\"}}\n")
+                .into_bytes()
+        })
+        .collect();
+    let starts: Vec<usize> = std::iter::once(0)
+        .chain(memchr::memchr_iter(b'\n', &chunk).map(|k| k + 1))
+        .collect();
+    // Files of 4 units are big (3 or more), file 1 small: the budget of 10 takes 0, 1, 2 and
+    // leaves 3 on.
+    let size = |p: &std::path::Path| if p.ends_with("1") { 1 } else { 4 };
+    let open =
+        |paths: &[&std::path::Path]| paths.iter().map(|p| (size(p), p.to_path_buf())).collect();
+    let budget = |bytes, files| FileBudget {
+        big: 3,
+        bytes,
+        files,
+    };
+    let mut left = budget(10, 100);
+    let (parts, taken) = cut_within(&chunk, 0..chunk.len(), 4, open, Some(&mut left));
+    assert_eq!(taken, starts[3]);
+    assert_eq!((left.bytes, left.files), (2, 98));
+    assert_eq!(parts.last().unwrap().lines.end, starts[3]);
+    let handed: Vec<PathBuf> = parts
+        .into_iter()
+        .flat_map(|p| p.files)
+        .map(|(_, f)| f)
+        .collect();
+    assert_eq!(handed, ["/f/0", "/f/1", "/f/2"].map(PathBuf::from));
+    // Nothing left: the next round still takes its first line; a count runs out as bytes do.
+    let (_, taken) = cut_within(
+        &chunk,
+        starts[3]..chunk.len(),
+        4,
+        open,
+        Some(&mut budget(0, 100)),
+    );
+    assert_eq!(taken, starts[4]);
+    let (_, taken) = cut_within(&chunk, 0..chunk.len(), 4, open, Some(&mut budget(100, 2)));
+    assert_eq!(taken, starts[3]);
+    // No budget: every line.
+    let (_, taken) = cut_within(&chunk, 0..chunk.len(), 4, open, None);
+    assert_eq!(taken, chunk.len());
+}

@@ -1,11 +1,13 @@
 //! A record's content: the forms a user gives it in, and the bytes each form stands for.
 
 use std::borrow::Cow;
-use std::fs::File;
+use std::fs::{File, Metadata};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
+
+use xxhash_rust::xxh3::Xxh3;
 
 use crate::encode::{blocks, decode_base64_into, IN_BLOCK};
 use crate::error::{Error, RecordErrorKind, Result};
@@ -81,10 +83,9 @@ impl Content<'_> {
                 (buf, None)
             }
             Content::Path(p) => {
-                let unreadable =
-                    |m| Error::refused(RecordErrorKind::Unreadable, index, Some(field), m);
-                let (file, size) = open_planned(p, opened).map_err(unreadable)?;
-                read_content_file(&file, size, p, buf).map_err(unreadable)?;
+                let unread = |u: Unread| u.into_error(index);
+                let (file, id) = open_planned(p, opened).map_err(unread)?;
+                read_content_file(&file, id, p, buf).map_err(unread)?;
                 (buf, file_text(mimetype, buf))
             }
         })
@@ -103,20 +104,20 @@ impl Content<'_> {
             let (bytes, text) = self.resolve(index, mimetype, buf, None)?;
             return Ok(Source::Memory { bytes, text });
         };
-        let unreadable =
-            |m| Error::refused(RecordErrorKind::Unreadable, index, Some("content_path"), m);
-        let (file, size) = open_planned(path, opened).map_err(unreadable)?;
-        if size > IN_BLOCK as u64 {
+        let unread = |u: Unread| u.into_error(index);
+        let (file, id) = open_planned(path, opened).map_err(unread)?;
+        if id.size > IN_BLOCK as u64 {
             return Ok(Source::File(FileSource {
                 file,
-                size,
+                opened: id,
+                first: None,
                 path,
                 index,
                 textual: is_textual(mimetype),
                 block: buf,
             }));
         }
-        read_content_file(&file, size, path, buf).map_err(unreadable)?;
+        read_content_file(&file, id, path, buf).map_err(unread)?;
         let text = file_text(mimetype, buf);
         Ok(Source::Memory { bytes: buf, text })
     }
@@ -142,8 +143,13 @@ pub(crate) enum Source<'s> {
 
 pub(crate) struct FileSource<'s> {
     file: File,
-    /// Its size when it was opened, which every read must find.
-    size: u64,
+    /// What it was when it was opened (its size, which every read must find), which it must
+    /// still be after every read.
+    opened: Identity,
+    /// The hash of the bytes of the first read to its end, which every later one must match:
+    /// a file rewritten in place at the same size (and within the clock's resolution) would
+    /// otherwise give a record that mixes two versions.
+    first: Option<u64>,
     path: &'s Path,
     /// The record's, for errors.
     index: usize,
@@ -158,7 +164,7 @@ impl Source<'_> {
     pub(crate) fn len(&self) -> u64 {
         match self {
             Source::Memory { bytes, .. } => bytes.len() as u64,
-            Source::File(f) => f.size,
+            Source::File(f) => f.opened.size,
         }
     }
 
@@ -170,13 +176,34 @@ impl Source<'_> {
         }
     }
 
+    /// Refuses a file whose content would be `encoded` bytes in the feed, more than any feed
+    /// file can hold: before it is written, not after.
+    pub(crate) fn fits(&self, encoded: u64) -> Result<()> {
+        let limit = crate::limits::HARD_MAX_BYTES;
+        match self {
+            Source::File(f) if encoded > limit => Err(Error::refused(
+                RecordErrorKind::TooLarge,
+                f.index,
+                Some("content_path"),
+                format!(
+                    "{} would be {encoded} bytes in base64, which no feed under the protocol's \
+                     1 GB limit can hold (ceiling {limit} bytes); send it as a web feed URL \
+                     instead",
+                    f.path.display()
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// The first bytes: a block, or all of them.
     pub(crate) fn head(&mut self) -> Result<&[u8]> {
         match self {
             Source::Memory { bytes, .. } => Ok(bytes),
             Source::File(f) => {
                 f.rewind()?;
-                f.read_block(f.size.min(IN_BLOCK as u64))?;
+                f.read_block(f.opened.size.min(IN_BLOCK as u64))?;
+                f.check_identity()?;
                 Ok(f.block)
             }
         }
@@ -184,7 +211,8 @@ impl Source<'_> {
 
     /// Hands the bytes to `each` from the start, a block (`IN_BLOCK`) at a time, the last one
     /// flagged, until `each` answers false. A file that is no longer the size it had when it
-    /// was opened is an error, never a short content.
+    /// was opened, or whose bytes are not those of its first read, is an error, never a short
+    /// or mixed content.
     pub(crate) fn blocks(
         &mut self,
         mut each: impl FnMut(&[u8], bool) -> Result<bool>,
@@ -200,14 +228,18 @@ impl Source<'_> {
             }
             Source::File(f) => {
                 f.rewind()?;
+                let mut hash = Xxh3::new();
                 let mut at = 0;
                 loop {
-                    let len = (f.size - at).min(IN_BLOCK as u64);
+                    let len = (f.opened.size - at).min(IN_BLOCK as u64);
                     f.read_block(len)?;
+                    hash.update(f.block);
                     at += len;
-                    let last = at == f.size;
+                    let last = at == f.opened.size;
                     if last {
                         f.check_end()?;
+                        f.check_identity()?;
+                        f.check_same(hash.digest())?;
                     }
                     if !each(f.block, last)? || last {
                         return Ok(());
@@ -241,16 +273,31 @@ impl Source<'_> {
 
 impl FileSource<'_> {
     fn refuse(&self, message: String) -> Error {
-        Error::refused(
-            RecordErrorKind::Unreadable,
-            self.index,
-            Some("content_path"),
-            message,
-        )
+        Unread::Refused(message).into_error(self.index)
     }
 
     fn cannot(&self, e: std::io::Error) -> Error {
-        self.refuse(format!("cannot read {}: {e}", self.path.display()))
+        cannot_read(self.path, e).into_error(self.index)
+    }
+
+    /// Checks that the file is still what it was when it was opened.
+    fn check_identity(&self) -> Result<()> {
+        let now = self.file.metadata().map_err(|e| self.cannot(e))?;
+        if Identity::of(&now) != self.opened {
+            return Err(self.refuse(changed(self.path)));
+        }
+        Ok(())
+    }
+
+    /// Checks that a read to the end, whose bytes hash to `hash`, read the first read's bytes.
+    fn check_same(&mut self, hash: u64) -> Result<()> {
+        match self.first {
+            Some(first) if first != hash => Err(self.refuse(changed(self.path))),
+            _ => {
+                self.first = Some(hash);
+                Ok(())
+            }
+        }
     }
 
     fn rewind(&mut self) -> Result<()> {
@@ -269,7 +316,7 @@ impl FileSource<'_> {
             .read_to_end(self.block)
             .map_err(|e| self.cannot(e))?;
         if (self.block.len() as u64) < len {
-            return Err(self.refuse(changed_size(self.path, self.size, "grew")));
+            return Err(self.refuse(changed_size(self.path, self.opened.size, "grew")));
         }
         Ok(())
     }
@@ -279,7 +326,7 @@ impl FileSource<'_> {
         let mut more = [0u8];
         match self.file.read(&mut more) {
             Ok(0) => Ok(()),
-            Ok(_) => Err(self.refuse(changed_size(self.path, self.size, "grew"))),
+            Ok(_) => Err(self.refuse(changed_size(self.path, self.opened.size, "grew"))),
             Err(e) => Err(self.cannot(e)),
         }
     }
@@ -343,11 +390,77 @@ fn changed_size(path: &Path, size: u64, how: &str) -> String {
     )
 }
 
+/// Why a file's bytes changed between two of its reads, though not its size.
+fn changed(path: &Path) -> String {
+    format!(
+        "{} changed while it was read: it is not sent part old, part new; build again once it is \
+         complete",
+        path.display()
+    )
+}
+
+/// What a file is, as fstat tells: a read that finds it otherwise read bytes of two versions.
+/// Not its ctime: a rename or unlink changes it, not the bytes, and a file moved away while
+/// it is read is still read whole from its descriptor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Identity {
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+}
+
+impl Identity {
+    fn of(meta: &Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+        Identity {
+            ino: meta.ino(),
+            size: meta.len(),
+            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
+        }
+    }
+}
+
+/// Why a `content_path` file was not read.
+enum Unread {
+    /// The file's fault: its record is refused with this message.
+    Refused(String),
+    /// The build's: the process is out of descriptors or memory, and the file may be fine. The
+    /// build stops, naming the cause: refusing the record would set a good document aside.
+    Build(Error),
+}
+
+impl Unread {
+    fn into_error(self, index: usize) -> Error {
+        match self {
+            Unread::Refused(m) => {
+                Error::refused(RecordErrorKind::Unreadable, index, Some("content_path"), m)
+            }
+            Unread::Build(e) => e,
+        }
+    }
+}
+
+/// An error opening or reading `path`, as `Unread`.
+fn cannot_read(path: &Path, e: std::io::Error) -> Unread {
+    #[cfg(target_os = "linux")]
+    let build = matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM)
+    );
+    #[cfg(not(target_os = "linux"))]
+    let build = false;
+    if build {
+        return Unread::Build(Error::io(path, e));
+    }
+    Unread::Refused(format!("cannot read {}: {e}", path.display()))
+}
+
 /// The file the planning threads opened for `path`, or `path` opened now.
 fn open_planned(
     path: &Path,
     opened: Option<OpenedFile>,
-) -> std::result::Result<(File, u64), String> {
+) -> std::result::Result<(File, Identity), Unread> {
     match opened.filter(|o| o.path == path) {
         Some(o) => Ok(o.into_parts()),
         None => open_content_file(path),
@@ -357,8 +470,8 @@ fn open_planned(
 /// Opens a `content_path` file and takes its size: only a regular file (a FIFO would block
 /// the build, a device never end), and no larger than the hard ceiling on a feed file, which no
 /// content larger can fit under.
-fn open_content_file(path: &Path) -> std::result::Result<(File, u64), String> {
-    let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
+fn open_content_file(path: &Path) -> std::result::Result<(File, Identity), Unread> {
+    let cannot = |e| cannot_read(path, e);
     // Opening a FIFO for reading waits for a writer: O_NONBLOCK returns at once, and fstat then
     // tells what it is. It changes nothing for a regular file's reads.
     let mut options = std::fs::OpenOptions::new();
@@ -371,51 +484,61 @@ fn open_content_file(path: &Path) -> std::result::Result<(File, u64), String> {
     let file = options.open(path).map_err(cannot)?;
     let meta = file.metadata().map_err(cannot)?;
     if !meta.is_file() {
-        return Err(format!(
+        return Err(Unread::Refused(format!(
             "{} is not a regular file (a FIFO, socket or device)",
             path.display()
-        ));
+        )));
     }
     let limit = crate::limits::HARD_MAX_BYTES;
     if meta.len() > limit {
-        return Err(format!(
+        return Err(Unread::Refused(format!(
             "{} is {} bytes, more than a feed file can hold ({limit}): feed its URL in a web \
              feed instead",
             path.display(),
             meta.len()
-        ));
+        )));
     }
-    Ok((file, meta.len()))
+    Ok((file, Identity::of(&meta)))
 }
 
 /// Reads an open `content_path` file of `size` bytes into `buf`, all of it: a file that is no
-/// longer that size is refused, never sent short. A size of 0 is read to its end (up to the
-/// hard ceiling), as the files of `/proc` and `/sys` say 0 whatever they hold.
+/// longer that size, or no longer what it was when it was opened, is refused, never sent short
+/// or mixed. A size of 0 is read to its end (up to the hard ceiling), as the files of `/proc`
+/// and `/sys` say 0 whatever they hold.
 fn read_content_file(
     file: &File,
-    size: u64,
+    opened: Identity,
     path: &Path,
     buf: &mut Vec<u8>,
-) -> std::result::Result<(), String> {
-    let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
+) -> std::result::Result<(), Unread> {
+    let cannot = |e| cannot_read(path, e);
+    let size = opened.size;
     let limit = crate::limits::HARD_MAX_BYTES;
     buf.clear();
     buf.reserve(size as usize);
     let most = if size == 0 { limit } else { size };
+    // From its start: another read of the same opening (the fingerprint's) may have moved on.
+    let mut file = file;
+    file.seek(SeekFrom::Start(0)).map_err(cannot)?;
     file.take(most + 1).read_to_end(buf).map_err(cannot)?;
     let read = buf.len() as u64;
     if size == 0 && read > limit {
-        return Err(format!(
+        return Err(Unread::Refused(format!(
             "{} grew past {limit} bytes while it was read",
             path.display()
-        ));
+        )));
     }
     if size > 0 && read != size {
-        return Err(changed_size(
+        return Err(Unread::Refused(changed_size(
             path,
             size,
             if read < size { "shrank" } else { "grew" },
-        ));
+        )));
+    }
+    // A file of /proc or /sys changes as it likes (its size of 0 says so).
+    let now = file.metadata().map_err(cannot)?;
+    if size > 0 && Identity::of(&now) != opened {
+        return Err(Unread::Refused(changed(path)));
     }
     Ok(())
 }
@@ -427,15 +550,29 @@ fn read_content_file(
 pub struct OpenedFile {
     path: PathBuf,
     file: File,
-    size: u64,
+    opened: Identity,
     _held: Held,
 }
 
 impl OpenedFile {
-    /// The file and its size, for its read: no longer counted among the files held ahead
-    /// (what is being read is one a thread).
-    fn into_parts(self) -> (File, u64) {
-        (self.file, self.size)
+    /// Another descriptor of the same opening, for another read of the record (its
+    /// fingerprint's), which then finds the file as the encoding does; none if the process is
+    /// out of descriptors (that read opens the file itself).
+    pub(crate) fn try_clone(&self) -> Option<OpenedFile> {
+        let file = self.file.try_clone().ok()?;
+        HELD.fetch_add(1, Ordering::Relaxed);
+        Some(OpenedFile {
+            path: self.path.clone(),
+            file,
+            opened: self.opened,
+            _held: Held,
+        })
+    }
+
+    /// The file and what it was when opened, for its read: no longer counted among the files
+    /// held ahead (what is being read is one a thread).
+    fn into_parts(self) -> (File, Identity) {
+        (self.file, self.opened)
     }
 }
 
@@ -499,9 +636,10 @@ pub(crate) fn read_ahead(paths: &[&Path]) -> Vec<(u64, Option<OpenedFile>)> {
     let opened: Vec<OnceLock<(u64, Option<OpenedFile>)>> =
         paths.iter().map(|_| OnceLock::new()).collect();
     let one = |path: &Path| {
-        let Ok((file, size)) = open_content_file(path) else {
+        let Ok((file, opened)) = open_content_file(path) else {
             return (0, None);
         };
+        let size = opened.size;
         let len = size.min(READ_AHEAD_FILE);
         let granted = budget
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
@@ -519,7 +657,7 @@ pub(crate) fn read_ahead(paths: &[&Path]) -> Vec<(u64, Option<OpenedFile>)> {
         let file = held.then(|| OpenedFile {
             path: path.to_owned(),
             file,
-            size,
+            opened,
             _held: Held,
         });
         (size, file)
@@ -618,6 +756,78 @@ mod tests {
     }
 
     #[test]
+    fn a_file_rewritten_in_place_at_its_size_between_two_reads_is_refused() {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("doc.bin");
+        let bytes: Vec<u8> = (0..2 * IN_BLOCK + 10).map(|i| i as u8).collect();
+        // Rewritten, and rewritten with its modification time put back (as `cp -p` or rsync
+        // do): only the bytes of the two reads tell the second.
+        for keep_mtime in [false, true] {
+            std::fs::write(&path, &bytes).unwrap();
+            let content = Content::Path(path.clone());
+            let mut buf = Vec::new();
+            let mut source = content.source(7, "text/plain", &mut buf, None).unwrap();
+            assert!(read_all(&mut source).unwrap() == bytes);
+            let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            let mtime = file.metadata().unwrap().modified().unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            file.write_all_at(b"new", IN_BLOCK as u64 + 5).unwrap();
+            if keep_mtime {
+                file.set_modified(mtime).unwrap();
+            }
+            let err = read_all(&mut source).unwrap_err();
+            assert!(
+                matches!(
+                    &err,
+                    Error::Record {
+                        index: 7,
+                        kind: RecordErrorKind::Unreadable,
+                        ..
+                    }
+                ),
+                "{err:?}"
+            );
+            let message = err.to_string();
+            assert!(message.contains("changed while it was read"), "{message}");
+        }
+    }
+
+    #[test]
+    fn a_file_rewritten_between_its_opening_ahead_and_its_read_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.bin");
+        std::fs::write(&path, b"0123456789").unwrap();
+        let opened = open_ahead(&path);
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        std::fs::write(&path, b"9876543210").unwrap();
+        let err = read(&path, Some(opened)).unwrap_err().to_string();
+        assert!(err.contains("changed while it was read"), "{err}");
+    }
+
+    #[test]
+    fn running_out_of_descriptors_stops_the_build_and_refuses_no_record() {
+        let path = Path::new("/docs/a.pdf");
+        for code in [libc::EMFILE, libc::ENFILE] {
+            let e = cannot_read(path, std::io::Error::from_raw_os_error(code)).into_error(3);
+            match e {
+                Error::Io { path: p, source } => {
+                    assert_eq!((p.as_path(), source.raw_os_error()), (path, Some(code)));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let e = cannot_read(path, std::io::Error::from_raw_os_error(libc::EACCES)).into_error(3);
+        assert!(matches!(
+            e,
+            Error::Record {
+                kind: RecordErrorKind::Unreadable,
+                ..
+            }
+        ));
+    }
+
+    #[test]
     fn text_cut_between_blocks_anywhere_is_put_together() {
         let text = "a\u{e9}\u{65e5}\u{1f600}b".repeat(3);
         for cut in 0..=text.len() {
@@ -692,6 +902,30 @@ mod tests {
             err.contains(&format!("cannot read {}", path.display())),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_fingerprint_read_from_the_encodings_opening_is_refused_if_the_file_changed_since() {
+        use crate::fingerprint::fingerprint_opened;
+        use crate::record::Record;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.txt");
+        std::fs::write(&path, b"first").unwrap();
+        let record = Record {
+            url: "http://docs.example.com/a".into(),
+            content: Some(Content::Path(path.clone())),
+            ..Default::default()
+        };
+        let opened = open_ahead(&path);
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        std::fs::write(&path, b"other").unwrap();
+        // The encoding would refuse it; so does its fingerprint, read from the same opening.
+        let err = fingerprint_opened(5, &record, opened.try_clone()).unwrap_err();
+        assert!(
+            err.to_string().contains("changed while it was read"),
+            "{err}"
+        );
+        assert!(read(&path, Some(opened)).is_err());
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::escape::first_unrepresentable;
 use crate::url::{check_url, url_path};
 
 pub use content::Content;
-pub(crate) use content::{read_ahead, OpenedFile, Source};
+pub(crate) use content::{read_ahead, OpenedFile, Source, Utf8Blocks};
 use date::normalize_date;
 pub(crate) use date::parse_date;
 use xml::Checked;

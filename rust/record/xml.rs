@@ -126,6 +126,11 @@ fn write_content(
         Ok(worth == Some(true))
     };
     let mut text = source.is_text();
+    // A file of a text type whose first block is not UTF-8 is no text: it is judged as binary
+    // (by the entropy of its head), as in memory, and not deflated whole to learn it.
+    if text.is_none() && !head_may_be_text(source)? {
+        text = Some(false);
+    }
     // A file of a text type is text if it is UTF-8, which is known once it is read: it is read
     // first for deflating when either way deflating comes first.
     let deflate_first = match text {
@@ -133,9 +138,16 @@ fn write_content(
         Some(false) => deflate_binary(source)?,
         None => deflate_text || deflate_binary(source)?,
     };
+    if !deflate_first && text == Some(false) {
+        // Only base64 is left: a content too big for it is refused before it is written.
+        source.fits(len.div_ceil(3) * 4)?;
+    }
+    // The deflated length, once known: a second try would only make it again.
+    let mut deflated = None;
     if deflate_first {
         let mark = sink.len();
         let (n, is_text) = write_deflated(source, deflater, sink)?;
+        deflated = Some(n);
         // No entropy probe for text: it is never noise to deflate, and the size check catches
         // the text that does not shrink.
         let keep = if is_text {
@@ -156,7 +168,7 @@ fn write_content(
         }
         // XML cannot carry this text as text (or it is not UTF-8): base64 keeps every byte.
         sink.truncate(mark)?;
-        if deflate_binary(source)? {
+        if deflate_binary(source)? && deflated.is_none_or(|n| compress.keeps(n, len)) {
             let (n, _) = write_deflated(source, deflater, sink)?;
             if compress.keeps(n, len) {
                 return Ok(());
@@ -165,6 +177,12 @@ fn write_content(
         }
     }
     write_base64(source, sink)
+}
+
+/// Whether the first block of a content may be text: UTF-8, but for a character cut at its end.
+fn head_may_be_text(source: &mut Source<'_>) -> Result<bool> {
+    let head = source.head()?;
+    Ok(Utf8Blocks::default().push(head, false, |_| Ok(())).is_ok())
 }
 
 /// Writes the content deflated; returns the deflated length and whether the content is text

@@ -64,6 +64,11 @@ pub struct FeedWriter {
     fingerprints: bool,
     /// Fingerprints of the records taken since `take_fingerprints` was last called.
     found: Fingerprints,
+    /// The lines of the last chunk of JSON Lines that failed which were written before it
+    /// failed (`written_before_error`).
+    written: usize,
+    /// Files finished by the rounds of a chunk that then failed, reported with the next batch.
+    unreported: Vec<ManifestEntry>,
 }
 
 impl FeedWriter {
@@ -153,6 +158,8 @@ impl FeedWriter {
             started: Mutex::default(),
             fingerprints: false,
             found: Fingerprints::default(),
+            written: 0,
+            unreported: Vec::new(),
         })
     }
 
@@ -397,6 +404,11 @@ impl FeedWriter {
 
     /// Hands the pieces of a chunk to the encoding threads (see `tasks::start_chunk`).
     fn launch(&self, chunk: SharedChunk) -> Started {
+        self.launch_from(chunk, 0)
+    }
+
+    /// Hands the pieces of a chunk's lines from `from` to the encoding threads.
+    fn launch_from(&self, chunk: SharedChunk, from: usize) -> Started {
         let how = LineEncoding {
             set: self.set,
             kind: self.kind,
@@ -404,15 +416,52 @@ impl FeedWriter {
             level: self.opts.level,
             fingerprints: self.fingerprints,
         };
-        start_chunk(&self.pool, chunk, how)
+        start_chunk(&self.pool, chunk, from, how)
     }
 
-    /// Waits for a chunk's pieces and takes them. Line numbers are counted from each piece's
-    /// first line, then shifted.
+    /// How many lines of the last chunk of JSON Lines that failed (`wait_jsonl`, `add_jsonl`)
+    /// were written before it failed: none, unless the chunk named more big files than one
+    /// round of encoding takes (see `tasks::CHUNK_FILES`) and failed in a later round. The lines
+    /// before the bad one that are left to write start there.
+    pub fn written_before_error(&self) -> usize {
+        self.written
+    }
+
+    /// Waits for a chunk's pieces and takes them, in rounds if its plan left lines for more
+    /// (then each round is written before the next is encoded: see `tasks::CHUNK_FILES`).
     fn land(&mut self, started: Started) -> Result<BatchReport> {
+        self.written = 0;
+        let mut report = BatchReport {
+            warnings: Vec::new(),
+            finished: std::mem::take(&mut self.unreported),
+            lines: 0,
+        };
+        let mut next = Some(started);
+        while let Some(started) = next.take() {
+            let (pieces, rest) = started.wait_rounds();
+            match self.land_round(pieces, report.lines) {
+                Ok(round) => {
+                    report.warnings.extend(round.warnings);
+                    report.finished.extend(round.finished);
+                    report.lines = round.lines;
+                }
+                Err(e) => {
+                    self.written = report.lines;
+                    self.unreported = report.finished;
+                    return Err(e);
+                }
+            }
+            next = rest.map(|(chunk, from)| self.launch_from(chunk, from));
+        }
+        Ok(report)
+    }
+
+    /// Takes the pieces of a round of a chunk whose rounds before took `lines` lines. Line
+    /// numbers are counted from each piece's first line, then shifted; the report's `lines`
+    /// counts the chunk's lines up to the round's end.
+    fn land_round(&mut self, pieces: Vec<tasks::Piece>, mut lines: usize) -> Result<BatchReport> {
         let mut encoded = Vec::new();
-        let mut lines = 0;
-        for result in started.wait() {
+        for result in pieces {
             let (mut done, count) = result.map_err(|e: Error| e.shifted(lines))?;
             done.indices.iter_mut().for_each(|i| *i += lines);
             done.found.shift(lines);

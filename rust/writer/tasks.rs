@@ -5,11 +5,11 @@ use std::cell::RefCell;
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use crate::encode::Scratch;
 use crate::error::{Error, RecordErrorKind, Result};
-use crate::fingerprint::{fingerprint, snapshot_record, Fingerprints};
+use crate::fingerprint::{fingerprint_opened, snapshot_record, Fingerprints};
 use crate::jsonl;
 use crate::record::{EncodeOptions, FeedKind, OpenedFile};
 use crate::spill::{Spill, Spilled};
@@ -169,6 +169,9 @@ pub(super) struct Results {
     /// The results in chunk order, and how many pieces are still out.
     pub(super) slots: Mutex<(Vec<Option<Piece>>, usize)>,
     pub(super) all_in: Condvar,
+    /// Where the lines the plan left for another round start, if it left any (see
+    /// `CHUNK_FILES`).
+    rest: OnceLock<usize>,
 }
 
 impl Results {
@@ -180,6 +183,7 @@ impl Results {
                 pieces + usize::from(planning),
             )),
             all_in: Condvar::new(),
+            rest: OnceLock::new(),
         }
     }
 
@@ -215,18 +219,35 @@ impl Results {
 impl<K> Started<K> {
     /// Waits for every piece; returns their results in chunk order.
     pub(super) fn wait(self) -> Vec<Piece> {
+        self.wait_keep().0
+    }
+
+    /// `wait`, and gives back what the pieces read.
+    fn wait_keep(self) -> (Vec<Piece>, K) {
         let slots = self.results.slots.lock().unwrap_or_else(|e| e.into_inner());
         let mut slots = self
             .results
             .all_in
             .wait_while(slots, |slots| slots.1 > 0)
             .unwrap_or_else(|e| e.into_inner());
-        drop(self.keep);
-        slots
+        let pieces = slots
             .0
             .iter_mut()
             .map(|slot| slot.take().expect("every piece reported"))
-            .collect()
+            .collect();
+        drop(slots);
+        (pieces, self.keep)
+    }
+}
+
+impl Started {
+    /// `wait`, with the chunk and where its lines left for another round start, if the plan
+    /// left some.
+    pub(super) fn wait_rounds(self) -> (Vec<Piece>, Option<(SharedChunk, usize)>) {
+        let results = Arc::clone(&self.results);
+        let (pieces, chunk) = self.wait_keep();
+        let rest = results.rest.get().map(|&from| (chunk, from));
+        (pieces, rest)
     }
 }
 
@@ -268,7 +289,8 @@ impl LineEncoding {
             let encoded = match fingerprinting {
                 None => self.set.encode_line(index, line, kind, enc, scratch, out),
                 Some(encode) => snapshot_record(index, line).and_then(|record| {
-                    let fp = fingerprint(index, &record)?;
+                    let opened = scratch.opened.as_ref().and_then(OpenedFile::try_clone);
+                    let fp = fingerprint_opened(index, &record, opened)?;
                     encode(index, &record, kind, enc, scratch, out)?;
                     done.found.push(chunk, index, line, &record.url, &fp);
                     Ok(())
@@ -282,19 +304,32 @@ impl LineEncoding {
     }
 }
 
-/// Starts encoding a chunk of JSON Lines on `pool`, pieces first in, first done; returns at
-/// once. A chunk that names files is planned first on the reading threads, which ask the kernel
-/// to read its files ahead and learn their sizes, so that its pieces are cut by what their
-/// records cost and not by their bytes of JSON. Planned while the chunk before is encoded, it
+/// The most a round of a chunk's encoding takes of big files (those whose records are moved out
+/// of memory to wait for the writer, see `spill`): a chunk's records all wait until the last
+/// is encoded, and a few chunks are in flight, so without it the records waiting took as much
+/// disk as the files of a few chunks of lines, tens of GB with big files. The lines past it are
+/// encoded in a round of their own once those before are taken (see `FeedWriter::land`).
+const CHUNK_FILES: jsonl::FileBudget = jsonl::FileBudget {
+    big: (crate::spill::SPILL_AT / 4 * 3) as u64,
+    bytes: 512 << 20,
+    files: 128,
+};
+
+/// Starts encoding the lines of a chunk of JSON Lines from `from` (a line start) on `pool`,
+/// pieces first in, first done; returns at once. A chunk that names files is planned first on
+/// the reading threads, which ask the kernel to read its files ahead and learn their sizes, so
+/// that its pieces are cut by what their records cost and not by their bytes of JSON, and so
+/// that a round takes no more than `CHUNK_FILES`. Planned while the chunk before is encoded, it
 /// keeps many file reads in flight, however few the encoding threads.
 pub(super) fn start_chunk(
     pool: &Arc<rayon::ThreadPool>,
     chunk: SharedChunk,
+    from: usize,
     how: LineEncoding,
 ) -> Started {
     let count = pool.current_num_threads() * 8;
-    if !jsonl::names_files((*chunk).as_ref()) {
-        return start_by_bytes(pool, chunk, count, how);
+    if !jsonl::names_files(&(*chunk).as_ref()[from..]) {
+        return start_by_bytes(pool, chunk, from, count, how);
     }
     let results = Arc::new(Results::new(0, true));
     let (plan_pool, plan_chunk, plan_results) =
@@ -306,17 +341,20 @@ pub(super) fn start_chunk(
         // The chunk's first lines are planned and started first, with a share of its pieces:
         // where the encoding threads wait for this chunk (a build's first, or planning behind
         // them, files slow to open), they start on those while the rest are opened.
-        let first = memchr::memchr(b'\n', &bytes[bytes.len() / FIRST_WAVE..])
-            .map_or(bytes.len(), |k| bytes.len() / FIRST_WAVE + k + 1);
+        let mid = from + (bytes.len() - from) / FIRST_WAVE;
+        let first = memchr::memchr(b'\n', &bytes[mid..]).map_or(bytes.len(), |k| mid + k + 1);
         let waves = [
-            (0..first, count / 4),
+            (from..first, count / 4),
             (first..bytes.len(), count - count / 4),
         ];
+        // What the first wave takes of the budget, the second has less of.
+        let mut budget = CHUNK_FILES;
         for (lines, pieces) in waves.into_iter().filter(|(lines, _)| !lines.is_empty()) {
-            let planned = catch_unwind(AssertUnwindSafe(|| {
-                jsonl::cut_by_cost(bytes, lines.clone(), pieces, crate::record::read_ahead)
+            let (planned, taken) = catch_unwind(AssertUnwindSafe(|| {
+                let open = crate::record::read_ahead;
+                jsonl::cut_within(bytes, lines.clone(), pieces, open, Some(&mut budget))
             }))
-            .unwrap_or_else(|_| vec![by_bytes(lines)]);
+            .unwrap_or_else(|_| (vec![by_bytes(lines.clone())], lines.end));
             let first_piece = plan_results.expect(planned.len());
             spawn_pieces(
                 &plan_pool,
@@ -326,6 +364,10 @@ pub(super) fn start_chunk(
                 first_piece,
                 how,
             );
+            if taken < lines.end {
+                let _ = plan_results.rest.set(taken);
+                break;
+            }
         }
         // Before the plan reports: the writer's own reference must be the last (see SharedChunk).
         drop(plan_chunk);
@@ -337,20 +379,21 @@ pub(super) fn start_chunk(
             results,
         },
         // No thread to plan on (out of threads): cut by bytes, as a chunk naming no file.
-        Err(_) => start_by_bytes(pool, chunk, count, how),
+        Err(_) => start_by_bytes(pool, chunk, from, count, how),
     }
 }
 
-/// Starts a chunk cut into `count` pieces of equal bytes of JSON.
+/// Starts the lines of a chunk from `from` cut into `count` pieces of equal bytes of JSON.
 fn start_by_bytes(
     pool: &rayon::ThreadPool,
     chunk: SharedChunk,
+    from: usize,
     count: usize,
     how: LineEncoding,
 ) -> Started {
-    let pieces: Vec<_> = jsonl::pieces((*chunk).as_ref().len(), count)
+    let pieces: Vec<_> = jsonl::pieces((*chunk).as_ref().len() - from, count)
         .into_iter()
-        .map(by_bytes)
+        .map(|p| by_bytes(p.start + from..p.end + from))
         .collect();
     let results = Arc::new(Results::new(pieces.len(), false));
     spawn_pieces(pool, &chunk, &results, pieces, 0, how);

@@ -201,19 +201,22 @@ class _Builder:
             except RecordError as exc:
                 # A line read past the end of a file that shrank is no line of it.
                 self._changed()
-                # Nothing of the chunk was written, and the lines before the bad one are good:
-                # write them, set the bad line aside, and go on after it, ahead of the chunk
-                # already started. (A copy, to search it: refusals are rare.)
+                # Nothing of the chunk was written but its first `exc.written` lines, and the
+                # lines before the bad one are good: write the others, set the bad line aside,
+                # and go on after it, ahead of the chunk already started. (A copy, to search
+                # it: refusals are rare.)
                 chunk = bytes(chunk)
-                start = 0
-                for _ in range(exc.index):
+                start = written = 0
+                for i in range(exc.index):
                     start = chunk.index(b"\n", start) + 1
+                    if i + 1 == exc.written:
+                        written = start
                 end = chunk.find(b"\n", start)
                 end = len(chunk) if end < 0 else end + 1
                 reason = f"{exc.field}: {exc.reason}" if exc.field else exc.reason
                 self.refuse(self.where(exc.index), chunk[start:end], reason)
-                if start:
-                    self.writer.add_jsonl(chunk[:start])
+                if start > written:
+                    self.writer.add_jsonl(chunk[written:start])
                 chunk = chunk[end:]
                 self._done += exc.index + 1
                 if not chunk:

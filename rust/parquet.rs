@@ -1,0 +1,246 @@
+//! Parquet files as build inputs, read by the core without pyarrow: a row group at a time, in
+//! batches of about `BATCH_BYTES`, so that memory stays flat whatever the file's size. Each
+//! batch is Arrow data that `add_arrow`'s reader (`arrow::Rows`) takes as it takes any other.
+//!
+//! A file that cannot be read whole (truncated, corrupt, a row group shorter than its footer
+//! says) is an error naming the row group and the rows where the reading stopped: read in part,
+//! it would make a feed of part of it.
+
+use std::fs::File;
+use std::path::Path;
+
+use ::parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
+    ParquetRecordBatchReaderBuilder,
+};
+use arrow_array::RecordBatch;
+use arrow_schema::ArrowError;
+
+use crate::arrow::Rows;
+use crate::error::{Error, Result};
+
+/// A batch holds about this many bytes of values (uncompressed, as the footer counts them), and
+/// at most `MAX_ROWS` rows: its values are decoded into memory whole, three batches at a time
+/// (being encoded, handed over, being read).
+pub const BATCH_BYTES: usize = 4 << 20;
+pub const MAX_ROWS: usize = 65_536;
+
+/// A Parquet file, read as record batches (an iterator), in order.
+pub struct ParquetFile {
+    file: File,
+    metadata: ArrowReaderMetadata,
+    /// The next row group to read.
+    next_group: usize,
+    /// The row group being read, if any.
+    group: Option<Group>,
+    /// The rows of the row groups before the next one.
+    rows: usize,
+}
+
+/// A row group being read.
+struct Group {
+    index: usize,
+    reader: ParquetRecordBatchReader,
+    /// Its first row in the file, its rows as the footer counts them, and those read so far.
+    first: usize,
+    rows: usize,
+    read: usize,
+}
+
+impl ParquetFile {
+    /// Opens the file and reads its footer; refuses (naming it) a column that is no record field
+    /// or whose type cannot hold its field, before any row is read.
+    pub fn open(path: &Path) -> Result<ParquetFile> {
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let metadata = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
+            .map_err(|e| unreadable(format!("{e}")))?;
+        Rows::new(&RecordBatch::new_empty(metadata.schema().clone()))?;
+        Ok(ParquetFile {
+            file,
+            metadata,
+            next_group: 0,
+            group: None,
+            rows: 0,
+        })
+    }
+
+    /// Starts reading the next row group, if there is one.
+    fn start(&mut self) -> Option<Result<Group>> {
+        let index = self.next_group;
+        let group = self.metadata.metadata().row_groups().get(index)?;
+        self.next_group += 1;
+        let rows = group.num_rows().max(0) as usize;
+        let bytes = group.total_byte_size().max(1) as usize;
+        // Rows of about BATCH_BYTES, by the row group's average row.
+        let batch = (BATCH_BYTES.saturating_mul(rows) / bytes).clamp(1, MAX_ROWS);
+        let first = self.rows;
+        self.rows += rows;
+        let reader = self
+            .file
+            .try_clone()
+            .map_err(|e| format!("{e}"))
+            .and_then(|file| {
+                ParquetRecordBatchReaderBuilder::new_with_metadata(file, self.metadata.clone())
+                    .with_row_groups(vec![index])
+                    .with_batch_size(batch)
+                    .build()
+                    .map_err(|e| format!("{e}"))
+            });
+        Some(
+            reader
+                .map(|reader| Group {
+                    index,
+                    reader,
+                    first,
+                    rows,
+                    read: 0,
+                })
+                .map_err(|e| self.stopped(index, first, rows, first, &e)),
+        )
+    }
+
+    /// Why the reading stopped in row group `index` (of `rows` from row `first`) at row `at`.
+    fn stopped(&self, index: usize, first: usize, rows: usize, at: usize, why: &str) -> Error {
+        let groups = self.metadata.metadata().num_row_groups();
+        let end = (first + rows).saturating_sub(1);
+        unreadable(format!(
+            "row group {index} of {groups} (rows {first} to {end}), at row {at}: {why}"
+        ))
+    }
+}
+
+fn unreadable(why: String) -> Error {
+    Error::Config(format!("cannot be read whole: {why}"))
+}
+
+impl Iterator for ParquetFile {
+    type Item = Result<RecordBatch>;
+
+    fn next(&mut self) -> Option<Result<RecordBatch>> {
+        let next = self.read();
+        if matches!(next, Some(Err(_))) {
+            // Nothing is read after an error: the rows after it would make a feed with a hole.
+            self.group = None;
+            self.next_group = usize::MAX;
+        }
+        next
+    }
+}
+
+impl ParquetFile {
+    fn read(&mut self) -> Option<Result<RecordBatch>> {
+        loop {
+            let mut group = match self.group.take() {
+                Some(group) => group,
+                None => match self.start()? {
+                    Ok(group) => group,
+                    Err(e) => return Some(Err(e)),
+                },
+            };
+            let why = match group.reader.next() {
+                Some(Ok(batch)) if group.read + batch.num_rows() <= group.rows => {
+                    group.read += batch.num_rows();
+                    self.group = Some(group);
+                    return Some(Ok(batch));
+                }
+                Some(Ok(_)) => "more rows than the footer counts".to_owned(),
+                // As the Parquet reader said it, without Arrow's "Parquet argument error: ".
+                Some(Err(ArrowError::ParquetError(why))) => why,
+                Some(Err(e)) => e.to_string(),
+                None if group.read < group.rows => {
+                    format!("the row group ends after {} rows", group.read)
+                }
+                None => continue, // on to the next row group
+            };
+            let at = group.first + group.read;
+            return Some(Err(self.stopped(
+                group.index,
+                group.first,
+                group.rows,
+                at,
+                &why,
+            )));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use ::parquet::arrow::ArrowWriter;
+    use ::parquet::basic::{Compression, ZstdLevel};
+    use ::parquet::file::properties::WriterProperties;
+    use arrow_array::{ArrayRef, Int64Array, StringArray};
+
+    use super::*;
+
+    /// A file of `rows` rows (`url` and `pagerank`), in row groups of `group` rows.
+    fn write(path: &Path, rows: usize, group: usize) {
+        let urls: ArrayRef = Arc::new(StringArray::from_iter_values(
+            (0..rows).map(|i| format!("http://docs.example.com/{i}")),
+        ));
+        let ranks: ArrayRef = Arc::new(Int64Array::from_iter_values((0..rows).map(|i| i as i64)));
+        let batch = RecordBatch::try_from_iter([("url", urls), ("pagerank", ranks)]).unwrap();
+        let props = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(group))
+            .set_compression(Compression::ZSTD(ZstdLevel::default()))
+            .build();
+        let mut writer =
+            ArrowWriter::try_new(File::create(path).unwrap(), batch.schema(), Some(props)).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+    }
+
+    fn ranks(batch: &RecordBatch) -> Vec<i64> {
+        let column = batch.column_by_name("pagerank").unwrap();
+        arrow_array::cast::AsArray::as_primitive::<arrow_array::types::Int64Type>(column)
+            .values()
+            .to_vec()
+    }
+
+    #[test]
+    fn every_row_comes_in_order_in_batches_of_at_most_max_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.parquet");
+        write(&path, 150_000, 100_000);
+        let batches: Vec<RecordBatch> = ParquetFile::open(&path)
+            .unwrap()
+            .collect::<Result<_>>()
+            .unwrap();
+        assert!(batches.iter().all(|b| b.num_rows() <= MAX_ROWS));
+        // Batches end where row groups do: an error can name the row group.
+        let sizes: Vec<usize> = batches.iter().map(RecordBatch::num_rows).collect();
+        assert_eq!(sizes, [MAX_ROWS, 100_000 - MAX_ROWS, 50_000]);
+        let read: Vec<i64> = batches.iter().flat_map(ranks).collect();
+        assert_eq!(read, (0..150_000).collect::<Vec<i64>>());
+    }
+
+    #[test]
+    fn a_truncated_file_is_refused_before_any_row_and_a_missing_one_is_an_io_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.parquet");
+        write(&path, 1000, 100);
+        let whole = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &whole[..whole.len() - 100]).unwrap();
+        let err = ParquetFile::open(&path).err().unwrap().to_string();
+        assert!(err.starts_with("cannot be read whole: "), "{err}");
+        let missing = ParquetFile::open(&dir.path().join("none.parquet"));
+        assert!(matches!(missing, Err(Error::Io { .. })));
+    }
+
+    #[test]
+    fn a_column_that_is_no_record_field_is_refused_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.parquet");
+        let text: ArrayRef = Arc::new(StringArray::from(vec!["x"]));
+        let batch =
+            RecordBatch::try_from_iter([("url", text.clone()), ("mimetpye", text)]).unwrap();
+        let mut writer =
+            ArrowWriter::try_new(File::create(&path).unwrap(), batch.schema(), None).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        let err = ParquetFile::open(&path).err().unwrap().to_string();
+        assert_eq!(err, "unknown column 'mimetpye': did you mean 'mimetype'?");
+    }
+}

@@ -4,6 +4,8 @@
 //! that knows about Python.
 
 pub mod acl;
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+mod allocator;
 pub mod arrow;
 pub mod encode;
 pub mod error;
@@ -29,3 +31,7 @@ mod bindings;
 pub use error::{Error, Result};
 pub use record::{Action, AuthMethod, Content, FeedType, Record, Timestamp};
 pub use writer::{FeedWriter, ManifestEntry, Options};
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[global_allocator]
+static ALLOCATOR: allocator::Allocator = allocator::Allocator;

@@ -10,17 +10,17 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::error::Error;
-use crate::parquet::ParquetFile;
+use crate::parquet::{ParquetFile, ReadAhead};
 use crate::row_json::write_rows;
 
 use super::arrow_batches;
 
-/// A Parquet file's record batches, read and decoded without the GIL.
+/// A Parquet file's record batches, read and decoded one ahead, without the GIL.
 #[pyclass(module = "fastfeed._core", name = "ParquetFile")]
 struct PyParquetFile {
     // Locked only by the thread that iterates; the lock makes the reader shareable, as Python
     // objects are.
-    inner: Mutex<ParquetFile>,
+    inner: Mutex<ReadAhead>,
 }
 
 #[pymethods]
@@ -29,7 +29,7 @@ impl PyParquetFile {
     fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
         let file = py.allow_threads(|| ParquetFile::open(&path))?;
         Ok(PyParquetFile {
-            inner: Mutex::new(file),
+            inner: Mutex::new(ReadAhead::new(file)),
         })
     }
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from fastfeed import _core
 from fastfeed.errors import FastfeedError, FeedError, InputError, RecordError
+from fastfeed.sets.inputs import ahead
 from fastfeed.sets.writer import RecordWriter
 
 #: The inputs read as tables, by the end of their name; a directory is a tree of documents.
@@ -33,9 +34,10 @@ def _pyarrow() -> Any:
 
 
 def batches(name: str) -> Iterator[Any]:
-    """The record batches of the Parquet or Arrow IPC file `name`. Whatever stops the reading
-    (a truncated or corrupt file, a column that is no record field) raises `InputError` naming
-    the file: a file read in part would make a feed of part of it."""
+    """The record batches of the Parquet or Arrow IPC file `name`, each read while the one
+    before it is taken. Whatever stops the reading (a truncated or corrupt file, a column that
+    is no record field) raises `InputError` naming the file: a file read in part would make a
+    feed of part of it."""
     if os.path.isdir(name):
         raise InputError(
             name,
@@ -43,8 +45,8 @@ def batches(name: str) -> Iterator[Any]:
             f"'{os.path.join(name, '*' + os.path.splitext(name)[1])}'",
         )
     if name.lower().endswith(".parquet"):
-        # Read and decoded without the GIL, with page checksums verified where the writer put
-        # them; the messages say where the reading stopped.
+        # Read and decoded one batch ahead without the GIL, with page checksums verified where
+        # the writer put them; the messages say where the reading stopped.
         try:
             yield from _core.ParquetFile(name)
         except FeedError as exc:
@@ -54,7 +56,7 @@ def batches(name: str) -> Iterator[Any]:
         return
     pa = _pyarrow()
     try:
-        yield from _ipc(pa, name)
+        yield from ahead(_ipc(pa, name))
     except (pa.ArrowException, OSError) as exc:
         raise InputError(name, f"cannot be read whole: {exc}") from None
 

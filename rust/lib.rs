@@ -17,6 +17,7 @@ pub mod jsonl;
 mod lift;
 pub mod limits;
 mod output;
+#[cfg(feature = "parquet")]
 pub mod parquet;
 pub mod record;
 pub mod row_json;

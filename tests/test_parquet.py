@@ -17,7 +17,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
 from conftest import cli_target
-from fastfeed import InputError, PushSettings, sync
+from fastfeed import FeedError, InputError, PushSettings, _core, sync
 from fastfeed.cli import main
 from fastfeed.emulator import Emulator
 
@@ -49,10 +49,16 @@ def build(*argv: str) -> int:
     return main(["build", *argv, "--datasource", "docs", "--max-bytes", "100000"])
 
 
-def test_a_parquet_file_builds_the_same_feed_as_its_json_lines(tmp_path: Path) -> None:
+#: Every codec the core reads (pyarrow writes LZ4 as LZ4_RAW).
+CODECS = ["none", "snappy", "zstd", "gzip", "lz4", "brotli"]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_parquet_file_builds_the_same_feed_as_its_json_lines(tmp_path: Path, codec: str) -> None:
     rows = corpus(3000)
     # Small row groups: several batches, read one after the other.
-    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "docs.parquet", row_group_size=500)
+    table = pa.Table.from_pylist(rows)
+    pq.write_table(table, tmp_path / "docs.parquet", row_group_size=500, compression=codec)
     jsonl(tmp_path / "docs.jsonl", rows)
 
     assert build(str(tmp_path / "docs.parquet"), "--out", str(tmp_path / "pq")) == 0
@@ -172,25 +178,6 @@ def test_parquet_needs_no_pyarrow_and_arrow_files_say_what_to_install(
     assert "pip install 'fastfeed[arrow]'" in capsys.readouterr().err
 
 
-#: Every codec the core reads (pyarrow writes LZ4 as LZ4_RAW).
-CODECS = ["none", "snappy", "zstd", "gzip", "lz4", "brotli"]
-
-
-@pytest.mark.parametrize("codec", CODECS)
-def test_compressed_parquet_builds_the_json_lines_feed_byte_for_byte(
-    tmp_path: Path, codec: str
-) -> None:
-    rows = corpus(1200)
-    pq.write_table(
-        pa.Table.from_pylist(rows), tmp_path / "d.parquet", compression=codec, row_group_size=400
-    )
-    jsonl(tmp_path / "d.jsonl", rows)
-    assert build(str(tmp_path / "d.parquet"), "--out", str(tmp_path / "pq")) == 0
-    assert build(str(tmp_path / "d.jsonl"), "--out", str(tmp_path / "jl")) == 0
-    built = files(tmp_path / "pq")
-    assert len(built) > 3 and built == files(tmp_path / "jl")
-
-
 def test_row_groups_larger_than_a_batch_are_read_whole_in_order(tmp_path: Path) -> None:
     """Rows of 50 KB: a row group of 200 rows (10 MB) is read in batches of about 80, and a
     refused row is named by its row across the whole file."""
@@ -210,6 +197,33 @@ def test_row_groups_larger_than_a_batch_are_read_whole_in_order(tmp_path: Path) 
     assert built == files(tmp_path / "jl")
     assert log.decode().startswith(f"{tmp_path / 'd.parquet'}, row 250: url: ")
     assert json.loads(rejected) == rows[250]
+
+
+def test_the_core_reads_every_row_in_order_in_bounded_batches_ending_with_row_groups(
+    tmp_path: Path,
+) -> None:
+    rows = [{"url": f"http://docs.example.com/{i}", "pagerank": i % 100} for i in range(150_000)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "d.parquet", row_group_size=100_000)
+    batches = list(_core.ParquetFile(tmp_path / "d.parquet"))
+    # At most 65,536 rows, and a batch never spans two row groups: an error names its group.
+    assert [b.num_rows for b in batches] == [65_536, 100_000 - 65_536, 50_000]
+    read = b"".join(_core.rows_json(b) for b in batches)
+    assert read == b"".join(orjson.dumps(r) + b"\n" for r in rows)
+
+
+def test_a_parquet_file_that_shrinks_while_read_stops_instead_of_reading_zeros(
+    tmp_path: Path,
+) -> None:
+    src = tmp_path / "d.parquet"
+    pq.write_table(pa.Table.from_pylist(corpus(4000)), src, row_group_size=1000)
+    reading = _core.ParquetFile(src)
+    assert next(reading).num_rows == 1000
+    with src.open("r+b") as f:
+        f.truncate(src.stat().st_size // 2)
+    with pytest.raises(FeedError, match="the file shrank while it was read"):
+        list(reading)
+    with pytest.raises(FileNotFoundError):
+        _core.ParquetFile(tmp_path / "none.parquet")
 
 
 def test_nested_dictionary_and_timestamp_columns_build_as_their_json_lines(

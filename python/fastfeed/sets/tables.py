@@ -28,7 +28,8 @@ def _pyarrow() -> Any:
         import pyarrow.ipc
     except ImportError:
         raise FastfeedError(
-            "reading Arrow IPC files needs pyarrow: pip install 'fastfeed[arrow]'"
+            "reading Arrow IPC files, or Arrow data other than a pyarrow table, needs pyarrow: "
+            "pip install 'fastfeed[arrow]'"
         ) from None
     return pyarrow
 

@@ -33,6 +33,7 @@ use crate::writer::{
 };
 
 mod dict;
+mod parquet;
 
 create_exception!(
     _core,
@@ -292,8 +293,12 @@ fn capsule<'py>(value: Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, PyC
 }
 
 /// The record batches of what exports the Arrow PyCapsule interface: a stream
-/// (`__arrow_c_stream__`), else an array of structs (`__arrow_c_array__`).
+/// (`__arrow_c_stream__`), else an array of structs (`__arrow_c_array__`); or of a batch the
+/// core read itself (a Parquet file's).
 fn arrow_batches(data: &Bound<'_, PyAny>) -> PyResult<Batches> {
+    if let Ok(batch) = data.downcast::<parquet::ArrowBatch>() {
+        return Ok(Box::new(std::iter::once(Ok(batch.get().batch.clone()))));
+    }
     let failed = |e: arrow_schema::ArrowError| {
         FeedError::new_err(format!("cannot read the Arrow data: {e}"))
     };
@@ -618,6 +623,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fingerprint_jsonl, m)?)?;
     m.add_function(wrap_pyfunction!(repeated_keys, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint_records, m)?)?;
+    parquet::register(m)?;
     m.add("FastfeedError", py.get_type::<FastfeedError>())?;
     m.add("FeedError", py.get_type::<FeedError>())?;
     m.add("RecordError", py.get_type::<RecordError>())?;

@@ -4,6 +4,8 @@
 //! that knows about Python.
 
 pub mod acl;
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+mod allocator;
 pub mod arrow;
 pub mod encode;
 pub mod error;
@@ -15,7 +17,10 @@ pub mod jsonl;
 mod lift;
 pub mod limits;
 mod output;
+#[cfg(feature = "parquet")]
+pub mod parquet;
 pub mod record;
+pub mod row_json;
 pub mod spill;
 pub mod thunderstone;
 pub mod url;
@@ -28,3 +33,7 @@ mod bindings;
 pub use error::{Error, Result};
 pub use record::{Action, AuthMethod, Content, FeedType, Record, Timestamp};
 pub use writer::{FeedWriter, ManifestEntry, Options};
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[global_allocator]
+static ALLOCATOR: allocator::Allocator = allocator::Allocator;

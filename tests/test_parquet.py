@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 import sys
 from collections.abc import Callable
@@ -16,7 +17,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
 from conftest import cli_target
-from fastfeed import InputError, PushSettings, sync
+from fastfeed import FeedError, InputError, PushSettings, _core, sync
 from fastfeed.cli import main
 from fastfeed.emulator import Emulator
 
@@ -48,10 +49,16 @@ def build(*argv: str) -> int:
     return main(["build", *argv, "--datasource", "docs", "--max-bytes", "100000"])
 
 
-def test_a_parquet_file_builds_the_same_feed_as_its_json_lines(tmp_path: Path) -> None:
+#: Every codec the core reads (pyarrow writes LZ4 as LZ4_RAW).
+CODECS = ["none", "snappy", "zstd", "gzip", "lz4", "brotli"]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_parquet_file_builds_the_same_feed_as_its_json_lines(tmp_path: Path, codec: str) -> None:
     rows = corpus(3000)
     # Small row groups: several batches, read one after the other.
-    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "docs.parquet", row_group_size=500)
+    table = pa.Table.from_pylist(rows)
+    pq.write_table(table, tmp_path / "docs.parquet", row_group_size=500, compression=codec)
     jsonl(tmp_path / "docs.jsonl", rows)
 
     assert build(str(tmp_path / "docs.parquet"), "--out", str(tmp_path / "pq")) == 0
@@ -150,13 +157,149 @@ def test_a_parquet_dataset_directory_is_not_indexed_as_documents(
     assert build(str(dataset / "*.parquet"), "--out", str(tmp_path / "ok")) == 0
 
 
-def test_without_pyarrow_the_error_says_what_to_install(
+def test_parquet_needs_no_pyarrow_and_arrow_files_say_what_to_install(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pq.write_table(pa.Table.from_pylist(corpus(1)), tmp_path / "d.parquet")
+    """The core reads Parquet: building and syncing it work without pyarrow installed."""
+    rows = corpus(50)
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "d.parquet")
+    feather.write_feather(pa.Table.from_pylist(rows), tmp_path / "d.feather")
+    jsonl(tmp_path / "d.jsonl", rows)
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow raises ImportError
-    assert build(str(tmp_path / "d.parquet"), "--out", str(tmp_path / "out")) != 0
-    assert "pip install 'fastfeed[parquet]'" in capsys.readouterr().err
+
+    assert build(str(tmp_path / "d.parquet"), "--out", str(tmp_path / "pq")) == 0
+    assert build(str(tmp_path / "d.jsonl"), "--out", str(tmp_path / "jl")) == 0
+    assert files(tmp_path / "pq") == files(tmp_path / "jl")
+    snapshot = sync([str(tmp_path / "d.parquet")], tmp_path / "s.state", "docs",
+                    PushSettings(host="never.example.com"), dry_run=True)  # fmt: skip
+    assert snapshot.diff.new == 50
+
+    assert build(str(tmp_path / "d.feather"), "--out", str(tmp_path / "out")) != 0
+    assert "pip install 'fastfeed[arrow]'" in capsys.readouterr().err
+
+
+def test_row_groups_larger_than_a_batch_are_read_whole_in_order(tmp_path: Path) -> None:
+    """Rows of 50 KB: a row group of 200 rows (10 MB) is read in batches of about 80, and a
+    refused row is named by its row across the whole file."""
+    rows = [
+        {"url": f"http://docs.example.com/{i}", "content": f"{i:06} " + "x" * 50_000}
+        for i in range(400)
+    ]
+    rows[250]["url"] = "http://intranet/250"
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "d.parquet", row_group_size=200)
+    jsonl(tmp_path / "d.jsonl", rows[:250] + rows[251:])
+
+    out = tmp_path / "pq"
+    assert build(str(tmp_path / "d.parquet"), "--out", str(out), "--on-error", "skip") == 1
+    assert build(str(tmp_path / "d.jsonl"), "--out", str(tmp_path / "jl")) == 0
+    built = files(out)
+    rejected, log = built.pop("rejected.jsonl"), built.pop("rejected.log")
+    assert built == files(tmp_path / "jl")
+    assert log.decode().startswith(f"{tmp_path / 'd.parquet'}, row 250: url: ")
+    assert json.loads(rejected) == rows[250]
+
+
+def test_the_core_reads_every_row_in_order_in_bounded_batches_ending_with_row_groups(
+    tmp_path: Path,
+) -> None:
+    rows = [{"url": f"http://docs.example.com/{i}", "pagerank": i % 100} for i in range(150_000)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "d.parquet", row_group_size=100_000)
+    batches = list(_core.ParquetFile(tmp_path / "d.parquet"))
+    # At most 65,536 rows, and a batch never spans two row groups: an error names its group.
+    assert [b.num_rows for b in batches] == [65_536, 100_000 - 65_536, 50_000]
+    read = b"".join(_core.rows_json(b) for b in batches)
+    assert read == b"".join(orjson.dumps(r) + b"\n" for r in rows)
+
+
+def test_a_parquet_file_that_shrinks_while_read_stops_instead_of_reading_zeros(
+    tmp_path: Path,
+) -> None:
+    src = tmp_path / "d.parquet"
+    pq.write_table(pa.Table.from_pylist(corpus(4000)), src, row_group_size=1000)
+    reading = _core.ParquetFile(src)
+    assert next(reading).num_rows == 1000
+    with src.open("r+b") as f:
+        f.truncate(src.stat().st_size // 2)
+    with pytest.raises(FeedError, match="the file shrank while it was read"):
+        list(reading)
+    with pytest.raises(FileNotFoundError):
+        _core.ParquetFile(tmp_path / "none.parquet")
+
+
+def test_nested_dictionary_and_timestamp_columns_build_as_their_json_lines(
+    tmp_path: Path,
+) -> None:
+    """metadata as a struct and as a map, acl as a struct of principals, dictionary-encoded
+    strings (Arrow dictionaries, kept as such in the file), timestamps."""
+    principal = {"name": "CORP\\eng", "scope": "group", "access": "permit"}
+    rows = [
+        {
+            "url": f"http://docs.example.com/{i}",
+            "mimetype": ["text/plain", "text/html"][i % 2],
+            "last_modified": 1_700_000_000 + 3600 * i,
+            "content": f"doc {i} <&>",
+            "metadata": {"author": f"a{i % 3}", "tags": ["x", str(i)]},
+            "acl": {"principals": [principal | {"access": ["permit", "deny"][i % 2]}]},
+        }
+        for i in range(200)
+    ]
+    jsonl(tmp_path / "d.jsonl", rows)
+    mimetypes = pa.array([r["mimetype"] for r in rows]).dictionary_encode()
+    moments = pa.array(
+        [dt.datetime.fromtimestamp(r["last_modified"], dt.UTC) for r in rows],
+        pa.timestamp("ms", tz="UTC"),
+    )
+    table = pa.Table.from_pylist(rows)
+    table = table.set_column(1, "mimetype", mimetypes).set_column(2, "last_modified", moments)
+    pq.write_table(table, tmp_path / "struct.parquet", row_group_size=64)
+    meta = pa.map_(pa.string(), pa.list_(pa.string()))
+    maps = pa.array(
+        [[("author", [r["metadata"]["author"]]), ("tags", r["metadata"]["tags"])] for r in rows],
+        meta,
+    )
+    pq.write_table(table.set_column(4, "metadata", maps), tmp_path / "map.parquet")
+    assert pq.read_schema(tmp_path / "struct.parquet").field("mimetype").type == mimetypes.type
+
+    assert build(str(tmp_path / "d.jsonl"), "--out", str(tmp_path / "jl")) == 0
+    for name in ("struct", "map"):
+        assert build(str(tmp_path / f"{name}.parquet"), "--out", str(tmp_path / name)) == 0
+        assert files(tmp_path / name) == files(tmp_path / "jl")
+
+
+@pytest.mark.parametrize("damage", ["checksum", "rows"])
+def test_a_parquet_file_that_lies_stops_the_build_naming_its_row_group(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str
+) -> None:
+    """A flipped byte inside a page's values (caught by the page checksum, where the writer
+    wrote one), and a footer that counts more rows than a row group holds."""
+    src = tmp_path / "docs.parquet"
+    table = pa.Table.from_pylist(corpus(2000))
+    pq.write_table(
+        table,
+        src,
+        row_group_size=500,
+        write_page_checksum=True,
+        compression="none",
+        use_dictionary=False,
+    )
+    data = bytearray(src.read_bytes())
+    if damage == "checksum":
+        content = pq.ParquetFile(src).metadata.row_group(2).column(1)
+        at = content.data_page_offset + content.total_compressed_size // 2
+        data[at] ^= 0x01
+    else:  # the footer's row count of row group 1: in thrift's compact form, field 3 (i64 500
+        # as a zigzag varint), then field 5 (file_offset), which a column's count is not
+        footer = len(data) - 8 - int.from_bytes(data[-8:-4], "little")
+        counts = [i for i in range(footer, len(data)) if data[i : i + 4] == b"\x16\xe8\x07\x26"]
+        assert len(counts) == 4  # one per row group
+        data[counts[1] + 1 : counts[1] + 3] = b"\xf8\x07"  # 500 -> 508
+    src.write_bytes(data)
+
+    assert build(str(src), "--out", str(tmp_path / "out")) == 1
+    err = capsys.readouterr().err
+    group = 2 if damage == "checksum" else 1
+    assert f"{src}: cannot be read whole: row group {group} of 4 (rows {500 * group} to " in err
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
 
 
 def test_run_builds_and_pushes_a_parquet_file(

@@ -38,7 +38,7 @@ documents.
 
 Each INPUT is a JSON Lines file (one record per line, see the README for the fields), `-` for
 standard input, a Parquet (.parquet) or Arrow IPC (.arrow, .feather, .ipc) file whose columns
-are the record's fields (needs pip install 'fastfeed[parquet]'), a quoted glob of files
+are the record's fields (Arrow files need pip install 'fastfeed[arrow]'), a quoted glob of files
 ('exports/*.parquet'), or a directory whose files become records (with --base-url). The output
 directory receives numbered feed files, each a complete, valid feed under --max-bytes, and
 manifest.jsonl, which lists them in the order they must be pushed.

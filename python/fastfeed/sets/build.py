@@ -158,19 +158,22 @@ class _Builder:
             self.show()
 
     def table(self, name: str) -> None:
-        """Takes the rows of a Parquet or Arrow file, a batch at a time, read one batch ahead on
-        a thread of its own while the last one is encoded."""
+        """Takes the rows of a Parquet or Arrow file, a batch at a time, read one batch ahead
+        (see `tables.batches`) while the last one is encoded."""
         writer = self.writer
         if not isinstance(writer, RecordWriter):
             raise InputError(name, "Parquet and Arrow files hold document records: give JSON Lines")
         first = 0
-        for batch in ahead(tables.batches(name)):
+        for batch in tables.batches(name):
             self._locate, self._done = _RowOf(name, first), 0
             first += batch.num_rows
             try:
                 tables.add_rows(writer, batch, self._refuse_row)
             except FeedError as exc:  # a column that is no record field
                 raise InputError(name, str(exc)) from None
+            # Let go of the batch before the next one is read: its values point into pages
+            # (up to tens of MB) that would stay in memory meanwhile.
+            del batch
             self.show()
 
     def _refuse_row(self, row: int, raw: bytes, reason: str) -> None:

@@ -146,7 +146,7 @@ class Snapshot:
         path = self._work / file
         with path.open("wb") as out:
             for batch in tables.batches(name):
-                out.writelines(tables.rows_json(batch))
+                out.write(tables.rows_json(batch))
         return path
 
     def _records_of(self, root: Path, file: str) -> Path:

@@ -1,27 +1,21 @@
 """Parquet and Arrow IPC (Feather) files as build inputs, read a batch of rows at a time so
 that memory stays flat whatever the file's size; the rows go to `RecordWriter.add_arrow`.
-Reading them takes pyarrow, the `parquet` extra; `add_arrow` itself does not."""
+Parquet files are read by the Rust core (`_core.ParquetFile`); Arrow IPC files take pyarrow,
+the `arrow` extra. `add_arrow` itself needs neither."""
 
 from __future__ import annotations
 
-import base64
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import orjson
-
-from fastfeed.errors import FastfeedError, InputError, RecordError
+from fastfeed import _core
+from fastfeed.errors import FastfeedError, FeedError, InputError, RecordError
+from fastfeed.sets.inputs import ahead
 from fastfeed.sets.writer import RecordWriter
 
 #: The inputs read as tables, by the end of their name; a directory is a tree of documents.
 SUFFIXES = (".parquet", ".arrow", ".feather", ".ipc")
-
-#: Rows of a Parquet file are read in batches of about this many bytes (uncompressed), and at
-#: most MAX_ROWS rows: pyarrow's reading takes several times a batch's size in memory (0.7 GB
-#: of Parquet built at 380 MB peak RSS with 16 MB batches, 300 MB with 4 MB).
-BATCH_BYTES = 4 * 1024 * 1024
-MAX_ROWS = 65_536
 
 
 def is_table(name: str) -> bool:
@@ -32,43 +26,40 @@ def _pyarrow() -> Any:
     try:
         import pyarrow
         import pyarrow.ipc
-        import pyarrow.parquet
     except ImportError:
         raise FastfeedError(
-            "reading Parquet and Arrow files needs pyarrow: pip install 'fastfeed[parquet]'"
+            "reading Arrow IPC files, or Arrow data other than a pyarrow table, needs pyarrow: "
+            "pip install 'fastfeed[arrow]'"
         ) from None
     return pyarrow
 
 
 def batches(name: str) -> Iterator[Any]:
-    """The record batches of the Parquet or Arrow IPC file `name`. Whatever stops the reading
-    (a truncated or corrupt file) raises `InputError` naming the file: a file read in part
-    would make a feed of part of it."""
-    pa = _pyarrow()
+    """The record batches of the Parquet or Arrow IPC file `name`, each read while the one
+    before it is taken. Whatever stops the reading (a truncated or corrupt file, a column that
+    is no record field) raises `InputError` naming the file: a file read in part would make a
+    feed of part of it."""
     if os.path.isdir(name):
         raise InputError(
             name,
             "is a directory (a dataset of several files?): give its files, as "
             f"'{os.path.join(name, '*' + os.path.splitext(name)[1])}'",
         )
+    if name.lower().endswith(".parquet"):
+        # Read and decoded one batch ahead without the GIL, with page checksums verified where
+        # the writer put them; the messages say where the reading stopped.
+        try:
+            yield from _core.ParquetFile(name)
+        except FeedError as exc:
+            raise InputError(name, str(exc)) from None
+        except OSError as exc:
+            raise InputError(name, f"cannot be read: {exc.strerror}") from None
+        return
+    pa = _pyarrow()
     try:
-        if name.lower().endswith(".parquet"):
-            yield from _parquet(pa, name)
-        else:
-            yield from _ipc(pa, name)
+        yield from ahead(_ipc(pa, name))
     except (pa.ArrowException, OSError) as exc:
         raise InputError(name, f"cannot be read whole: {exc}") from None
-
-
-def _parquet(pa: Any, name: str) -> Iterator[Any]:
-    # Checksums are verified where the writer put them. Pre-buffering would read every row
-    # group's columns at once (1 GB peak RSS for 0.7 GB of Parquet); pyarrow's threads add
-    # memory and take the cores from the encoding for no gain.
-    parquet = pa.parquet.ParquetFile(name, page_checksum_verification=True, pre_buffer=False)
-    meta = parquet.metadata
-    row_bytes = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-    size = max(1, min(MAX_ROWS, BATCH_BYTES * max(meta.num_rows, 1) // max(row_bytes, 1)))
-    yield from parquet.iter_batches(batch_size=size, use_threads=False)
 
 
 def _ipc(pa: Any, name: str) -> Iterator[Any]:
@@ -124,6 +115,8 @@ def add_rows(writer: RecordWriter, rows: Any, refuse: Refuse) -> int:
     `row + 1`). A pyarrow Table or RecordBatch is read as it is; a stream (a RecordBatchReader,
     a DuckDB result, a Polars DataFrame) a batch at a time, so that it is never held whole;
     other Arrow data is made a table first, in place, to be sliced there."""
+    if isinstance(rows, _core.ArrowBatch):  # read by the core: no pyarrow
+        return _add_sliced(writer, rows, refuse)
     pa = _pyarrow()
     if not isinstance(rows, pa.Table | pa.RecordBatch) and hasattr(rows, "__arrow_c_stream__"):
         taken = 0
@@ -136,6 +129,11 @@ def add_rows(writer: RecordWriter, rows: Any, refuse: Refuse) -> int:
         return taken
     if not isinstance(rows, pa.Table | pa.RecordBatch):
         rows = pa.table(rows)
+    return _add_sliced(writer, rows, refuse)
+
+
+def _add_sliced(writer: RecordWriter, rows: Any, refuse: Refuse) -> int:
+    """`add_rows` of a table or batch that slices in place (`num_rows`, `slice(offset)`)."""
     count: int = rows.num_rows
     done = 0
     while True:
@@ -151,22 +149,10 @@ def add_rows(writer: RecordWriter, rows: Any, refuse: Refuse) -> int:
 
 
 def row_json(batch: Any, index: int) -> bytes:
-    """A refused row as a JSON Lines record, for `rejected.jsonl`: null fields left out,
-    binary content as `content_base64`, a map's pairs as an object (unless a name repeats)."""
-    return _json(batch.slice(index, 1).to_pylist()[0])
+    """A refused row as a JSON Lines record, for `rejected.jsonl` (see `_core.rows_json`)."""
+    return _core.rows_json(batch.slice(index, 1))
 
 
-def rows_json(batch: Any) -> Iterator[bytes]:
+def rows_json(batch: Any) -> bytes:
     """Every row of a batch as `row_json` makes it: what a sync's snapshot reads of a table."""
-    for row in batch.to_pylist():
-        yield _json(row)
-
-
-def _json(given: dict[str, Any]) -> bytes:
-    row = {k: v for k, v in given.items() if v is not None}
-    if isinstance(row.get("content"), bytes):
-        row["content_base64"] = base64.b64encode(row.pop("content")).decode()
-    pairs = row.get("metadata")
-    if isinstance(pairs, list) and len({k for k, _ in pairs}) == len(pairs):
-        row["metadata"] = dict(pairs)
-    return orjson.dumps(row, default=str, option=orjson.OPT_NON_STR_KEYS) + b"\n"
+    return _core.rows_json(batch)

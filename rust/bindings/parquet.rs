@@ -1,0 +1,91 @@
+//! Parquet files read by the core (`ParquetFile`, an iterator of `ArrowBatch`), and rows of
+//! Arrow data as JSON Lines records (`rows_json`).
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use arrow_array::RecordBatch;
+use pyo3::exceptions::PyIndexError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::error::Error;
+use crate::parquet::{ParquetFile, ReadAhead};
+use crate::row_json::write_rows;
+
+use super::arrow_batches;
+
+/// A Parquet file's record batches, read and decoded one ahead, without the GIL.
+#[pyclass(module = "fastfeed._core", name = "ParquetFile")]
+struct PyParquetFile {
+    // Locked only by the thread that iterates; the lock makes the reader shareable, as Python
+    // objects are.
+    inner: Mutex<ReadAhead>,
+}
+
+#[pymethods]
+impl PyParquetFile {
+    #[new]
+    fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        let file = py.allow_threads(|| ParquetFile::open(&path))?;
+        Ok(PyParquetFile {
+            inner: Mutex::new(ReadAhead::new(file)),
+        })
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<ArrowBatch>> {
+        let next = py.allow_threads(|| self.inner.lock().unwrap_or_else(|e| e.into_inner()).next());
+        Ok(next.transpose()?.map(|batch| ArrowBatch { batch }))
+    }
+}
+
+/// A record batch read by the core: `FeedWriter.add_arrow` and `rows_json` take it as it is.
+#[pyclass(module = "fastfeed._core", name = "ArrowBatch", frozen)]
+pub(super) struct ArrowBatch {
+    pub(super) batch: RecordBatch,
+}
+
+#[pymethods]
+impl ArrowBatch {
+    #[getter]
+    fn num_rows(&self) -> usize {
+        self.batch.num_rows()
+    }
+
+    /// The rows from `offset` on, `length` of them (all when None), in place.
+    #[pyo3(signature = (offset, length=None))]
+    fn slice(&self, offset: usize, length: Option<usize>) -> PyResult<ArrowBatch> {
+        let rows = self.batch.num_rows();
+        if offset > rows {
+            return Err(PyIndexError::new_err(format!(
+                "offset {offset} is past the batch's {rows} rows"
+            )));
+        }
+        let length = length.unwrap_or(rows).min(rows - offset);
+        Ok(ArrowBatch {
+            batch: self.batch.slice(offset, length),
+        })
+    }
+}
+
+/// Every row of Arrow data (what `add_arrow` takes) as a JSON Lines record (see `row_json`).
+#[pyfunction]
+fn rows_json<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
+    let mut out = Vec::new();
+    for batch in arrow_batches(data)? {
+        let batch = batch.map_err(|e| Error::Config(format!("cannot read the Arrow data: {e}")))?;
+        py.allow_threads(|| write_rows(&batch, &mut out))?;
+    }
+    Ok(PyBytes::new(py, &out))
+}
+
+pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyParquetFile>()?;
+    m.add_class::<ArrowBatch>()?;
+    m.add_function(wrap_pyfunction!(rows_json, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,304 @@
+//! Parquet files as build inputs, read by the core without pyarrow: a row group at a time, in
+//! batches of about `BATCH_BYTES`, so that memory stays flat whatever the file's size. Each
+//! batch is Arrow data that `add_arrow`'s reader (`arrow::Rows`) takes as it takes any other.
+//!
+//! A file that cannot be read whole (truncated, corrupt, a row group shorter than its footer
+//! says, shrunk while read) is an error naming the row group and the row where the reading
+//! stopped: read in part, it would make a feed of part of it.
+//!
+//! The file is mapped, and its strings and bytes are read as views (`string_view`,
+//! `binary_view`): a value is read where it lies, in the mapped page or the page decompressed,
+//! instead of being copied into fresh memory twice, once read and once decoded. Fresh memory
+//! costs a page fault per 4 KB: with those copies, faults took a third of a build's CPU time.
+
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use ::parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
+    ParquetRecordBatchReaderBuilder,
+};
+use arrow_array::RecordBatch;
+use arrow_schema::{ArrowError, DataType, FieldRef, Fields, Schema};
+use bytes::Bytes;
+use memmap2::Mmap;
+
+use crate::arrow::Rows;
+use crate::error::{Error, Result};
+use crate::guard::Guard;
+
+/// A batch holds about this many bytes of values (uncompressed, as the footer counts them), and
+/// at most `MAX_ROWS` rows: the rows the writer encodes at once, whose pages stay in memory
+/// while they are.
+const BATCH_BYTES: usize = 4 << 20;
+const MAX_ROWS: usize = 65_536;
+
+/// A Parquet file, read as record batches (an iterator), in order.
+pub struct ParquetFile {
+    mapping: Arc<Mapping>,
+    /// The mapped file, for the Parquet reader.
+    data: Bytes,
+    metadata: ArrowReaderMetadata,
+    /// The next row group to read.
+    next_group: usize,
+    /// The row group being read, if any.
+    group: Option<Group>,
+    /// The rows of the row groups before the next one.
+    rows: usize,
+    /// The bytes of the mapping given back to the kernel (see `release`).
+    released: usize,
+}
+
+/// A mapped file, guarded while it is mapped (see `guard`).
+struct Mapping {
+    guard: Option<Guard>,
+    map: Mmap,
+    file: File,
+}
+
+impl Mapping {
+    /// Whether the file shrank since it was mapped: what was read past its new end is zeros
+    /// (the guard's, or those the kernel gives for the rest of its last page), not its data.
+    fn shrank(&self) -> bool {
+        self.guard.as_ref().is_some_and(Guard::hit)
+            || self
+                .file
+                .metadata()
+                .map_or(true, |m| m.len() < self.map.len() as u64)
+    }
+}
+
+/// The mapping, shared by the reader and the pages read from it.
+struct Shared(Arc<Mapping>);
+
+impl AsRef<[u8]> for Shared {
+    fn as_ref(&self) -> &[u8] {
+        &self.0.map
+    }
+}
+
+/// A row group being read.
+struct Group {
+    index: usize,
+    reader: ParquetRecordBatchReader,
+    /// Its first row in the file, its rows as the footer counts them, and those read so far.
+    first: usize,
+    rows: usize,
+    read: usize,
+}
+
+impl ParquetFile {
+    /// Opens the file and reads its footer; refuses (naming it) a column that is no record field
+    /// or whose type cannot hold its field, before any row is read.
+    pub fn open(path: &Path) -> Result<ParquetFile> {
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        // SAFETY: a file that shrinks while mapped makes reads past its new end fault; the guard
+        // makes them read zeros, and `shrank` stops the reading after them. A file changed in
+        // place reads as changed, as any file read while written, where checksums catch it.
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+        let guard = Guard::new(map.as_ptr(), map.len());
+        let mapping = Arc::new(Mapping { guard, map, file });
+        let data = Bytes::from_owner(Shared(mapping.clone()));
+        let metadata = ArrowReaderMetadata::load(&data, ArrowReaderOptions::new())
+            .and_then(|m| {
+                let schema = Schema::new_with_metadata(
+                    m.schema().fields().iter().map(viewed).collect::<Fields>(),
+                    m.schema().metadata().clone(),
+                );
+                let options = ArrowReaderOptions::new().with_schema(Arc::new(schema));
+                ArrowReaderMetadata::try_new(m.metadata().clone(), options)
+            })
+            .map_err(|e| unreadable(e.to_string()))?;
+        Rows::new(&RecordBatch::new_empty(metadata.schema().clone()))?;
+        Ok(ParquetFile {
+            mapping,
+            data,
+            metadata,
+            next_group: 0,
+            group: None,
+            rows: 0,
+            released: 0,
+        })
+    }
+
+    /// The next batch of the row group being read, or of the next one.
+    fn read(&mut self) -> Option<Result<RecordBatch>> {
+        loop {
+            let mut group = match self.group.take() {
+                Some(group) => group,
+                None => match self.start()? {
+                    Ok(group) => group,
+                    Err(e) => return Some(Err(e)),
+                },
+            };
+            let why = match group.reader.next() {
+                _ if self.mapping.shrank() => {
+                    "the file shrank while it was read (truncated or rewritten)".into()
+                }
+                Some(Ok(batch)) if group.read + batch.num_rows() <= group.rows => {
+                    group.read += batch.num_rows();
+                    self.group = Some(group);
+                    return Some(Ok(batch));
+                }
+                Some(Ok(_)) => "more rows than the footer counts".to_owned(),
+                // As the Parquet reader said it, without Arrow's "Parquet argument error: ".
+                Some(Err(ArrowError::ParquetError(why))) => why,
+                Some(Err(e)) => e.to_string(),
+                None if group.read < group.rows => {
+                    format!("the row group ends after {} rows", group.read)
+                }
+                None => {
+                    self.release(group.index);
+                    continue;
+                }
+            };
+            let at = group.first + group.read;
+            return Some(Err(self.stopped(
+                group.index,
+                group.first,
+                group.rows,
+                at,
+                &why,
+            )));
+        }
+    }
+
+    /// Starts reading the next row group, if there is one.
+    fn start(&mut self) -> Option<Result<Group>> {
+        let index = self.next_group;
+        let group = self.metadata.metadata().row_groups().get(index)?;
+        self.next_group += 1;
+        let rows = group.num_rows().max(0) as usize;
+        let bytes = group.total_byte_size().max(1) as usize;
+        // Rows of about BATCH_BYTES, by the row group's average row.
+        let batch = (BATCH_BYTES.saturating_mul(rows) / bytes).clamp(1, MAX_ROWS);
+        let first = self.rows;
+        self.rows += rows;
+        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(
+            self.data.clone(),
+            self.metadata.clone(),
+        )
+        .with_row_groups(vec![index])
+        .with_batch_size(batch)
+        .build();
+        Some(match reader {
+            Ok(reader) => Ok(Group {
+                index,
+                reader,
+                first,
+                rows,
+                read: 0,
+            }),
+            Err(e) => Err(self.stopped(index, first, rows, first, &e.to_string())),
+        })
+    }
+
+    /// Why the reading stopped in row group `index` (of `rows` from row `first`) at row `at`.
+    fn stopped(&self, index: usize, first: usize, rows: usize, at: usize, why: &str) -> Error {
+        let groups = self.metadata.metadata().num_row_groups();
+        let end = (first + rows).saturating_sub(1);
+        unreadable(format!(
+            "row group {index} of {groups} (rows {first} to {end}), at row {at}: {why}"
+        ))
+    }
+
+    /// Lets the kernel take back the pages of the mapping up to the end of row group `index`,
+    /// which is read: else they would count in this process's memory up to the file's size.
+    /// (They stay in the page cache, and a view still pointing there finds them again.)
+    fn release(&mut self, index: usize) {
+        let end = self
+            .metadata
+            .metadata()
+            .row_group(index)
+            .columns()
+            .iter()
+            .map(|c| c.byte_range().0.saturating_add(c.byte_range().1))
+            .max()
+            .map_or(0, |end| end.min(self.data.len() as u64) as usize);
+        if end > self.released {
+            // SAFETY: the mapping is of a file, read-only: pages dropped from it read the file
+            // again, unchanged, if touched.
+            #[cfg(unix)]
+            let _ = unsafe {
+                self.mapping.map.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    self.released,
+                    end - self.released,
+                )
+            };
+            self.released = end;
+        }
+    }
+}
+
+impl Iterator for ParquetFile {
+    type Item = Result<RecordBatch>;
+
+    fn next(&mut self) -> Option<Result<RecordBatch>> {
+        let next = self.read();
+        if matches!(next, Some(Err(_))) {
+            // Nothing is read after an error: the rows after it would make a feed with a hole.
+            self.group = None;
+            self.next_group = usize::MAX;
+        }
+        next
+    }
+}
+
+/// A Parquet file read one batch ahead, on a thread of its own: the next batch is decoded while
+/// the last one is encoded. One ahead, no more: a batch in flight holds the pages its values
+/// lie in (13.6 MB each in the benchmark's files), and a third one took the peak memory of a
+/// build past 128 MB.
+pub struct ReadAhead {
+    next: Option<JoinHandle<(ParquetFile, Option<Result<RecordBatch>>)>>,
+}
+
+impl ReadAhead {
+    pub fn new(file: ParquetFile) -> ReadAhead {
+        ReadAhead {
+            next: Some(Self::read(file)),
+        }
+    }
+
+    fn read(mut file: ParquetFile) -> JoinHandle<(ParquetFile, Option<Result<RecordBatch>>)> {
+        std::thread::spawn(move || {
+            let batch = file.next();
+            (file, batch)
+        })
+    }
+}
+
+impl Iterator for ReadAhead {
+    type Item = Result<RecordBatch>;
+
+    fn next(&mut self) -> Option<Result<RecordBatch>> {
+        let (file, batch) = match self.next.take()?.join() {
+            Ok(read) => read,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        if matches!(batch, Some(Ok(_))) {
+            self.next = Some(Self::read(file));
+        }
+        batch
+    }
+}
+
+/// The field with its strings and bytes read as views (see the module's words).
+fn viewed(field: &FieldRef) -> FieldRef {
+    let data_type = match field.data_type() {
+        DataType::Utf8 | DataType::LargeUtf8 => DataType::Utf8View,
+        DataType::Binary | DataType::LargeBinary => DataType::BinaryView,
+        DataType::Struct(fields) => DataType::Struct(fields.iter().map(viewed).collect()),
+        DataType::List(item) => DataType::List(viewed(item)),
+        DataType::LargeList(item) => DataType::LargeList(viewed(item)),
+        DataType::Map(entries, sorted) => DataType::Map(viewed(entries), *sorted),
+        _ => return field.clone(),
+    };
+    Arc::new(field.as_ref().clone().with_data_type(data_type))
+}
+
+fn unreadable(why: String) -> Error {
+    Error::Config(format!("cannot be read whole: {why}"))
+}

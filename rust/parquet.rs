@@ -134,9 +134,7 @@ impl ParquetFile {
                 },
             };
             let why = match group.reader.next() {
-                _ if self.mapping.shrank() => {
-                    "the file shrank while it was read (truncated or rewritten)".into()
-                }
+                _ if self.mapping.shrank() => SHRANK.into(),
                 Some(Ok(batch)) if group.read + batch.num_rows() <= group.rows => {
                     group.read += batch.num_rows();
                     self.group = Some(group);
@@ -278,6 +276,12 @@ impl Iterator for ReadAhead {
             Ok(read) => read,
             Err(panic) => std::panic::resume_unwind(panic),
         };
+        // The batch before was encoded meanwhile (this is called after): its strings are views
+        // into the mapping, and a file that shrank then gave them zeros, which only the
+        // mapping tells. The last batch is checked so too, when the reading ends.
+        if file.mapping.shrank() {
+            return Some(Err(unreadable(SHRANK.into())));
+        }
         if matches!(batch, Some(Ok(_))) {
             self.next = Some(Self::read(file));
         }
@@ -298,6 +302,8 @@ fn viewed(field: &FieldRef) -> FieldRef {
     };
     Arc::new(field.as_ref().clone().with_data_type(data_type))
 }
+
+const SHRANK: &str = "the file shrank while it was read (truncated or rewritten)";
 
 fn unreadable(why: String) -> Error {
     Error::Config(format!("cannot be read whole: {why}"))

@@ -6,6 +6,7 @@ import base64
 import datetime as dt
 import json
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -224,6 +225,23 @@ def test_a_parquet_file_that_shrinks_while_read_stops_instead_of_reading_zeros(
         list(reading)
     with pytest.raises(FileNotFoundError):
         _core.ParquetFile(tmp_path / "none.parquet")
+
+
+def test_a_parquet_file_that_shrinks_while_its_last_batch_is_encoded_stops(
+    tmp_path: Path,
+) -> None:
+    """The last batch's strings are views into the file, read as it is encoded, after the
+    reading ahead found no more: the end of the reading still checks the file."""
+    src = tmp_path / "d.parquet"
+    pq.write_table(pa.Table.from_pylist(corpus(100)), src)
+    reading = _core.ParquetFile(src)
+    assert next(reading).num_rows == 100
+    # The reading ahead has found the end by then (a thread of its own).
+    time.sleep(0.5)
+    with src.open("r+b") as f:
+        f.truncate(src.stat().st_size // 2)
+    with pytest.raises(FeedError, match="the file shrank while it was read"):
+        next(reading)
 
 
 def test_nested_dictionary_and_timestamp_columns_build_as_their_json_lines(

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 
-def _high_water_mark(pid: int) -> int:
+def high_water_mark(pid: int) -> int:
     """The child's peak RSS since its exec (VmHWM). Not getrusage's ru_maxrss: that one also
     counts the memory of the large benchmark process the child was forked from."""
     try:
@@ -28,7 +28,7 @@ def run_measuring_peak(command: list[str], status: int = 0) -> int:
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     peak = 0
     while child.poll() is None:
-        peak = max(peak, _high_water_mark(child.pid))
+        peak = max(peak, high_water_mark(child.pid))
         time.sleep(0.02)
     assert child.returncode == status, child.stderr.read() if child.stderr else ""
     return peak

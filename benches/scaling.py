@@ -1,0 +1,123 @@
+"""The scaling curve of issue 14: `fastfeed build` of 1, 4 and 16 GB of JSON Lines and of 1 and
+4 GB of files named by `content_path`, time per GB and peak RSS of each, as a Markdown table
+for PERFORMANCE.md. Run by hand, never on CI (the corpora take tens of GB):
+
+    python benches/scaling.py [--jsonl-gb 1,4,16] [--path-gb 1,4] [--dir /tmp]
+
+The JSON Lines are the mixed corpus of `bench_build.py` (half text with markup, a quarter
+incompressible and a quarter compressible binary, by bytes): a 1 GB corpus is made once and the
+larger sizes repeat it. The by-path lines are `bench_files.py`'s (a copy of this machine's own
+files, 92% of the bytes named by path), repeated until they name the size asked: the repeats
+read the same files again, from the page cache. Each input is read once before its build, so
+that every size starts from a warm cache as far as memory allows, and each build runs in a
+process of its own; its output is deleted before the next. Targets: time linear within 10%,
+memory flat (and under 128 MB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from bench_build import make_corpus  # noqa: E402
+from bench_files import copy_tree, write_jsonl  # noqa: E402
+from peak import high_water_mark  # noqa: E402
+
+GB = 1_000_000_000
+
+
+def repeat(source: Path, dest: Path, times: int) -> None:
+    """`dest` is `source` `times` times over, copied in the kernel."""
+    size = source.stat().st_size
+    with source.open("rb") as src, dest.open("wb") as out:
+        for _ in range(times):
+            copied = 0
+            while copied < size:
+                copied += os.copy_file_range(src.fileno(), out.fileno(), size - copied, copied)
+
+
+def read_once(path: Path) -> None:
+    with path.open("rb") as f:
+        while f.read(1 << 24):
+            pass
+
+
+def timed_build(source: Path, out: Path) -> tuple[float, float, int]:
+    """Wall seconds, CPU seconds and peak RSS of `fastfeed build source` in a process of its own."""
+    command = [sys.executable, "-m", "fastfeed", "build", str(source)]
+    command += ["--datasource", "scaling", "--out", str(out)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak = 0
+    while child.poll() is None:
+        peak = max(peak, high_water_mark(child.pid))
+        time.sleep(0.02)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if child.returncode != 0:
+        raise SystemExit(f"the build of {source} failed: {child.stderr.read().decode()}")
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    shutil.rmtree(out)
+    return wall, cpu, peak
+
+
+def row(label: str, gb: float, wall: float, cpu: float, peak: int) -> str:
+    load = os.getloadavg()[0]
+    return (
+        f"| {label}, {gb:.2f} GB | {wall / gb:.2f} s; {cpu / gb:.2f} s | "
+        f"{peak / 1e6:.0f} MB | {load:.1f} |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jsonl-gb", default="1,4,16", help="sizes of JSON Lines, in GB")
+    parser.add_argument("--path-gb", default="1,4", help="sizes of files named by path, in GB")
+    parser.add_argument("--dir", default=tempfile.gettempdir(), help="where corpora are made")
+    args = parser.parse_args()
+    rows = ["| input | time per GB (wall; CPU) | peak RSS | load |", "| --- | --- | --- | --- |"]
+    with tempfile.TemporaryDirectory(dir=args.dir, prefix="fastfeed-scaling-") as tmp:
+        root = Path(tmp)
+        base = root / "base.jsonl"
+        make_corpus(base, GB, seed=5)
+        for size in (int(s) for s in args.jsonl_gb.split(",") if s):
+            source = root / f"mixed-{size}.jsonl"
+            repeat(base, source, size)
+            read_once(source)
+            gb = source.stat().st_size / GB
+            rows.append(row("JSON Lines, mixed corpus", gb, *timed_build(source, root / "out")))
+            print(rows[-1], flush=True)
+            source.unlink()
+        base.unlink()
+        tree = root / "tree"
+        tree_bytes = copy_tree(tree, 360_000_000)
+        lines = root / "tree.jsonl"
+        _, share = write_jsonl(tree, lines)
+        named = tree_bytes * share
+        for size in (int(s) for s in args.path_gb.split(",") if s):
+            times = max(1, round(size * GB / named))
+            source = root / f"path-{size}.jsonl"
+            repeat(lines, source, times)
+            for path in sorted(tree.rglob("*")):
+                if path.is_file():
+                    read_once(path)
+            gb = named * times / GB
+            label = f"by path (the tree {times} times)"
+            rows.append(row(label, gb, *timed_build(source, root / "out")))
+            print(rows[-1], flush=True)
+            source.unlink()
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()

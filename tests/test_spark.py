@@ -49,6 +49,7 @@ def spark() -> Iterator[SparkSession]:
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.sql.session.timeZone", "UTC")
             # Small Arrow batches: a partition reaches the writer in several.
             .config("spark.sql.execution.arrow.maxRecordsPerBatch", "8")
             .getOrCreate()
@@ -107,7 +108,7 @@ def test_a_data_frame_builds_a_full_set_whose_push_makes_the_index_equal_the_inp
     documents = emulator.documents("docs")
     first = documents["http://docs.example.com/0"]
     assert first.metadata == [("n", "http://docs.example.com/0")]
-    assert first.displayurl is None and first.last_modified is not None
+    assert first.displayurl is None and first.last_modified == "Tue, 02 Jan 2024 03:04:05 GMT"
     # Partition 0 holds records 0 to 29: its files come first, in order.
     assert (
         documents["http://docs.example.com/29"].push_id

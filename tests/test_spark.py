@@ -80,6 +80,15 @@ def index_of(emulator: Emulator) -> dict[str, bytes | None]:
     return {url: doc.content for url, doc in emulator.documents("docs").items()}
 
 
+def assert_pushed_once(out: Path, settings: PushSettings, emulator: Emulator) -> None:
+    """The set in `out` holds records 0 to 119 once each, and pushing it indexes them."""
+    assert sum(e.records for e in read_manifest(out)) == 120
+    assert not (out / STAGING).exists()
+    result = push(out, settings)
+    assert result.ok and result.records_sent == 120
+    assert index_of(emulator) == expected(120)
+
+
 def test_a_data_frame_builds_a_full_set_whose_push_makes_the_index_equal_the_input(
     spark: SparkSession, emulator: Emulator, push_settings: Settings, tmp_path: Path
 ) -> None:
@@ -148,11 +157,8 @@ def test_a_task_failing_while_it_writes_runs_again_and_its_records_are_pushed_on
     summary = build(flaky, tmp_path / "feeds", "docs", "full", max_records=7)
 
     assert sorted(attempts.read_text().splitlines()) == ["0 0", "1 0", "1 1", "2 0"]
-    assert summary.records == sum(e.records for e in read_manifest(tmp_path / "feeds")) == 120
-    assert not (tmp_path / "feeds" / STAGING).exists()
-    result = push(tmp_path / "feeds", push_settings(emulator))
-    assert result.ok and result.records_sent == 120
-    assert index_of(emulator) == expected(120)
+    assert summary.records == 120
+    assert_pushed_once(tmp_path / "feeds", push_settings(emulator), emulator)
 
 
 def test_a_partition_written_by_a_task_that_then_failed_is_pushed_once(
@@ -174,10 +180,7 @@ def test_a_partition_written_by_a_task_that_then_failed_is_pushed_once(
         summary = job.merge([pickle.loads(row.part) for row in rows])
 
     assert summary.records == 120
-    assert not (tmp_path / "feeds" / STAGING).exists()
-    result = push(tmp_path / "feeds", push_settings(emulator))
-    assert result.ok and result.records_sent == 120
-    assert index_of(emulator) == expected(120)
+    assert_pushed_once(tmp_path / "feeds", push_settings(emulator), emulator)
 
 
 def test_a_refused_record_fails_the_job_and_leaves_nothing_to_push(

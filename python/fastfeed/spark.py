@@ -45,13 +45,10 @@ def build(
     the Rust core, or from an RDD of record dicts, one part per partition on the executors,
     into `out_dir`, and returns what was written, counters summed.
 
-    As `fastfeed.build`: a `full` set's first file is full and the rest incremental, in
-    partition order; a full set with no records raises `EmptyFullFeed` unless
-    `allow_empty_full`; with `on_error="stop"` the first refused record fails the job, and with
-    `"skip"` refused records are saved to OUT/rejected.jsonl. A failed job leaves no manifest,
-    so nothing half-built can be pushed; a partition Spark runs again (a failed or speculative
-    attempt) is pushed once. The `options` are `FeedWriter`'s, but `workers` is each partition
-    writer's encoding threads, 1 unless given: Spark's tasks are the parallelism.
+    The options, the set and its guarantees are `fastfeed.dask.build`'s; a partition Spark
+    runs again (a failed or speculative attempt) is pushed once. With `on_error="stop"` a
+    refused record fails the job as any error of a task does: Spark raises its
+    `PythonException`, which names the record.
     """
     dataframe, rdd = _import_pyspark()
     job = PartitionedBuild(

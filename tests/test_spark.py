@@ -37,9 +37,11 @@ SCHEMA = "url string, content string"
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
-    # Spark binds to the address the host name resolves to unless told.
     with pytest.MonkeyPatch.context() as env:
+        # Spark binds to the address the host name resolves to unless told.
         env.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+        # The workers run `python3` unless told: this interpreter has fastfeed.
+        env.setenv("PYSPARK_PYTHON", sys.executable)
         session = (
             SparkSession.builder.master("local[2,2]")  # two threads; a failed task runs again
             .appName("fastfeed-tests")

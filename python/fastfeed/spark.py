@@ -70,7 +70,7 @@ def build(
             f"{type(data).__name__}"
         )
     with job:
-        # A collection of no partitions (an empty local relation) is an empty set: one empty
+        # A collection of no partitions (made of `emptyRDD()`) is an empty set: one empty
         # partition, for the merge to judge.
         parts = write() or [job.write([], 0)]
         return job.merge(parts, started=started, on_warning=on_warning)

@@ -1,0 +1,115 @@
+"""Feed sets built on Spark: `build(data, out_dir, datasource, feedtype)` writes one part of
+the set per partition of a Spark DataFrame (or RDD of record dicts), on the executors, then
+merges the parts into one set that `fastfeed push OUT` pushes like any other.
+
+`out_dir` must be a directory the executors and the driver share (a local disk for
+`local[N]`, a network file system for a cluster of machines). Needs the `spark` extra:
+`pip install 'fastfeed[spark]'`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import pickle
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Unpack
+
+from fastfeed.errors import FastfeedError
+from fastfeed.gsa.partitions import PartitionedBuild
+from fastfeed.gsa.writer import FeedOptions, FeedType
+from fastfeed.sets.build import BuildSummary, OnError
+from fastfeed.sets.partitions import Partition
+from fastfeed.sets.records import Record
+
+__all__ = ["build"]
+
+#: The one column of what each partition's task returns: its `Partition`, pickled.
+_RESULT = "partition"
+
+
+def build(
+    data: Any,
+    out_dir: str | os.PathLike[str],
+    datasource: str,
+    feedtype: FeedType = "incremental",
+    *,
+    allow_empty_full: bool = False,
+    on_error: OnError = "stop",
+    on_warning: Callable[[str], None] | None = None,
+    **options: Unpack[FeedOptions],
+) -> BuildSummary:
+    """Builds a feed set from a Spark DataFrame (a row per record, a column per field of the
+    record schema; a null is an absent field), each partition's Arrow batches read in place by
+    the Rust core, or from an RDD of record dicts, one part per partition on the executors,
+    into `out_dir`, and returns what was written, counters summed.
+
+    The options, the set and its guarantees are `fastfeed.dask.build`'s; a partition Spark
+    runs again (a failed or speculative attempt) is pushed once. With `on_error="stop"` a
+    refused record fails the job as any error of a task does: Spark raises its
+    `PythonException`, which names the record.
+    """
+    dataframe, rdd = _import_pyspark()
+    job = PartitionedBuild(
+        out_dir,
+        datasource,
+        feedtype,
+        allow_empty_full=allow_empty_full,
+        on_error=on_error,
+        **options,
+    )
+    started = time.monotonic()
+    if isinstance(data, dataframe):
+        write: Callable[[], list[Partition]] = functools.partial(_build_frame, job, data)
+    elif isinstance(data, rdd):
+        write = functools.partial(_build_rdd, job, data)
+    else:
+        raise FastfeedError(
+            f"fastfeed.spark.build takes a Spark DataFrame or RDD of records, not "
+            f"{type(data).__name__}"
+        )
+    with job:
+        # A collection of no partitions (made of `emptyRDD()`) is an empty set: one empty
+        # partition, for the merge to judge.
+        parts = write() or [job.write([], 0)]
+        return job.merge(parts, started=started, on_warning=on_warning)
+
+
+def _build_frame(job: PartitionedBuild, frame: Any) -> list[Partition]:
+    """Writes each partition of a DataFrame in the task that makes it; the results, small,
+    come back to the driver."""
+    written = frame.mapInArrow(functools.partial(_write_batches, job), f"{_RESULT} binary")
+    return [pickle.loads(row[_RESULT]) for row in written.collect()]
+
+
+def _write_batches(job: PartitionedBuild, batches: Iterator[Any]) -> Iterator[Any]:
+    """Writes a partition of a DataFrame, given as pyarrow record batches; yields its
+    `Partition` as a batch of one row."""
+    import pyarrow
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    assert context is not None  # always set in a task
+    written = job.write(batches, context.partitionId())
+    yield pyarrow.record_batch([pyarrow.array([pickle.dumps(written)])], names=[_RESULT])
+
+
+def _build_rdd(job: PartitionedBuild, records: Any) -> list[Partition]:
+    written = records.mapPartitionsWithIndex(functools.partial(_write_records, job))
+    return list(written.collect())
+
+
+def _write_records(job: PartitionedBuild, index: int, records: Iterable[Record]) -> list[Partition]:
+    return [job.write(records, index)]
+
+
+def _import_pyspark() -> tuple[type[Any], type[Any]]:
+    try:
+        from pyspark import RDD
+        from pyspark.sql import DataFrame
+    except ImportError as exc:
+        raise FastfeedError(
+            f"building on Spark needs pyspark ({exc}): pip install 'fastfeed[spark]'"
+        ) from None
+    return DataFrame, RDD

@@ -107,6 +107,24 @@ def test_a_cluster_builds_a_full_set_whose_push_makes_the_index_equal_the_input(
     assert index_of(emulator) == expected(rows)
 
 
+def test_each_partition_of_a_frame_is_made_and_written_in_one_task(
+    client: distributed.Client, tmp_path: Path
+) -> None:
+    # A worker that made a partition in a task of its own held it until another task wrote
+    # it, and made the next meanwhile: two or three partitions in its memory at once.
+    def made(i: int) -> pandas.DataFrame:
+        return pandas.DataFrame(records(10, 10 * i))
+
+    frame = dask.dataframe.from_map(made, range(4), meta=pandas.DataFrame(records(0)))
+    with distributed.get_task_stream(client) as tasks:
+        summary = build(frame, tmp_path / "feeds", "docs")
+
+    assert summary.records == 40
+    keys = [str(task["key"]) for task in tasks.data]
+    # A task per partition, and the one that gathers what they wrote.
+    assert len(keys) == 5 and sum("fastfeed" in key for key in keys) == 4, keys
+
+
 def test_a_partition_run_again_after_its_worker_is_killed_is_pushed_once(
     client: distributed.Client,
     emulator: Emulator,

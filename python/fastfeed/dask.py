@@ -62,6 +62,8 @@ def build(
     # Each partition is written in the task that makes it (fused with it), where it is: its
     # records are never sent to another worker nor kept waiting in a worker's memory. Named,
     # to be told apart on the dashboard; unique, so that no earlier result is reused.
+    # `dask.compute` does not fuse a data frame's tasks (Dask 2026.8): unfused, a worker made
+    # the next partition while the last waited to be written, and held two or three at once.
     token = f"fastfeed-partition-{uuid.uuid4().hex}"
     if isinstance(collection, bag.Bag):
         count = collection.npartitions
@@ -76,7 +78,7 @@ def build(
             meta=("partition", object),
             token=token,
             enforce_metadata=False,
-        )
+        ).optimize(fuse=True)
     else:
         raise FastfeedError(
             f"fastfeed.dask.build takes a Dask DataFrame or bag of records, not "

@@ -6,7 +6,8 @@
 //!
 //! The file is mapped, and a batch's buffers are the mapped bytes where they lie (compressed
 //! ones are decompressed into fresh memory): a batch at a time, as the writer of the file cut
-//! them, so that memory stays flat for a file of batches of a sensible size.
+//! them, handed on in slices of about `mapped::BATCH_BYTES` (a Polars frame written whole is
+//! one batch), so that what is encoded at once stays bounded, as for Parquet.
 //!
 //! Every message's header is read when the file is opened: a file cut short (no footer, no
 //! end-of-stream marker, a message past the end of the file) or whose headers cannot be read is
@@ -26,7 +27,7 @@ use arrow_schema::{ArrowError, SchemaRef};
 
 use crate::arrow::Rows;
 use crate::error::Result;
-use crate::mapped::{unreadable, Batches, Mapping, SHRANK};
+use crate::mapped::{batch_rows, unreadable, Batches, Mapping, SHRANK};
 
 /// What the file format begins and ends with (padded to 8 bytes at the start).
 const MAGIC: &[u8] = b"ARROW1";
@@ -60,6 +61,8 @@ pub struct IpcFile {
     batches: usize,
     batch: usize,
     read: usize,
+    /// The batch being handed on in slices, the row where the next one starts, and their rows.
+    slicing: Option<(RecordBatch, usize, usize)>,
     /// Where the last batch read starts: its pages are read while it is encoded.
     last: usize,
     /// The bytes of the mapping given back to the kernel.
@@ -102,6 +105,7 @@ impl IpcFile {
             batches: contents.batches,
             batch: 0,
             read: 0,
+            slicing: None,
             last: 0,
             released: 0,
         })
@@ -110,6 +114,13 @@ impl IpcFile {
     /// The next record batch, after the dictionaries before it.
     fn read(&mut self) -> Option<Result<RecordBatch>> {
         loop {
+            if let Some((batch, from, rows)) = self.slicing.take() {
+                let slice = batch.slice(from, rows.min(batch.num_rows() - from));
+                if from + rows < batch.num_rows() {
+                    self.slicing = Some((batch, from + rows, rows));
+                }
+                return Some(Ok(slice));
+            }
             let message = self.messages.get(self.next)?;
             self.next += 1;
             let block = message.block;
@@ -134,7 +145,8 @@ impl IpcFile {
                 Ok(Some(batch)) if batch.num_rows() == rows => {
                     self.batch += 1;
                     self.read += rows;
-                    return Some(Ok(batch));
+                    self.slicing = Some((batch, 0, batch_rows(rows, len)));
+                    continue;
                 }
                 Ok(Some(batch)) => format!("it holds {} rows", batch.num_rows()),
                 Ok(None) => "it is no record batch".into(),
@@ -239,16 +251,16 @@ fn file_contents(data: &[u8]) -> std::result::Result<Contents, String> {
         .ok_or("its footer lists no record batches")?;
     let mut rows = 0;
     for (i, block) in blocks.iter().enumerate() {
-        let batch_rows = header(data, block, end)
-            .and_then(|m| batch_rows(&m))
+        let counted = header(data, block, end)
+            .and_then(|m| counted_rows(&m))
             .map_err(|why| {
                 let batches = blocks.len();
                 format!("record batch {i} of {batches} (from row {rows}): {why}")
             })?;
-        rows += batch_rows;
+        rows += counted;
         messages.push(Message {
             block: *block,
-            rows: Some(batch_rows),
+            rows: Some(counted),
         });
     }
     Ok(Contents {
@@ -306,7 +318,7 @@ fn stream_contents(data: &[u8], mut at: usize) -> std::result::Result<Contents, 
         })?;
         let block = Block::new(at as i64, meta, message.bodyLength());
         if block_end(&block).is_none_or(|end| end > data.len()) {
-            return Err(Stop::Cut(match batch_rows(&message) {
+            return Err(Stop::Cut(match counted_rows(&message) {
                 Ok(n) => format!(
                     "in record batch {batches} (rows {rows} to {})",
                     rows + n.max(1) - 1
@@ -334,7 +346,7 @@ fn stream_contents(data: &[u8], mut at: usize) -> std::result::Result<Contents, 
             }
             MessageHeader::DictionaryBatch => messages.push(Message { block, rows: None }),
             _ => {
-                let n = batch_rows(&message).map_err(|why| {
+                let n = counted_rows(&message).map_err(|why| {
                     Stop::Bad(format!("record batch {batches} (from row {rows}): {why}"))
                 })?;
                 messages.push(Message {
@@ -386,7 +398,7 @@ fn kind(message: &arrow_ipc::Message<'_>, kind: MessageHeader) -> std::result::R
 }
 
 /// The rows of a record batch message, as its header counts them.
-fn batch_rows(message: &arrow_ipc::Message<'_>) -> std::result::Result<usize, String> {
+fn counted_rows(message: &arrow_ipc::Message<'_>) -> std::result::Result<usize, String> {
     kind(message, MessageHeader::RecordBatch)?;
     let length = message.header_as_record_batch().map_or(-1, |b| b.length());
     usize::try_from(length).map_err(|_| format!("its header counts {length} rows"))

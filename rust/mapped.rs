@@ -73,6 +73,16 @@ impl AsRef<[u8]> for Shared {
     }
 }
 
+/// A batch holds about this many bytes of values, and at most `MAX_ROWS` rows: the rows the
+/// writer encodes at once, whose pages stay in memory while they are.
+const BATCH_BYTES: usize = 4 << 20;
+const MAX_ROWS: usize = 65_536;
+
+/// The rows of a batch of about `BATCH_BYTES`, of rows of `bytes / rows` bytes on average.
+pub fn batch_rows(rows: usize, bytes: usize) -> usize {
+    (BATCH_BYTES.saturating_mul(rows) / bytes.max(1)).clamp(1, MAX_ROWS)
+}
+
 /// A table file's record batches, in order, read from its mapping. After an error, none.
 pub trait Batches: Iterator<Item = Result<RecordBatch>> + Send {
     fn mapping(&self) -> &Mapping;

@@ -1,6 +1,7 @@
 //! Parquet files as build inputs, read by the core without pyarrow: a row group at a time, in
-//! batches of about `BATCH_BYTES`, so that memory stays flat whatever the file's size. Each
-//! batch is Arrow data that `add_arrow`'s reader (`arrow::Rows`) takes as it takes any other.
+//! batches of about `mapped::BATCH_BYTES`, so that memory stays flat whatever the file's size.
+//! Each batch is Arrow data that `add_arrow`'s reader (`arrow::Rows`) takes as it takes any
+//! other.
 //!
 //! A file that cannot be read whole (truncated, corrupt, a row group shorter than its footer
 //! says, shrunk while read) is an error naming the row group and the row where the reading
@@ -24,13 +25,7 @@ use bytes::Bytes;
 
 use crate::arrow::Rows;
 use crate::error::{Error, Result};
-use crate::mapped::{unreadable, Batches, Mapping, SHRANK};
-
-/// A batch holds about this many bytes of values (uncompressed, as the footer counts them), and
-/// at most `MAX_ROWS` rows: the rows the writer encodes at once, whose pages stay in memory
-/// while they are.
-const BATCH_BYTES: usize = 4 << 20;
-const MAX_ROWS: usize = 65_536;
+use crate::mapped::{batch_rows, unreadable, Batches, Mapping, SHRANK};
 
 /// A Parquet file, read as record batches (an iterator), in order.
 pub struct ParquetFile {
@@ -133,8 +128,8 @@ impl ParquetFile {
         self.next_group += 1;
         let rows = group.num_rows().max(0) as usize;
         let bytes = group.total_byte_size().max(1) as usize;
-        // Rows of about BATCH_BYTES, by the row group's average row.
-        let batch = (BATCH_BYTES.saturating_mul(rows) / bytes).clamp(1, MAX_ROWS);
+        // By the row group's average row (its values uncompressed, as the footer counts them).
+        let batch = batch_rows(rows, bytes);
         let first = self.rows;
         self.rows += rows;
         let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow as pa
 import pyarrow.feather as feather
 import pyarrow.ipc as ipc
@@ -202,6 +203,17 @@ def test_two_streams_in_one_file_are_refused(
     (tmp_path / "two.arrow").write_bytes(one + one)
     assert build(str(tmp_path / "two.arrow"), "--out", str(tmp_path / "out")) == 1
     assert "a second stream after the first is not read" in capsys.readouterr().err
+
+
+def test_a_large_batch_is_handed_on_in_bounded_slices_in_order(tmp_path: Path) -> None:
+    """A table written whole (one batch, as Polars writes a frame) is encoded a slice at a time
+    (at most 65,536 rows), as a Parquet row group is: what is held at once stays bounded."""
+    rows = [{"url": f"http://docs.example.com/{i}", "pagerank": i % 100} for i in range(150_000)]
+    src = write(tmp_path / "d.arrow", pa.Table.from_pylist(rows), rows=len(rows))
+    batches = list(_core.TableFile(src))
+    assert [b.num_rows for b in batches] == [65_536, 65_536, 150_000 - 2 * 65_536]
+    read = b"".join(_core.rows_json(b) for b in batches)
+    assert read == b"".join(orjson.dumps(r) + b"\n" for r in rows)
 
 
 @pytest.mark.parametrize("form", ["file", "stream"])

@@ -126,12 +126,16 @@ impl IpcFile {
             let block = message.block;
             let (start, len) = (block.offset() as usize, block_len(&block));
             let buf = self.data.slice_with_length(start, len);
+            let inflated = inflation(&self.data, &block);
             let Some(rows) = message.rows else {
-                if let Err(e) = self.decoder.read_dictionary(&block, &buf) {
+                let read = inflated.and_then(|()| {
+                    let read = self.decoder.read_dictionary(&block, &buf);
+                    read.map_err(arrow_why)
+                });
+                if let Err(why) = read {
                     let at = self.at(None);
                     return Some(Err(unreadable(format!(
-                        "the dictionary before {at}: {}",
-                        arrow_why(e)
+                        "the dictionary before {at}: {why}"
                     ))));
                 }
                 continue;
@@ -140,17 +144,21 @@ impl IpcFile {
             self.mapping.release(self.released, self.last);
             self.released = self.released.max(self.last);
             self.last = start;
-            let why = match self.decoder.read_record_batch(&block, &buf) {
+            let read = inflated.map(|()| self.decoder.read_record_batch(&block, &buf));
+            let why = match read {
                 _ if self.mapping.shrank() => SHRANK.into(),
-                Ok(Some(batch)) if batch.num_rows() == rows => {
-                    self.batch += 1;
-                    self.read += rows;
-                    self.slicing = Some((batch, 0, batch_rows(rows, len)));
-                    continue;
-                }
-                Ok(Some(batch)) => format!("it holds {} rows", batch.num_rows()),
-                Ok(None) => "it is no record batch".into(),
-                Err(e) => arrow_why(e),
+                Err(why) => why,
+                Ok(read) => match read {
+                    Ok(Some(batch)) if batch.num_rows() == rows => {
+                        self.batch += 1;
+                        self.read += rows;
+                        self.slicing = Some((batch, 0, batch_rows(rows, len)));
+                        continue;
+                    }
+                    Ok(Some(batch)) => format!("it holds {} rows", batch.num_rows()),
+                    Ok(None) => "it is no record batch".into(),
+                    Err(e) => arrow_why(e),
+                },
             };
             return Some(Err(unreadable(format!("{}: {why}", self.at(Some(rows))))));
         }
@@ -395,6 +403,45 @@ fn kind(message: &arrow_ipc::Message<'_>, kind: MessageHeader) -> std::result::R
         t if t == kind => Ok(()),
         t => Err(format!("it is a {t:?} message")),
     }
+}
+
+/// How many times its compressed size a message may declare its buffers decompress to, when
+/// that is more than `INFLATED_BYTES`: LZ4 cannot reach it, zstd only on runs of one byte.
+const MAX_INFLATION: u64 = 1024;
+const INFLATED_BYTES: u64 = 64 << 20;
+
+/// Refuses a compressed message whose buffers declare decompressed sizes no sane writer
+/// declares (a compression bomb, a damaged length), before memory of those sizes is asked for:
+/// the decoder allocates what they declare, and an allocation that fails ends the process.
+fn inflation(data: &[u8], block: &Block) -> std::result::Result<(), String> {
+    let message = header(data, block, usize::MAX)?;
+    let batch = match message.header_type() {
+        MessageHeader::DictionaryBatch => {
+            message.header_as_dictionary_batch().and_then(|d| d.data())
+        }
+        _ => message.header_as_record_batch(),
+    };
+    let Some(batch) = batch.filter(|b| b.compression().is_some()) else {
+        return Ok(());
+    };
+    // Each compressed buffer begins with its decompressed length (-1: stored as it is).
+    let body = block.offset() as usize + block.metaDataLength() as usize;
+    let declared: u64 = (batch.buffers().iter().flatten())
+        .filter(|b| b.length() >= 8)
+        .filter_map(|b| {
+            let at = body.checked_add(usize::try_from(b.offset()).ok()?)?;
+            let prefix = data.get(at..at.checked_add(8)?)?;
+            u64::try_from(i64::from_le_bytes(prefix.try_into().ok()?)).ok()
+        })
+        .fold(0, u64::saturating_add);
+    let compressed = block.bodyLength() as u64;
+    if declared > INFLATED_BYTES && declared / MAX_INFLATION > compressed {
+        return Err(format!(
+            "its buffers say they decompress to {declared} bytes, over {MAX_INFLATION} times \
+             their {compressed} (a compression bomb, or damaged): write it again uncompressed"
+        ));
+    }
+    Ok(())
 }
 
 /// The rows of a record batch message, as its header counts them.

@@ -166,6 +166,26 @@ def test_a_damaged_arrow_batch_stops_the_build_naming_the_batch_and_its_rows(
     assert not (tmp_path / "out" / "manifest.jsonl").exists()
 
 
+def test_a_compression_bomb_is_refused_before_its_memory_is_asked_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A compressed buffer begins with the length it decompresses to, which the decoder
+    allocates: one of a terabyte names the batch instead of ending the process."""
+    rows = [{"url": f"http://e.example.com/{i}", "content": f"doc {i}"} for i in range(2000)]
+    src = write(tmp_path / "docs.arrow", pa.Table.from_pylist(rows), compression="lz4")
+    data = bytearray(src.read_bytes())
+    frames = [i for i in range(len(data)) if data[i : i + 4] == b"\x04\x22\x4d\x18"]
+    assert len(frames) % 4 == 0  # the same buffers in each batch: the LZ4 frames' magic
+    at = frames[len(frames) // 2] - 8  # the first buffer of batch 2: its declared length
+    data[at : at + 8] = (1 << 40).to_bytes(8, "little")
+    src.write_bytes(data)
+
+    assert build(str(src), "--out", str(tmp_path / "out")) == 1
+    err = capsys.readouterr().err
+    assert f"{src}: cannot be read whole: record batch 2 of 4 (rows 1000 to 1499): " in err
+    assert "its buffers say they decompress to 1099511" in err  # 1 TB and the rest
+
+
 def test_columns_that_cannot_be_records_are_refused_naming_the_column(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -100,6 +100,30 @@ def test_arrow_column_types_build_as_add_arrow_takes_them(tmp_path: Path) -> Non
     assert files(tmp_path / "bytes") == files(tmp_path / "bjl")
 
 
+@pytest.mark.parametrize("legacy", [False, True])
+def test_stream_dictionaries_replaced_or_extended_between_batches_are_read_in_order(
+    tmp_path: Path, legacy: bool
+) -> None:
+    """A stream may send a column's dictionary again (or only what it adds, a delta) before
+    each batch; before Arrow 0.15 its messages had no continuation marker."""
+    schema = pa.schema([("url", pa.string()), ("mimetype", pa.dictionary(pa.int32(), pa.string()))])
+    rows = [{"url": f"http://e.example.com/{k}/{i}", "mimetype": f"t/{k}{i % 2}"}
+            for k in range(3) for i in range(4)]  # fmt: skip
+    options = ipc.IpcWriteOptions(emit_dictionary_deltas=True, use_legacy_format=legacy)
+    with ipc.new_stream(tmp_path / "d.arrow", schema, options=options) as writer:
+        # Batch 1's dictionary extends batch 0's (a delta); batch 2's replaces it.
+        for k, values in enumerate(
+            [["t/00", "t/01"], ["t/00", "t/01", "t/10", "t/11"], ["t/20", "t/21"]]
+        ):
+            part = rows[4 * k : 4 * k + 4]
+            indices = pa.array([values.index(r["mimetype"]) for r in part], pa.int32())
+            mimetypes = pa.DictionaryArray.from_arrays(indices, pa.array(values))
+            writer.write_batch(pa.record_batch([pa.array([r["url"] for r in part]), mimetypes],
+                                               schema=schema))  # fmt: skip
+    read = b"".join(_core.rows_json(b) for b in _core.TableFile(tmp_path / "d.arrow"))
+    assert read == b"".join(orjson.dumps(r) + b"\n" for r in rows)
+
+
 def cut_file(src: Path, where: str) -> None:
     """Cuts an Arrow file: in the middle of its third batch, or just before its footer."""
     data = src.read_bytes()

@@ -294,7 +294,7 @@ fn capsule<'py>(value: Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, PyC
 
 /// The record batches of what exports the Arrow PyCapsule interface: a stream
 /// (`__arrow_c_stream__`), else an array of structs (`__arrow_c_array__`); or of a batch the
-/// core read itself (a Parquet file's).
+/// core read itself (a Parquet or Arrow IPC file's).
 fn arrow_batches(data: &Bound<'_, PyAny>) -> PyResult<Batches> {
     if let Ok(batch) = data.downcast::<parquet::ArrowBatch>() {
         return Ok(Box::new(std::iter::once(Ok(batch.get().batch.clone()))));

@@ -13,9 +13,13 @@ pub mod escape;
 pub mod fingerprint;
 pub mod groups;
 pub mod guard;
+#[cfg(feature = "parquet")]
+pub mod ipc;
 pub mod jsonl;
 mod lift;
 pub mod limits;
+#[cfg(feature = "parquet")]
+pub mod mapped;
 mod output;
 #[cfg(feature = "parquet")]
 pub mod parquet;

@@ -1,6 +1,7 @@
 //! Parquet files as build inputs, read by the core without pyarrow: a row group at a time, in
-//! batches of about `BATCH_BYTES`, so that memory stays flat whatever the file's size. Each
-//! batch is Arrow data that `add_arrow`'s reader (`arrow::Rows`) takes as it takes any other.
+//! batches of about `mapped::BATCH_BYTES`, so that memory stays flat whatever the file's size.
+//! Each batch is Arrow data that `add_arrow`'s reader (`arrow::Rows`) takes as it takes any
+//! other.
 //!
 //! A file that cannot be read whole (truncated, corrupt, a row group shorter than its footer
 //! says, shrunk while read) is an error naming the row group and the row where the reading
@@ -11,10 +12,8 @@
 //! instead of being copied into fresh memory twice, once read and once decoded. Fresh memory
 //! costs a page fault per 4 KB: with those copies, faults took a third of a build's CPU time.
 
-use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use ::parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
@@ -23,17 +22,10 @@ use ::parquet::arrow::arrow_reader::{
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, DataType, FieldRef, Fields, Schema};
 use bytes::Bytes;
-use memmap2::Mmap;
 
 use crate::arrow::Rows;
 use crate::error::{Error, Result};
-use crate::guard::Guard;
-
-/// A batch holds about this many bytes of values (uncompressed, as the footer counts them), and
-/// at most `MAX_ROWS` rows: the rows the writer encodes at once, whose pages stay in memory
-/// while they are.
-const BATCH_BYTES: usize = 4 << 20;
-const MAX_ROWS: usize = 65_536;
+use crate::mapped::{batch_rows, unreadable, Batches, Mapping, SHRANK};
 
 /// A Parquet file, read as record batches (an iterator), in order.
 pub struct ParquetFile {
@@ -51,34 +43,6 @@ pub struct ParquetFile {
     released: usize,
 }
 
-/// A mapped file, guarded while it is mapped (see `guard`).
-struct Mapping {
-    guard: Option<Guard>,
-    map: Mmap,
-    file: File,
-}
-
-impl Mapping {
-    /// Whether the file shrank since it was mapped: what was read past its new end is zeros
-    /// (the guard's, or those the kernel gives for the rest of its last page), not its data.
-    fn shrank(&self) -> bool {
-        self.guard.as_ref().is_some_and(Guard::hit)
-            || self
-                .file
-                .metadata()
-                .map_or(true, |m| m.len() < self.map.len() as u64)
-    }
-}
-
-/// The mapping, shared by the reader and the pages read from it.
-struct Shared(Arc<Mapping>);
-
-impl AsRef<[u8]> for Shared {
-    fn as_ref(&self) -> &[u8] {
-        &self.0.map
-    }
-}
-
 /// A row group being read.
 struct Group {
     index: usize,
@@ -93,14 +57,8 @@ impl ParquetFile {
     /// Opens the file and reads its footer; refuses (naming it) a column that is no record field
     /// or whose type cannot hold its field, before any row is read.
     pub fn open(path: &Path) -> Result<ParquetFile> {
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        // SAFETY: a file that shrinks while mapped makes reads past its new end fault; the guard
-        // makes them read zeros, and `shrank` stops the reading after them. A file changed in
-        // place reads as changed, as any file read while written, where checksums catch it.
-        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
-        let guard = Guard::new(map.as_ptr(), map.len());
-        let mapping = Arc::new(Mapping { guard, map, file });
-        let data = Bytes::from_owner(Shared(mapping.clone()));
+        let mapping = Mapping::open(path)?;
+        let data = mapping.bytes();
         let metadata = ArrowReaderMetadata::load(&data, ArrowReaderOptions::new())
             .and_then(|m| {
                 let schema = Schema::new_with_metadata(
@@ -170,8 +128,8 @@ impl ParquetFile {
         self.next_group += 1;
         let rows = group.num_rows().max(0) as usize;
         let bytes = group.total_byte_size().max(1) as usize;
-        // Rows of about BATCH_BYTES, by the row group's average row.
-        let batch = (BATCH_BYTES.saturating_mul(rows) / bytes).clamp(1, MAX_ROWS);
+        // By the row group's average row (its values uncompressed, as the footer counts them).
+        let batch = batch_rows(rows, bytes);
         let first = self.rows;
         self.rows += rows;
         let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(
@@ -203,8 +161,7 @@ impl ParquetFile {
     }
 
     /// Lets the kernel take back the pages of the mapping up to the end of row group `index`,
-    /// which is read: else they would count in this process's memory up to the file's size.
-    /// (They stay in the page cache, and a view still pointing there finds them again.)
+    /// which is read (see `Mapping::release`).
     fn release(&mut self, index: usize) {
         let end = self
             .metadata
@@ -215,19 +172,8 @@ impl ParquetFile {
             .map(|c| c.byte_range().0.saturating_add(c.byte_range().1))
             .max()
             .map_or(0, |end| end.min(self.data.len() as u64) as usize);
-        if end > self.released {
-            // SAFETY: the mapping is of a file, read-only: pages dropped from it read the file
-            // again, unchanged, if touched.
-            #[cfg(unix)]
-            let _ = unsafe {
-                self.mapping.map.unchecked_advise_range(
-                    memmap2::UncheckedAdvice::DontNeed,
-                    self.released,
-                    end - self.released,
-                )
-            };
-            self.released = end;
-        }
+        self.mapping.release(self.released, end);
+        self.released = self.released.max(end);
     }
 }
 
@@ -245,47 +191,9 @@ impl Iterator for ParquetFile {
     }
 }
 
-/// A Parquet file read one batch ahead, on a thread of its own: the next batch is decoded while
-/// the last one is encoded. One ahead, no more: a batch in flight holds the pages its values
-/// lie in (13.6 MB each in the benchmark's files), and a third one took the peak memory of a
-/// build past 128 MB.
-pub struct ReadAhead {
-    next: Option<JoinHandle<(ParquetFile, Option<Result<RecordBatch>>)>>,
-}
-
-impl ReadAhead {
-    pub fn new(file: ParquetFile) -> ReadAhead {
-        ReadAhead {
-            next: Some(Self::read(file)),
-        }
-    }
-
-    fn read(mut file: ParquetFile) -> JoinHandle<(ParquetFile, Option<Result<RecordBatch>>)> {
-        std::thread::spawn(move || {
-            let batch = file.next();
-            (file, batch)
-        })
-    }
-}
-
-impl Iterator for ReadAhead {
-    type Item = Result<RecordBatch>;
-
-    fn next(&mut self) -> Option<Result<RecordBatch>> {
-        let (file, batch) = match self.next.take()?.join() {
-            Ok(read) => read,
-            Err(panic) => std::panic::resume_unwind(panic),
-        };
-        // The batch before was encoded meanwhile (this is called after): its strings are views
-        // into the mapping, and a file that shrank then gave them zeros, which only the
-        // mapping tells. The last batch is checked so too, when the reading ends.
-        if file.mapping.shrank() {
-            return Some(Err(unreadable(SHRANK.into())));
-        }
-        if matches!(batch, Some(Ok(_))) {
-            self.next = Some(Self::read(file));
-        }
-        batch
+impl Batches for ParquetFile {
+    fn mapping(&self) -> &Mapping {
+        &self.mapping
     }
 }
 
@@ -301,10 +209,4 @@ fn viewed(field: &FieldRef) -> FieldRef {
         _ => return field.clone(),
     };
     Arc::new(field.as_ref().clone().with_data_type(data_type))
-}
-
-const SHRANK: &str = "the file shrank while it was read (truncated or rewritten)";
-
-fn unreadable(why: String) -> Error {
-    Error::Config(format!("cannot be read whole: {why}"))
 }

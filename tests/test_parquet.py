@@ -158,13 +158,10 @@ def test_a_parquet_dataset_directory_is_not_indexed_as_documents(
     assert build(str(dataset / "*.parquet"), "--out", str(tmp_path / "ok")) == 0
 
 
-def test_parquet_needs_no_pyarrow_and_arrow_files_say_what_to_install(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_parquet_needs_no_pyarrow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The core reads Parquet: building and syncing it work without pyarrow installed."""
     rows = corpus(50)
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "d.parquet")
-    feather.write_feather(pa.Table.from_pylist(rows), tmp_path / "d.feather")
     jsonl(tmp_path / "d.jsonl", rows)
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow raises ImportError
 
@@ -174,9 +171,6 @@ def test_parquet_needs_no_pyarrow_and_arrow_files_say_what_to_install(
     snapshot = sync([str(tmp_path / "d.parquet")], tmp_path / "s.state", "docs",
                     PushSettings(host="never.example.com"), dry_run=True)  # fmt: skip
     assert snapshot.diff.new == 50
-
-    assert build(str(tmp_path / "d.feather"), "--out", str(tmp_path / "out")) != 0
-    assert "pip install 'fastfeed[arrow]'" in capsys.readouterr().err
 
 
 def test_row_groups_larger_than_a_batch_are_read_whole_in_order(tmp_path: Path) -> None:
@@ -205,7 +199,7 @@ def test_the_core_reads_every_row_in_order_in_bounded_batches_ending_with_row_gr
 ) -> None:
     rows = [{"url": f"http://docs.example.com/{i}", "pagerank": i % 100} for i in range(150_000)]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "d.parquet", row_group_size=100_000)
-    batches = list(_core.ParquetFile(tmp_path / "d.parquet"))
+    batches = list(_core.TableFile(tmp_path / "d.parquet"))
     # At most 65,536 rows, and a batch never spans two row groups: an error names its group.
     assert [b.num_rows for b in batches] == [65_536, 100_000 - 65_536, 50_000]
     read = b"".join(_core.rows_json(b) for b in batches)
@@ -217,14 +211,14 @@ def test_a_parquet_file_that_shrinks_while_read_stops_instead_of_reading_zeros(
 ) -> None:
     src = tmp_path / "d.parquet"
     pq.write_table(pa.Table.from_pylist(corpus(4000)), src, row_group_size=1000)
-    reading = _core.ParquetFile(src)
+    reading = _core.TableFile(src)
     assert next(reading).num_rows == 1000
     with src.open("r+b") as f:
         f.truncate(src.stat().st_size // 2)
     with pytest.raises(FeedError, match="the file shrank while it was read"):
         list(reading)
     with pytest.raises(FileNotFoundError):
-        _core.ParquetFile(tmp_path / "none.parquet")
+        _core.TableFile(tmp_path / "none.parquet")
 
 
 def test_a_parquet_file_that_shrinks_while_its_last_batch_is_encoded_stops(
@@ -234,7 +228,7 @@ def test_a_parquet_file_that_shrinks_while_its_last_batch_is_encoded_stops(
     reading ahead found no more: the end of the reading still checks the file."""
     src = tmp_path / "d.parquet"
     pq.write_table(pa.Table.from_pylist(corpus(100)), src)
-    reading = _core.ParquetFile(src)
+    reading = _core.TableFile(src)
     assert next(reading).num_rows == 100
     # The reading ahead has found the end by then (a thread of its own).
     time.sleep(0.5)
@@ -331,34 +325,6 @@ def test_run_builds_and_pushes_a_parquet_file(
     assert status == 0, capsys.readouterr().err
     emulator.wait_idle()
     assert len(emulator.documents("docs")) == 300
-
-
-@pytest.mark.parametrize("cut", ["marker", "batch"])
-def test_an_arrow_stream_cut_short_stops_the_build_naming_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], cut: str
-) -> None:
-    """The stream format has no footer: a stream cut between two batches reads as a whole one
-    of fewer batches, unless its end-of-stream marker is looked for."""
-    src = tmp_path / "docs.arrows"
-    table = pa.Table.from_pylist(corpus(2000))
-    with pa.OSFile(str(src), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as stream:
-        for batch in table.to_batches(max_chunksize=500):
-            stream.write_batch(batch)
-    whole = src.read_bytes()
-    assert whole.endswith(b"\xff\xff\xff\xff\x00\x00\x00\x00")
-    if cut == "marker":  # every batch there, the marker not
-        src.write_bytes(whole[:-8])
-    else:  # the last batch and the marker gone: what a producer stopped between batches leaves
-        with pa.OSFile(str(src), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as stream:
-            for batch in table.to_batches(max_chunksize=500)[:3]:
-                stream.write_batch(batch)
-        src.write_bytes(src.read_bytes()[:-8])
-    src = src.rename(tmp_path / "docs.arrow")
-
-    assert build(str(src), "--out", str(tmp_path / "out")) == 1
-    err = capsys.readouterr().err
-    assert f"{src}: cannot be read whole: the Arrow stream ends without" in err
-    assert not (tmp_path / "out" / "manifest.jsonl").exists()
 
 
 def test_a_parquet_snapshot_syncs_as_its_json_lines_would(

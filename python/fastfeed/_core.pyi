@@ -15,7 +15,7 @@ __all__ = [
     "fingerprint_jsonl",
     "repeated_keys",
     "fingerprint_records",
-    "ParquetFile",
+    "TableFile",
     "ArrowBatch",
     "rows_json",
     "FastfeedError",
@@ -116,7 +116,7 @@ class Blake3:
     def hexdigest(self) -> str: ...
 
 @final
-class ParquetFile:
+class TableFile:
     def __new__(cls, path: str | os.PathLike[str]) -> Self: ...
     def __iter__(self) -> Self: ...
     def __next__(self) -> ArrowBatch: ...

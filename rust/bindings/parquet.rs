@@ -1,7 +1,7 @@
-//! Parquet files read by the core (`ParquetFile`, an iterator of `ArrowBatch`), and rows of
-//! Arrow data as JSON Lines records (`rows_json`).
+//! Parquet and Arrow IPC files read by the core (`TableFile`, an iterator of `ArrowBatch`), and
+//! rows of Arrow data as JSON Lines records (`rows_json`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use arrow_array::RecordBatch;
@@ -9,26 +9,29 @@ use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::error::Error;
-use crate::parquet::{ParquetFile, ReadAhead};
+use crate::error::{Error, Result};
+use crate::ipc::IpcFile;
+use crate::mapped::{Batches, ReadAhead};
+use crate::parquet::ParquetFile;
 use crate::row_json::write_rows;
 
 use super::arrow_batches;
 
-/// A Parquet file's record batches, read and decoded one ahead, without the GIL.
-#[pyclass(module = "fastfeed._core", name = "ParquetFile")]
-struct PyParquetFile {
+/// A Parquet file's record batches (a file named `.parquet`), or an Arrow IPC file's (any other
+/// name), read and decoded one ahead, without the GIL.
+#[pyclass(module = "fastfeed._core", name = "TableFile")]
+struct PyTableFile {
     // Locked only by the thread that iterates; the lock makes the reader shareable, as Python
     // objects are.
     inner: Mutex<ReadAhead>,
 }
 
 #[pymethods]
-impl PyParquetFile {
+impl PyTableFile {
     #[new]
     fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
-        let file = py.allow_threads(|| ParquetFile::open(&path))?;
-        Ok(PyParquetFile {
+        let file = py.allow_threads(|| open(&path))?;
+        Ok(PyTableFile {
             inner: Mutex::new(ReadAhead::new(file)),
         })
     }
@@ -41,6 +44,17 @@ impl PyParquetFile {
         let next = py.allow_threads(|| self.inner.lock().unwrap_or_else(|e| e.into_inner()).next());
         Ok(next.transpose()?.map(|batch| ArrowBatch { batch }))
     }
+}
+
+fn open(path: &Path) -> Result<Box<dyn Batches>> {
+    let parquet = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("parquet"));
+    Ok(if parquet {
+        Box::new(ParquetFile::open(path)?)
+    } else {
+        Box::new(IpcFile::open(path)?)
+    })
 }
 
 /// A record batch read by the core: `FeedWriter.add_arrow` and `rows_json` take it as it is.
@@ -84,7 +98,7 @@ fn rows_json<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'
 }
 
 pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<PyParquetFile>()?;
+    m.add_class::<PyTableFile>()?;
     m.add_class::<ArrowBatch>()?;
     m.add_function(wrap_pyfunction!(rows_json, m)?)?;
     Ok(())

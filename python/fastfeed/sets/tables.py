@@ -1,7 +1,6 @@
-"""Parquet and Arrow IPC (Feather) files as build inputs, read a batch of rows at a time so
-that memory stays flat whatever the file's size; the rows go to `RecordWriter.add_arrow`.
-Parquet files are read by the Rust core (`_core.ParquetFile`); Arrow IPC files take pyarrow,
-the `arrow` extra. `add_arrow` itself needs neither."""
+"""Parquet and Arrow IPC (Feather) files as build inputs, read by the Rust core
+(`_core.TableFile`, no pyarrow) a batch of rows at a time so that memory stays flat whatever
+the file's size; the rows go to `RecordWriter.add_arrow`."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ from typing import Any
 
 from fastfeed import _core
 from fastfeed.errors import FastfeedError, FeedError, InputError, RecordError
-from fastfeed.sets.inputs import ahead
 from fastfeed.sets.writer import RecordWriter
 
 #: The inputs read as tables, by the end of their name; a directory is a tree of documents.
@@ -25,11 +23,10 @@ def is_table(name: str) -> bool:
 def _pyarrow() -> Any:
     try:
         import pyarrow
-        import pyarrow.ipc
     except ImportError:
         raise FastfeedError(
-            "reading Arrow IPC files, or Arrow data other than a pyarrow table, needs pyarrow: "
-            "pip install 'fastfeed[arrow]'"
+            "Arrow data from a pipeline (not a file fastfeed reads itself) needs pyarrow here: "
+            "pip install pyarrow"
         ) from None
     return pyarrow
 
@@ -45,57 +42,14 @@ def batches(name: str) -> Iterator[Any]:
             "is a directory (a dataset of several files?): give its files, as "
             f"'{os.path.join(name, '*' + os.path.splitext(name)[1])}'",
         )
-    if name.lower().endswith(".parquet"):
-        # Read and decoded one batch ahead without the GIL, with page checksums verified where
-        # the writer put them; the messages say where the reading stopped.
-        try:
-            yield from _core.ParquetFile(name)
-        except FeedError as exc:
-            raise InputError(name, str(exc)) from None
-        except OSError as exc:
-            raise InputError(name, f"cannot be read: {exc.strerror}") from None
-        return
-    pa = _pyarrow()
+    # Read and decoded one batch ahead without the GIL (Parquet page checksums verified where
+    # the writer put them); the messages say where the reading stopped.
     try:
-        yield from ahead(_ipc(pa, name))
-    except (pa.ArrowException, OSError) as exc:
-        raise InputError(name, f"cannot be read whole: {exc}") from None
-
-
-def _ipc(pa: Any, name: str) -> Iterator[Any]:
-    # Read, not mapped: a mapped file that shrinks while it is read kills the process.
-    with pa.OSFile(name) as source:
-        try:
-            reader = pa.ipc.open_file(source)
-        except pa.ArrowInvalid:
-            # Not the file format: the stream format, which has no footer.
-            source.seek(0)
-            yield from pa.ipc.open_stream(source)
-            _check_stream_end(name, source)
-            return
-        for i in range(reader.num_record_batches):
-            yield reader.get_batch(i)
-
-
-#: What ends an Arrow IPC stream: a continuation marker and a message of length 0.
-END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
-
-
-def _check_stream_end(name: str, source: Any) -> None:
-    """The stream format has no footer: a producer stopped between two batches leaves a file
-    that reads as a whole stream of fewer batches. Only its end-of-stream marker, last in the
-    file, says that nothing is missing."""
-    size = os.path.getsize(name)
-    whole = source.tell() == size and size >= len(END_OF_STREAM)
-    if whole:
-        source.seek(size - len(END_OF_STREAM))
-        whole = source.read(len(END_OF_STREAM)) == END_OF_STREAM
-    if not whole:
-        raise InputError(
-            name,
-            "cannot be read whole: the Arrow stream ends without its end-of-stream marker "
-            "(cut short while it was written?)",
-        )
+        yield from _core.TableFile(name)
+    except FeedError as exc:
+        raise InputError(name, str(exc)) from None
+    except OSError as exc:
+        raise InputError(name, f"cannot be read: {exc.strerror}") from None
 
 
 def is_arrow(data: object) -> bool:

@@ -146,6 +146,7 @@ impl Mask for Baseline {
 /// AVX2's scan: a block in two compares of 32 bytes (only built into code that runs where the
 /// CPU has AVX2, with BMI1 and POPCNT for the positions: see `Scan::best`).
 #[derive(Clone, Copy)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 struct Avx2;
 
 #[cfg(target_arch = "x86_64")]

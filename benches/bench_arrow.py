@@ -109,9 +109,10 @@ def test_add_arrow_against_add_batch(tmp_path: Path) -> None:
         f"records/s -> {ratio:.1f}x ({cpu:.1f}x in CPU time)"
     )
     # The 7x target is not met: add_arrow is bound by the encoding both calls share (see
-    # PERFORMANCE.md); this guards what add_arrow saves, reading rows without Python. In CPU
-    # time, which the other work on the shared machine moves far less than the time.
-    assert cpu >= 1.8
+    # PERFORMANCE.md); this guards what add_arrow saves, reading rows without Python (2.0x to
+    # 2.3x measured). In CPU time, which the other work on the shared machine moves far less
+    # than the time.
+    assert cpu >= 1.9
 
 
 def test_add_arrow_against_json_lines_for_large_records(tmp_path: Path) -> None:

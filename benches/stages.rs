@@ -5,7 +5,7 @@
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use fastfeed_core::encode::{base64_into, Compress, Deflater, Scratch};
-use fastfeed_core::escape::{escape_into, Context};
+use fastfeed_core::escape::{escape_into_by, Context, Scan};
 use fastfeed_core::record::{AclFormat, EncodeOptions, FeedKind, FeedType};
 use fastfeed_core::{Content, Record};
 
@@ -71,12 +71,15 @@ fn escaping(c: &mut Criterion) {
     ] {
         g.throughput(Throughput::Bytes(text.len() as u64));
         let mut out = Vec::with_capacity(text.len() * 2);
-        g.bench_function(name, |b| {
-            b.iter(|| {
-                out.clear();
-                escape_into(&mut out, black_box(&text), Context::Text).unwrap();
-            })
-        });
+        // Each scan the CPU runs (`escape_into` takes the last): SSE2, AVX2.
+        for scan in Scan::available() {
+            g.bench_function(BenchmarkId::new(name, format!("{scan:?}")), |b| {
+                b.iter(|| {
+                    out.clear();
+                    escape_into_by(scan, &mut out, black_box(&text), Context::Text).unwrap();
+                })
+            });
+        }
     }
     g.finish();
 }

@@ -7,10 +7,13 @@
 //! all (C0 controls other than TAB/LF/CR, U+FFFE, U+FFFF) make escaping fail, so the caller can
 //! switch to base64 instead of dropping them.
 //!
-//! Clean input dominates real corpora, so the scan flags the bytes that need a look 32 at a time
-//! (SSE2 compares on x86_64, part of its baseline) and copies clean chunks whole. A chunk with
-//! flagged bytes is escaped in place in the output, with copies of fixed size and a table of
-//! escapes: markup-dense text costs a few instructions per escape, not calls to `memcpy`.
+//! The input is escaped a segment at a time. Its bytes that need a look are flagged 64 at a
+//! time by vector compares (AVX2 where the CPU has it, learnt at run time; SSE2, part of the
+//! x86_64 baseline, otherwise) and their positions listed; then the segment is written in one
+//! pass over that list, each run of clean bytes and each escape copied with moves of fixed size.
+//! A loop per block of bytes ended at an unpredictable count of escapes in every block, which
+//! cost a mispredicted branch every 32 bytes of markup-dense text; the list has one end a
+//! segment. Clean text is only scanned and copied whole.
 
 /// Where the escaped text goes, which decides what must be escaped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,7 +30,12 @@ pub struct Unrepresentable {
     pub offset: usize,
 }
 
-const CHUNK: usize = 32;
+use std::mem::MaybeUninit;
+
+/// Bytes scanned at once, a bit each in a `u64`.
+const BLOCK: usize = 64;
+/// Bytes escaped at once (a multiple of `BLOCK`): their flagged positions are listed first.
+const SEGMENT: usize = 4096;
 
 /// Whether a byte needs a look: markup, controls (escaped or refused), and 0xEF, which leads
 /// U+F000..U+FFFF and so the two forbidden noncharacters.
@@ -41,47 +49,157 @@ fn needs_care(b: u8, ctx: Context) -> bool {
     control | quote | (b == b'&') | (b == b'<') | (b == b'>') | (b == 0xEF)
 }
 
-/// One bit per byte of `chunk` that `needs_care`.
+/// One bit per byte of `block` that `needs_care`.
 #[cfg(any(test, not(target_arch = "x86_64")))]
-fn portable_mask(chunk: &[u8; CHUNK], ctx: Context) -> u32 {
-    let mut mask = 0u32;
-    for (j, &b) in chunk.iter().enumerate() {
-        mask |= u32::from(needs_care(b, ctx)) << j;
+fn portable_mask(block: &[u8; BLOCK], ctx: Context) -> u64 {
+    let mut mask = 0u64;
+    for (j, &b) in block.iter().enumerate() {
+        mask |= u64::from(needs_care(b, ctx)) << j;
+    }
+    mask
+}
+
+/// How blocks are scanned for the bytes that need a look.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scan {
+    /// SSE2 compares on x86_64, part of its baseline (byte by byte elsewhere).
+    Baseline,
+    /// AVX2 compares, on x86_64 CPUs that have them (and BMI1 and POPCNT, which every CPU with
+    /// AVX2 has, to list the positions). Not AVX-512: many of the servers users run on lack it.
+    Avx2,
+}
+
+impl Scan {
+    /// The scans this CPU can run, the fastest last. `escape_into` takes the fastest; each is
+    /// exposed so that tests and the fuzz target check every one the machine can run.
+    pub fn available() -> Vec<Scan> {
+        let mut scans = vec![Scan::Baseline];
+        if Scan::best() == Scan::Avx2 {
+            scans.push(Scan::Avx2);
+        }
+        scans
+    }
+
+    /// The fastest scan this CPU runs (std caches what the CPU has: this is a load and a test).
+    #[inline(always)]
+    fn best() -> Scan {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("bmi1")
+            && std::arch::is_x86_feature_detected!("popcnt")
+        {
+            return Scan::Avx2;
+        }
+        Scan::Baseline
+    }
+}
+
+/// A way to flag the bytes of a block that need a look (`needs_care`), one bit each.
+trait Mask: Copy {
+    fn mask(self, block: &[u8; BLOCK], ctx: Context) -> u64;
+}
+
+#[derive(Clone, Copy)]
+struct Baseline;
+
+#[cfg(not(target_arch = "x86_64"))]
+impl Mask for Baseline {
+    #[inline(always)]
+    fn mask(self, block: &[u8; BLOCK], ctx: Context) -> u64 {
+        portable_mask(block, ctx)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Mask for Baseline {
+    #[inline(always)]
+    fn mask(self, block: &[u8; BLOCK], ctx: Context) -> u64 {
+        use std::arch::x86_64::{
+            _mm_andnot_si128, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8,
+            _mm_or_si128, _mm_set1_epi8,
+        };
+        let mut mask = 0u64;
+        for part in 0..BLOCK / 16 {
+            // SAFETY: SSE2 is part of the x86_64 baseline, so its intrinsics are always there;
+            // the load reads 16 bytes of the 64-byte block, unaligned.
+            let bits = unsafe {
+                let v = _mm_loadu_si128(block.as_ptr().add(16 * part).cast());
+                let is = |b: u8| _mm_cmpeq_epi8(v, _mm_set1_epi8(b as i8));
+                // Below 0x20, unsigned: min(v, 0x1F) is v.
+                let control = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1F)), v);
+                let markup = _mm_or_si128(
+                    _mm_or_si128(is(b'&'), is(b'<')),
+                    _mm_or_si128(is(b'>'), is(0xEF)),
+                );
+                let care = match ctx {
+                    Context::Text => _mm_andnot_si128(_mm_or_si128(is(b'\n'), is(b'\t')), control),
+                    Context::Attribute => _mm_or_si128(control, is(b'"')),
+                };
+                _mm_movemask_epi8(_mm_or_si128(markup, care)) as u16
+            };
+            mask |= u64::from(bits) << (16 * part);
+        }
+        mask
+    }
+}
+
+/// AVX2's scan: a block in two compares of 32 bytes (only built into code that runs where the
+/// CPU has AVX2, with BMI1 and POPCNT for the positions: see `Scan::best`).
+#[derive(Clone, Copy)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+struct Avx2;
+
+#[cfg(target_arch = "x86_64")]
+impl Mask for Avx2 {
+    #[inline(always)]
+    fn mask(self, block: &[u8; BLOCK], ctx: Context) -> u64 {
+        // SAFETY: an `Avx2` is only used by `escape_avx2` and `find_avx2`, which run only where
+        // the CPU has AVX2.
+        unsafe { avx2_mask(block, ctx) }
+    }
+}
+
+/// # Safety
+/// The CPU must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn avx2_mask(block: &[u8; BLOCK], ctx: Context) -> u64 {
+    use std::arch::x86_64::{
+        _mm256_andnot_si256, _mm256_cmpeq_epi8, _mm256_loadu_si256, _mm256_min_epu8,
+        _mm256_movemask_epi8, _mm256_or_si256, _mm256_set1_epi8,
+    };
+    let mut mask = 0u64;
+    for part in 0..BLOCK / 32 {
+        // The load reads 32 bytes of the 64-byte block, unaligned.
+        let v = _mm256_loadu_si256(block.as_ptr().add(32 * part).cast());
+        let control = _mm256_cmpeq_epi8(_mm256_min_epu8(v, _mm256_set1_epi8(0x1F)), v);
+        let amp = _mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'&' as i8));
+        let lt = _mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'<' as i8));
+        let gt = _mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'>' as i8));
+        let ef = _mm256_cmpeq_epi8(v, _mm256_set1_epi8(0xEFu8 as i8));
+        let markup = _mm256_or_si256(_mm256_or_si256(amp, lt), _mm256_or_si256(gt, ef));
+        let care = match ctx {
+            Context::Text => {
+                let lf = _mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'\n' as i8));
+                let tab = _mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'\t' as i8));
+                _mm256_andnot_si256(_mm256_or_si256(lf, tab), control)
+            }
+            Context::Attribute => {
+                let quote = _mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'"' as i8));
+                _mm256_or_si256(control, quote)
+            }
+        };
+        let bits = _mm256_movemask_epi8(_mm256_or_si256(markup, care)) as u32;
+        mask |= u64::from(bits) << (32 * part);
     }
     mask
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-use portable_mask as chunk_mask;
-
-/// One bit per byte of `chunk` that needs a look, as `needs_care` says, by SSE2 compares.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn chunk_mask(chunk: &[u8; CHUNK], ctx: Context) -> u32 {
-    use std::arch::x86_64::{
-        __m128i, _mm_andnot_si128, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8,
-        _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8,
-    };
-    // SAFETY: SSE2 is part of the x86_64 baseline, so its intrinsics are always there; the
-    // loads read the two 16-byte halves of a 32-byte array, unaligned.
-    unsafe {
-        let half = |v: __m128i| {
-            let is = |b: u8| _mm_cmpeq_epi8(v, _mm_set1_epi8(b as i8));
-            // Below 0x20, unsigned: min(v, 0x1F) is v.
-            let control = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1F)), v);
-            let markup = _mm_or_si128(
-                _mm_or_si128(is(b'&'), is(b'<')),
-                _mm_or_si128(is(b'>'), is(0xEF)),
-            );
-            let care = match ctx {
-                Context::Text => _mm_andnot_si128(_mm_or_si128(is(b'\n'), is(b'\t')), control),
-                Context::Attribute => _mm_or_si128(control, is(b'"')),
-            };
-            _mm_movemask_epi8(_mm_or_si128(markup, care)) as u16 as u32
-        };
-        let low = _mm_loadu_si128(chunk.as_ptr().cast());
-        let high = _mm_loadu_si128(chunk.as_ptr().add(16).cast());
-        half(low) | (half(high) << 16)
+impl Mask for Avx2 {
+    fn mask(self, _: &[u8; BLOCK], _: Context) -> u64 {
+        unreachable!("AVX2 is only offered on x86_64")
     }
 }
 
@@ -110,6 +228,9 @@ const ESCAPES: [Escape; 8] = [
     escape(b"&#9;"),
 ];
 
+/// The most an escape adds to its byte (`&quot;`).
+const MAX_GROWTH: usize = 5;
+
 /// Each byte's escape in `ctx`, as its index in `ESCAPES`; 0 for a byte that stays itself, or
 /// that is flagged to be looked at (a control without an escape, 0xEF: see `refused`).
 const fn codes(ctx: Context) -> [u8; 256] {
@@ -137,30 +258,76 @@ fn refused(bytes: &[u8], i: usize) -> bool {
         || (bytes.get(i + 1) == Some(&0xBF) && matches!(bytes.get(i + 2), Some(0xBE | 0xBF)))
 }
 
-/// Room for a chunk's escaped form (at most 6 bytes a byte) and the overshoot of a copy of
-/// fixed size.
-const ROOM: usize = 7 * CHUNK;
-
-/// Writes the escaped form of `src[..len]`, the chunk at `base` in `bytes` followed by as many
-/// bytes of slack, at the start of `dst`; returns its length. `mask` flags the bytes to look at, `codes` says
-/// their escapes.
+/// The positions of the bytes flagged in the blocks of `src[..len]` (`len` a multiple of
+/// `BLOCK`), into `found`; returns how many. Four positions of a block are written whatever its
+/// count, without a branch: most blocks of text have no more, and those past the count are
+/// overwritten or never read.
 #[inline(always)]
-fn escape_chunk(
-    dst: &mut [u8; ROOM],
+fn flagged(
+    src: &[u8],
+    len: usize,
+    ctx: Context,
+    scan: impl Mask,
+    found: &mut [MaybeUninit<u16>; SEGMENT + 8],
+) -> usize {
+    let mut n = 0;
+    for base in (0..len).step_by(BLOCK) {
+        let block = src[base..base + BLOCK].try_into().expect("a block");
+        let mut mask = scan.mask(block, ctx);
+        let count = mask.count_ones() as usize;
+        // A block's positions lie within it, so `n` is at most `base` here: the writes stay
+        // within `found`.
+        for k in 0..4 {
+            found[n + k].write((base + mask.trailing_zeros() as usize) as u16);
+            mask &= mask.wrapping_sub(1);
+        }
+        if count > 4 {
+            let mut k = 4;
+            while mask != 0 {
+                found[n + k].write((base + mask.trailing_zeros() as usize) as u16);
+                mask &= mask.wrapping_sub(1);
+                k += 1;
+            }
+        }
+        n += count;
+    }
+    n
+}
+
+/// Appends the escaped form of `src[..real]` to `out`. `src` holds `BLOCK` bytes to read past
+/// `len`, the length scanned (`real` rounded up to a block: past `real`, spaces, which need no
+/// care); it is the input `bytes` from `base` on, or a copy of its last bytes.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn escape_segment(
+    out: &mut Vec<u8>,
+    src: &[u8],
+    len: usize,
+    real: usize,
     bytes: &[u8],
     base: usize,
-    src: &[u8; 2 * CHUNK],
-    len: usize,
-    mut mask: u32,
-    codes: &[u8; 256],
-) -> Result<usize, Unrepresentable> {
-    // `from`: the first byte of the chunk not yet copied; `at`: the length written. Each copy
-    // is of a fixed size, without a call: what lands past its run is overwritten by what
-    // follows, and cut off at the end.
+    ctx: Context,
+    scan: impl Mask,
+) -> Result<(), Unrepresentable> {
+    debug_assert!(
+        len.is_multiple_of(BLOCK) && real <= len && len <= SEGMENT && src.len() >= len + BLOCK
+    );
+    let codes = match ctx {
+        Context::Text => &TEXT_CODES,
+        Context::Attribute => &ATTRIBUTE_CODES,
+    };
+    // Not zeroed: as big as a segment, it would cost more than most segments' escaping.
+    let mut found = [MaybeUninit::uninit(); SEGMENT + 8];
+    let n = flagged(src, len, ctx, scan, &mut found);
+    // SAFETY: `flagged` wrote the first `n` positions.
+    let found: &[u16] = unsafe { &*(std::ptr::from_ref(&found[..n]) as *const [u16]) };
+    // Room for every escape at its longest, and the overshoot of the moves of fixed size.
+    out.reserve(real + n * MAX_GROWTH + BLOCK + 8);
+    let dst = out.spare_capacity_mut().as_mut_ptr().cast::<u8>();
+    // `from`: the first byte of `src` not yet written; `at`: the bytes written.
     let (mut from, mut at) = (0, 0);
-    while mask != 0 {
-        let j = mask.trailing_zeros() as usize;
-        mask &= mask - 1;
+    for &j in found {
+        let j = usize::from(j);
         let code = codes[usize::from(src[j])];
         if code == 0 {
             if refused(bytes, base + j) {
@@ -168,81 +335,104 @@ fn escape_chunk(
             }
             continue;
         }
-        let Escape(padded, n) = &ESCAPES[usize::from(code)];
-        dst[at..at + CHUNK].copy_from_slice(&src[from..from + CHUNK]);
-        at += j - from;
-        dst[at..at + 8].copy_from_slice(padded);
-        at += n;
+        let Escape(padded, grown) = &ESCAPES[usize::from(code)];
+        let run = j - from;
+        // SAFETY: each move reads a block from below `j` (`from + copied < j < len`), within
+        // `src`, which holds a block past `len`; `dst` has room for a block past `at + run`,
+        // and for the escape, as `at + run` is at most `real + n * MAX_GROWTH` (reserved above)
+        // less what is still to write.
+        unsafe {
+            let (from_ptr, to_ptr) = (src.as_ptr().add(from), dst.add(at));
+            // The run in moves of a block (what lands past it is overwritten next): one, most
+            // often, and no call.
+            std::ptr::copy_nonoverlapping(from_ptr, to_ptr, BLOCK);
+            let mut copied = BLOCK;
+            while copied < run {
+                std::ptr::copy_nonoverlapping(from_ptr.add(copied), to_ptr.add(copied), BLOCK);
+                copied += BLOCK;
+            }
+            std::ptr::copy_nonoverlapping(padded.as_ptr(), to_ptr.add(run), 8);
+        }
+        at += run + grown;
         from = j + 1;
     }
-    dst[at..at + CHUNK].copy_from_slice(&src[from..from + CHUNK]);
-    Ok(at + len - from)
+    // SAFETY: `src[from..real]` is in bounds, and `dst` has room for it after `at`; then every
+    // byte up to `at` has been written.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src.as_ptr().add(from), dst.add(at), real - from);
+        out.set_len(out.len() + at + real - from);
+    }
+    Ok(())
 }
 
-/// The room at `at` in `out` for a chunk's escaped form. `out` is grown, zeroed, ahead of the
-/// writing by the `rest` of the input at a time: a chunk is then written in place, without a
-/// `memset` of its own.
+/// `escape_into` with the given scan, inlined into each scan's own function.
 #[inline(always)]
-fn room(out: &mut Vec<u8>, at: usize, rest: usize) -> &mut [u8; ROOM] {
-    if out.len() < at + ROOM {
-        out.resize(at + ROOM + rest, 0);
+fn escape_with(
+    out: &mut Vec<u8>,
+    s: &str,
+    ctx: Context,
+    scan: impl Mask,
+) -> Result<(), Unrepresentable> {
+    let bytes = s.as_bytes();
+    // The segments read from the input itself leave a block of it after them to read.
+    let mut done = 0;
+    while bytes.len() - done >= 2 * BLOCK {
+        let len = ((bytes.len() - done - BLOCK) / BLOCK * BLOCK).min(SEGMENT);
+        let src = &bytes[done..done + len + BLOCK];
+        escape_segment(out, src, len, len, bytes, done, ctx, scan)?;
+        done += len;
     }
-    (&mut out[at..at + ROOM])
-        .try_into()
-        .expect("room for a chunk")
+    // The last bytes (fewer than two blocks), padded with spaces, which need no care.
+    let tail = &bytes[done..];
+    let mut padded = [b' '; 3 * BLOCK];
+    padded[..tail.len()].copy_from_slice(tail);
+    if tail.len() <= BLOCK {
+        // Most attribute values, which are short and clean, take only this.
+        let block = padded[..BLOCK].try_into().expect("a block");
+        if scan.mask(block, ctx) == 0 {
+            out.extend_from_slice(tail);
+            return Ok(());
+        }
+    }
+    let len = tail.len().next_multiple_of(BLOCK);
+    escape_segment(out, &padded, len, tail.len(), bytes, done, ctx, scan)
+}
+
+/// # Safety
+/// The CPU must have AVX2, BMI1 and POPCNT.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,bmi1,popcnt")]
+unsafe fn escape_avx2(out: &mut Vec<u8>, s: &str, ctx: Context) -> Result<(), Unrepresentable> {
+    escape_with(out, s, ctx, Avx2)
+}
+
+fn escape_baseline(out: &mut Vec<u8>, s: &str, ctx: Context) -> Result<(), Unrepresentable> {
+    escape_with(out, s, ctx, Baseline)
 }
 
 /// Appends the escaped form of `s` to `out`. On error `out` may hold a partial result; callers
 /// truncate it back.
+#[inline]
 pub fn escape_into(out: &mut Vec<u8>, s: &str, ctx: Context) -> Result<(), Unrepresentable> {
-    let bytes = s.as_bytes();
-    let codes = match ctx {
-        Context::Text => &TEXT_CODES,
-        Context::Attribute => &ATTRIBUTE_CODES,
-    };
-    // The chunk being escaped, and slack for the copies of fixed size.
-    let mut src = [0; 2 * CHUNK];
-    // Where the escaped text ends in `out`, which holds zeroed room beyond.
-    let mut at = out.len();
-    let mut chunks = bytes.chunks_exact(CHUNK);
-    let mut base = 0;
-    for chunk in &mut chunks {
-        let chunk: &[u8; CHUNK] = chunk.try_into().expect("an exact chunk");
-        let mask = chunk_mask(chunk, ctx);
-        let dst = room(out, at, bytes.len() - base);
-        if mask == 0 {
-            dst[..CHUNK].copy_from_slice(chunk);
-            at += CHUNK;
-        } else {
-            // The chunk and the next one, where there is a next: copied to `src`, the chunk would
-            // be read back in pieces that straddle its stores, which stalls each read.
-            let window = match bytes.get(base..base + 2 * CHUNK) {
-                Some(window) => window.try_into().expect("two chunks"),
-                None => {
-                    src[..CHUNK].copy_from_slice(chunk);
-                    &src
-                }
-            };
-            at += escape_chunk(dst, bytes, base, window, CHUNK, mask, codes)?;
+    escape_into_by(Scan::best(), out, s, ctx)
+}
+
+/// `escape_into`, scanning with `scan`, which must be one of `Scan::available`.
+pub fn escape_into_by(
+    scan: Scan,
+    out: &mut Vec<u8>,
+    s: &str,
+    ctx: Context,
+) -> Result<(), Unrepresentable> {
+    match scan {
+        #[cfg(target_arch = "x86_64")]
+        Scan::Avx2 => {
+            assert_eq!(Scan::best(), Scan::Avx2, "no AVX2 here");
+            // SAFETY: the CPU has AVX2, BMI1 and POPCNT, just checked.
+            unsafe { escape_avx2(out, s, ctx) }
         }
-        base += CHUNK;
+        _ => escape_baseline(out, s, ctx),
     }
-    out.truncate(at);
-    let tail = chunks.remainder();
-    // Padded with spaces, which need no care, to be scanned as a chunk.
-    src[..tail.len()].copy_from_slice(tail);
-    src[tail.len()..CHUNK].fill(b' ');
-    let last: &[u8; CHUNK] = src[..CHUNK].try_into().expect("a chunk");
-    match chunk_mask(last, ctx) {
-        // Most attribute values, which are short and clean, take only this.
-        0 => out.extend_from_slice(tail),
-        mask => {
-            let written =
-                escape_chunk(room(out, at, 0), bytes, base, &src, tail.len(), mask, codes)?;
-            out.truncate(at + written);
-        }
-    }
-    Ok(())
 }
 
 /// Appends the attribute ` name="value"`, `value` escaped, to `out`. The value must have been
@@ -261,18 +451,49 @@ pub fn is_representable(s: &str) -> bool {
 }
 
 /// The byte offset of the first character XML 1.0 cannot carry, if any. Checked on every field
-/// of every record: scanned as escaping scans, a chunk at a time, for the bytes that start such
+/// of every record: scanned as escaping scans, a block at a time, for the bytes that start such
 /// a character (flagged among others in attributes: a control, 0xEF).
 pub fn first_unrepresentable(s: &str) -> Option<usize> {
+    first_unrepresentable_by(Scan::best(), s)
+}
+
+/// `first_unrepresentable`, scanning with `scan`, which must be one of `Scan::available`.
+pub fn first_unrepresentable_by(scan: Scan, s: &str) -> Option<usize> {
+    match scan {
+        #[cfg(target_arch = "x86_64")]
+        Scan::Avx2 => {
+            assert_eq!(Scan::best(), Scan::Avx2, "no AVX2 here");
+            // SAFETY: the CPU has AVX2, BMI1 and POPCNT, just checked.
+            unsafe { find_avx2(s) }
+        }
+        _ => find_with(s, Baseline),
+    }
+}
+
+/// # Safety
+/// The CPU must have AVX2, BMI1 and POPCNT.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,bmi1,popcnt")]
+unsafe fn find_avx2(s: &str) -> Option<usize> {
+    find_with(s, Avx2)
+}
+
+#[inline(always)]
+fn find_with(s: &str, scan: impl Mask) -> Option<usize> {
     let bytes = s.as_bytes();
-    let mut chunk = [b' '; CHUNK];
-    for (n, piece) in bytes.chunks(CHUNK).enumerate() {
-        // The last piece padded with spaces, which need no care.
-        chunk[..piece.len()].copy_from_slice(piece);
-        chunk[piece.len()..].fill(b' ');
-        let mut mask = chunk_mask(&chunk, Context::Attribute);
+    let mut padded = [b' '; BLOCK];
+    for (n, piece) in bytes.chunks(BLOCK).enumerate() {
+        let block = match piece.try_into() {
+            Ok(block) => block,
+            // The last piece padded with spaces, which need no care.
+            Err(_) => {
+                padded[..piece.len()].copy_from_slice(piece);
+                &padded
+            }
+        };
+        let mut mask = scan.mask(block, Context::Attribute);
         while mask != 0 {
-            let at = n * CHUNK + mask.trailing_zeros() as usize;
+            let at = n * BLOCK + mask.trailing_zeros() as usize;
             mask &= mask - 1;
             let allowed = matches!(bytes[at], b'\t' | b'\n' | b'\r');
             if matches!(bytes[at], 0..0x20 | 0xEF) && !allowed && refused(bytes, at) {
@@ -313,8 +534,9 @@ mod tests {
     }
 
     /// Text of characters that need care, their neighbours (U+FFFD and U+FFEF share 0xEF with
-    /// the forbidden ones) and plain ones, long enough to cross chunks.
-    fn hostile() -> impl Strategy<Value = String> {
+    /// the forbidden ones) and plain ones, of up to `max` characters: long enough to cross blocks,
+    /// or segments.
+    fn hostile(max: usize) -> impl Strategy<Value = String> {
         let chars = prop::sample::select(vec![
             'a',
             ' ',
@@ -341,32 +563,69 @@ mod tests {
             '\u{FFFF}',
             '\u{10FFFF}',
         ]);
-        prop::collection::vec(prop_oneof![4 => Just('x'), 1 => chars], 0..200)
-            .prop_map(|chars| chars.into_iter().collect())
+        // Sparse escapes too: runs of clean text longer than a block.
+        let plain = prop_oneof![4 => Just('x'), 1 => chars.clone()];
+        let sparse = prop_oneof![150 => Just('x'), 1 => chars];
+        prop_oneof![
+            prop::collection::vec(plain, 0..max),
+            prop::collection::vec(sparse, 0..max)
+        ]
+        .prop_map(|chars| chars.into_iter().collect())
+    }
+
+    /// Every scan this CPU runs.
+    fn scans() -> impl Iterator<Item = Scan> {
+        Scan::available().into_iter()
     }
 
     proptest! {
         #[test]
-        fn escaping_matches_the_reference(s in prop_oneof![hostile(), any::<String>()]) {
+        fn escaping_matches_the_reference(s in prop_oneof![hostile(200), any::<String>()]) {
             for ctx in [Context::Text, Context::Attribute] {
+                for scan in scans() {
+                    prop_assert_eq!(esc_by(scan, &s, ctx), reference(&s, ctx), "{:?}", scan);
+                }
                 prop_assert_eq!(esc(&s, ctx), reference(&s, ctx));
             }
         }
 
         #[test]
         fn forbidden_characters_are_found_as_the_reference_finds_them(
-            s in prop_oneof![hostile(), any::<String>()]
+            s in prop_oneof![hostile(200), any::<String>()]
         ) {
             let reference = s.char_indices().find(|&(_, c)| {
                 matches!(c, '\0'..='\u{8}' | '\u{B}' | '\u{C}' | '\u{E}'..='\u{1F}' | '\u{FFFE}' | '\u{FFFF}')
             });
-            prop_assert_eq!(first_unrepresentable(&s), reference.map(|(i, _)| i));
+            for scan in scans() {
+                prop_assert_eq!(first_unrepresentable_by(scan, &s), reference.map(|(i, _)| i));
+            }
         }
 
         #[test]
-        fn the_simd_scan_flags_what_the_portable_one_does(chunk in any::<[u8; CHUNK]>()) {
+        fn the_simd_scans_flag_what_the_portable_one_does(
+            block in prop::collection::vec(any::<u8>(), BLOCK)
+        ) {
+            let block: &[u8; BLOCK] = block.as_slice().try_into().unwrap();
             for ctx in [Context::Text, Context::Attribute] {
-                prop_assert_eq!(chunk_mask(&chunk, ctx), portable_mask(&chunk, ctx));
+                let portable = portable_mask(block, ctx);
+                prop_assert_eq!(Baseline.mask(block, ctx), portable);
+                if Scan::available().contains(&Scan::Avx2) {
+                    prop_assert_eq!(Avx2.mask(block, ctx), portable);
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Text longer than a segment, escaped in several, each listing its own escapes.
+        #[test]
+        fn long_text_is_escaped_across_segments(s in hostile(3 * SEGMENT)) {
+            for ctx in [Context::Text, Context::Attribute] {
+                for scan in scans() {
+                    prop_assert_eq!(esc_by(scan, &s, ctx), reference(&s, ctx), "{:?}", scan);
+                }
             }
         }
     }
@@ -374,6 +633,13 @@ mod tests {
     fn esc(s: &str, ctx: Context) -> Result<String, Unrepresentable> {
         let mut out = Vec::new();
         escape_into(&mut out, s, ctx).map(|()| String::from_utf8(out).unwrap())
+    }
+
+    fn esc_by(scan: Scan, s: &str, ctx: Context) -> Result<String, Unrepresentable> {
+        // After bytes already there, as records are appended.
+        let mut out = b"<x>".to_vec();
+        escape_into_by(scan, &mut out, s, ctx)
+            .map(|()| String::from_utf8(out[3..].to_vec()).unwrap())
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 /// The URL must be absolute with a fully qualified host, as the appliance requires.
 pub fn check_url(url: &str) -> std::result::Result<(), String> {
-    let Some((scheme, rest)) = url.split_once("://") else {
+    let Some((scheme, rest)) = scheme_and_rest(url) else {
         return Err(format!(
             "'{url}' is not an absolute URL (scheme://host/path)"
         ));
@@ -49,7 +49,9 @@ pub fn check_url(url: &str) -> std::result::Result<(), String> {
     if host.is_empty() {
         return Err(format!("'{url}' has no host"));
     }
-    if !host.contains('.') || host.starts_with('.') || host.contains("..") {
+    // Not `contains("..")`: a substring search costs more to set up than a host takes to scan.
+    let dots = host.as_bytes().windows(2).any(|pair| pair == b"..");
+    if !host.contains('.') || host.starts_with('.') || dots {
         return Err(format!(
             "host '{host}' is not fully qualified (the appliance needs a name like host.example.com)"
         ));
@@ -60,9 +62,20 @@ pub fn check_url(url: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
+/// `url` cut at its first `://`: its scheme, and the rest. Checked for every record: the first
+/// `:` is found by `memchr`, and where it starts `://` (every valid URL) there is no need for a
+/// substring search, which costs more to set up than the URL takes to check.
+fn scheme_and_rest(url: &str) -> Option<(&str, &str)> {
+    match url.find(':') {
+        Some(i) if url[i..].starts_with("://") => Some((&url[..i], &url[i + 3..])),
+        // No `://`, or it follows a `:` no scheme holds: the scheme is refused, as it would be.
+        _ => url.split_once("://"),
+    }
+}
+
 /// The path part of a URL, for guessing a MIME type from its extension.
 pub fn url_path(url: &str) -> &str {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = scheme_and_rest(url).map_or(url, |(_, r)| r);
     let path = rest.find('/').map_or("", |i| &rest[i..]);
     path.split(['?', '#']).next().unwrap_or("")
 }

@@ -15,9 +15,13 @@ use crate::writer::{BatchReport, FeedWriter, RecordSource, StartedRecords};
 
 use super::Rows;
 
-/// A group ends at this many rows, or at this much content (encoded in memory at once).
+/// A group ends at this many rows, or at this much content (encoded in memory at once). Three
+/// groups are in memory at a time (one encoded, one taken, one written), in buffers that the
+/// writer hands back once written; a writer's first groups fault in fresh pages, so the groups
+/// are small: with 16 MB, a writer of 200,000 records of 1 KB took 13,000 more page faults, 3 to
+/// 5% of its CPU.
 const GROUP_ROWS: usize = 65_536;
-const GROUP_BYTES: usize = 16 << 20;
+const GROUP_BYTES: usize = 4 << 20;
 
 /// Work to run without the caller's lock (the GIL, for Python).
 pub type Unlocked<'a> = dyn FnMut() -> Result<BatchReport> + Send + 'a;

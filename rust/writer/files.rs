@@ -5,13 +5,14 @@ use std::fs::{self, File};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::output::Output;
 use crate::record::FeedType;
 
 use super::set::{file_digest, ManifestEntry, SetKind};
-use super::tasks::{Encoded, Rec};
+use super::tasks::{Encoded, Rec, Recycled};
 use super::MANIFEST;
 
 pub(super) struct OpenFile {
@@ -42,6 +43,8 @@ pub(super) struct Files {
     pub(super) max_records: u64,
     pub(super) current: Option<OpenFile>,
     pub(super) entries: Vec<ManifestEntry>,
+    /// Where the buffers of the records written go back to the encoding threads.
+    pub(super) recycled: Arc<Recycled>,
 }
 
 impl Files {
@@ -52,7 +55,7 @@ impl Files {
     }
 
     /// Appends encoded records in order; returns the files finished meanwhile.
-    pub(super) fn append(&mut self, encoded: Vec<Encoded>) -> Result<Vec<ManifestEntry>> {
+    pub(super) fn append(&mut self, encoded: &[Encoded]) -> Result<Vec<ManifestEntry>> {
         let mut finished = Vec::new();
         for (_, rec) in encoded.iter().flat_map(Encoded::records) {
             let len = rec.len();
@@ -192,7 +195,11 @@ pub(super) fn write_files(
 ) {
     for job in jobs {
         let (result, last) = match job {
-            Job::Append(encoded) => (files.append(encoded), false),
+            Job::Append(encoded) => {
+                let appended = files.append(&encoded);
+                files.recycled.give(encoded);
+                (appended, false)
+            }
             Job::Finish => (files.finish(), true),
         };
         let failed = result.is_err();

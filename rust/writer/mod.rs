@@ -28,7 +28,7 @@ use crate::record::{EncodeOptions, FeedKind, FeedType, Record};
 use files::{write_files, Files, Job};
 use tasks::{
     check_sizes, prepare_thread, run_tasks, runs, start_chunk, start_runs, Encoded, Limits,
-    LineEncoding, Started,
+    LineEncoding, Recycled, Started,
 };
 
 pub use set::{check_datasource, BatchReport, ManifestEntry, Options, SetKind};
@@ -115,11 +115,13 @@ impl FeedWriter {
             )));
         }
         let (level, spill_dir) = (opts.level, Arc::<Path>::from(dir));
+        let recycled = Arc::new(Recycled::default());
+        let threads_recycled = Arc::clone(&recycled);
         let pool = Arc::new(
             rayon::ThreadPoolBuilder::new()
                 .num_threads(opts.workers)
                 .thread_name(|i| format!("fastfeed-encode-{i}"))
-                .start_handler(move |_| prepare_thread(level, &spill_dir))
+                .start_handler(move |_| prepare_thread(level, &spill_dir, &threads_recycled))
                 .build()
                 .map_err(|e| Error::Config(format!("cannot start encoding threads: {e}")))?,
         );
@@ -132,6 +134,7 @@ impl FeedWriter {
             max_records: opts.max_records,
             current: None,
             entries: Vec::new(),
+            recycled,
         };
         let limits = Limits {
             max_bytes: opts.max_bytes,
@@ -547,7 +550,7 @@ fn encode_run(
 ) -> Result<Encoded> {
     // A record's markup and escapes add about a third to its text (the weight): room for half
     // more, so that the buffer is not grown, and copied.
-    let mut done = Encoded::with_capacity(weight + weight / 2);
+    let mut done = Encoded::recycled(weight + weight / 2);
     for i in run {
         encode(i, scratch, &mut done.buf)?;
         done.ended(index(i), &mut scratch.spill);

@@ -22,8 +22,7 @@ from fastfeed.sets.writer import HARD_MAX_BYTES
 
 T = TypeVar("T")
 
-#: JSON Lines go to the core in chunks of about this size; directory files in batches of at
-#: most this many bytes or DIR_BATCH files.
+#: JSON Lines go to the core in chunks of about this size.
 CHUNK_BYTES = 4 * 1024 * 1024
 #: A mapped input's chunks shrink down to this when their records encode to much more than
 #: their lines (see `MappedInput.resize`), and start no bigger than FILES_CHUNK_BYTES where
@@ -31,7 +30,12 @@ CHUNK_BYTES = 4 * 1024 * 1024
 MIN_CHUNK_BYTES = 64 * 1024
 FILES_CHUNK_BYTES = 256 * 1024
 FILES_PROBE = 64 * 1024
-DIR_BATCH = 1024
+#: A directory's files go to the core in batches of at most DIR_BATCH files or DIR_BATCH_BYTES
+#: of them: each batch is a chunk, whose end the encoding threads may wait at (the next one's
+#: opens), so fewer are better; twice CHUNK_BYTES, since a file's record is mostly smaller than
+#: the file (deflated). 1,024 files or 4 MB left both encoding threads idle twice as long.
+DIR_BATCH = 4096
+DIR_BATCH_BYTES = 2 * CHUNK_BYTES
 
 #: A line of a stream longer than this is refused: it is held in memory until its end, and no
 #: record that long can fit under the hard ceiling on a feed file.
@@ -158,13 +162,16 @@ _REFUSALS = {
 
 
 def directory_batches(root: Path, base_url: str, skip: str) -> Iterator[DirBatch]:
-    """The files under `root` as records, in batches of at most DIR_BATCH files or CHUNK_BYTES
-    of them; `skip` is a directory not to enter (the output, when it lies inside the input).
-    What cannot be read is refused with its reason, never left out in silence: a full feed
-    missing a subtree removes it from the index. The core walks the tree on a thread of its own
-    (`readdir` and `stat` without the GIL), a few batches ahead: in Python, on one thread under
-    the GIL, the walk of a tree of small files took as long as encoding them on one core."""
-    walk = _core.DirectoryWalk(os.fspath(root), base_url, _identity(skip), DIR_BATCH, CHUNK_BYTES)
+    """The files under `root` as records, in batches of at most DIR_BATCH files or
+    DIR_BATCH_BYTES of them; `skip` is a directory not to enter (the output, when it lies
+    inside the input). What cannot be read is refused with its reason, never left out in
+    silence: a full feed missing a subtree removes it from the index. The core walks the tree
+    on a thread of its own (`readdir` and `stat` without the GIL), a few batches ahead: in
+    Python, on one thread under the GIL, the walk of a tree of small files took as long as
+    encoding them on one core."""
+    walk = _core.DirectoryWalk(
+        os.fspath(root), base_url, _identity(skip), DIR_BATCH, DIR_BATCH_BYTES
+    )
     for lines, paths, refused in walk:
         yield DirBatch(
             lines,

@@ -27,6 +27,7 @@ use crate::guard::Guard;
 use crate::jsonl::FIELDS;
 use crate::record::{self, parse_date, AclFormat, FeedType};
 use crate::url::check_url;
+use crate::walk::{Refusal, Walk, WalkOptions};
 use crate::writer::{
     check_datasource, BatchReport, FeedWriter, ManifestEntry, Options, SetKind, SharedChunk,
     DEFAULT_LEVEL, DEFAULT_MAX_BYTES, HARD_MAX_BYTES,
@@ -585,6 +586,61 @@ impl PyMappingGuard {
     }
 }
 
+/// A directory's files as records, walked on a thread of the core's own (see `walk.rs`); each
+/// item is a batch: its records as JSON Lines, each line's path, and the items refused, each
+/// as its path, why (`directory`, `file`, `name`, `not_regular`) and the error's number.
+#[pyclass(module = "fastfeed._core", name = "DirectoryWalk")]
+struct PyDirectoryWalk(Walk);
+
+type WalkBatch<'py> = (
+    Bound<'py, PyBytes>,
+    Vec<String>,
+    Vec<(String, &'static str, i32)>,
+);
+
+#[pymethods]
+impl PyDirectoryWalk {
+    #[new]
+    #[pyo3(signature = (top, base_url, skip, batch_items, batch_bytes))]
+    fn new(
+        top: PathBuf,
+        base_url: String,
+        skip: Option<(u64, u64)>,
+        batch_items: usize,
+        batch_bytes: u64,
+    ) -> PyResult<Self> {
+        let options = WalkOptions {
+            base_url,
+            skip,
+            batch_items: batch_items.max(1),
+            batch_bytes,
+        };
+        let walk = Walk::start(top.into_os_string(), options)
+            .map_err(|e| FeedError::new_err(format!("cannot start the directory walk: {e}")))?;
+        Ok(Self(walk))
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(&mut self, py: Python<'py>) -> Option<WalkBatch<'py>> {
+        let walk = &mut self.0;
+        let batch = py.allow_threads(|| walk.next_batch())?;
+        let refused = batch
+            .refused
+            .into_iter()
+            .map(|(path, why)| match why {
+                Refusal::Directory(errno) => (path, "directory", errno),
+                Refusal::File(errno) => (path, "file", errno),
+                Refusal::Name => (path, "name", 0),
+                Refusal::NotRegular => (path, "not_regular", 0),
+            })
+            .collect();
+        Some((PyBytes::new(py, &batch.lines), batch.paths, refused))
+    }
+}
+
 /// A BLAKE3 hash, given its bytes a piece at a time (the digest of feed files, checked at push):
 /// each piece is hashed without the GIL, its chunks side by side.
 #[pyclass(module = "fastfeed._core", name = "Blake3")]
@@ -616,6 +672,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyFeedWriter>()?;
     m.add_class::<PyMappingGuard>()?;
     m.add_class::<PyBlake3>()?;
+    m.add_class::<PyDirectoryWalk>()?;
     m.add_function(wrap_pyfunction!(url_problem, m)?)?;
     m.add_function(wrap_pyfunction!(parse_last_modified, m)?)?;
     m.add_function(wrap_pyfunction!(datasource_problem, m)?)?;

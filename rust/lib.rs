@@ -28,6 +28,7 @@ pub mod row_json;
 pub mod spill;
 pub mod thunderstone;
 pub mod url;
+pub mod walk;
 pub mod wide;
 pub mod writer;
 

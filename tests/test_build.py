@@ -808,6 +808,42 @@ def test_a_file_name_that_is_not_utf8_is_refused_by_name(
     assert [f.url for f in decode_set(tmp_path / "skip")] == ["http://f.example.com/ok.txt"]
 
 
+def test_a_directory_walk_keeps_its_order_links_and_refusals(tmp_path: Path) -> None:
+    """A directory's files come before its subdirectories, each in name order (so the feed's
+    order does not change between builds); a link to a file is the file, a link to a directory
+    is not entered (the files would come twice), the output directory inside the input is left
+    out, and what cannot be a record is refused by name, a directory not named in UTF-8
+    included."""
+    root = tmp_path / "share"
+    for sub in ["b", "a/deep", "out"]:
+        (root / sub).mkdir(parents=True)
+    for name in ["z.txt", "B.txt", "a/1.txt", "a/deep/2.txt", "b/3.txt", "\u00e9.txt"]:
+        (root / name).write_text(name)
+    (root / "link.txt").symlink_to(root / "z.txt")
+    (root / "link-dir").symlink_to(root / "a")
+    os.mkfifo(root / "pipe")
+    bad_dir = os.fsencode(root) + b"/d\xff"
+    os.mkdir(bad_dir)
+    with open(bad_dir + b"/x.txt", "wb") as f:
+        f.write(b"x")
+    out = root / "out"
+    argv = ["build", str(root), "--base-url", "http://f.example.com/", "--datasource", "d"]
+    assert main([*argv, "--out", str(out), "--on-error", "skip"]) == 1
+    assert [f.url.removeprefix("http://f.example.com/") for f in decode_set(out)] == [
+        "B.txt",
+        "link.txt",
+        "z.txt",
+        "%C3%A9.txt",
+        "a/1.txt",
+        "a/deep/2.txt",
+        "b/3.txt",
+    ]
+    assert (out / "rejected.log").read_text().splitlines() == [
+        f"{root}/pipe: not a regular file (a FIFO, socket or device)",
+        f"{root}/d\\xff/x.txt: the file name is not valid UTF-8: rename the file",
+    ]
+
+
 def test_a_directory_walk_that_fails_stops_the_build_naming_the_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

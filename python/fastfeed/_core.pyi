@@ -8,6 +8,7 @@ __all__ = [
     "FeedWriter",
     "MappingGuard",
     "Blake3",
+    "DirectoryWalk",
     "url_problem",
     "parse_last_modified",
     "datasource_problem",
@@ -114,6 +115,19 @@ class Blake3:
     def __new__(cls) -> Self: ...
     def update(self, data: bytes) -> None: ...
     def hexdigest(self) -> str: ...
+
+@final
+class DirectoryWalk:
+    def __new__(
+        cls,
+        top: str | os.PathLike[str],
+        base_url: str,
+        skip: tuple[int, int] | None,
+        batch_items: int,
+        batch_bytes: int,
+    ) -> Self: ...
+    def __iter__(self) -> Self: ...
+    def __next__(self) -> tuple[bytes, list[str], list[tuple[str, str, int]]]: ...
 
 @final
 class TableFile:

@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 use std::fs;
 use std::ops::Range;
 use std::path::Path;
-use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender, TryRecvError};
+use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -25,7 +25,7 @@ use crate::fingerprint::Fingerprints;
 use crate::groups::Membership;
 use crate::record::{EncodeOptions, FeedKind, FeedType, Record};
 
-use files::{write_files, Files, Job};
+use files::{write_files, Backlog, Files, Job};
 use tasks::{
     check_sizes, prepare_thread, run_tasks, runs, start_chunk, start_runs, Encoded, Limits,
     LineEncoding, Recycled, Started,
@@ -49,7 +49,9 @@ pub struct FeedWriter {
     pool: Arc<rayon::ThreadPool>,
     /// Encoded batches go to a thread of their own, which writes one while the next is read
     /// and encoded: writing is one thread's work and must not leave the other cores idle.
-    jobs: Option<SyncSender<Job>>,
+    jobs: Option<Sender<Job>>,
+    /// What the jobs waiting for the writing thread hold, which bounds them.
+    backlog: Arc<Backlog>,
     /// In a mutex only to make the writer `Sync`, as Python objects must be.
     done: Mutex<Receiver<Result<Vec<ManifestEntry>>>>,
     thread: Option<JoinHandle<()>>,
@@ -140,12 +142,14 @@ impl FeedWriter {
             max_bytes: opts.max_bytes,
             overhead: files.overhead(),
         };
-        // One batch may wait while another is written: memory stays at a few batches.
-        let (jobs, job_queue) = sync_channel(1);
+        // Batches wait to be written up to a few MB of memory (see `Backlog`).
+        let (jobs, job_queue) = channel();
         let (done_tx, done) = channel();
+        let backlog = Arc::new(Backlog::new());
+        let written = Arc::clone(&backlog);
         let thread = std::thread::Builder::new()
             .name("fastfeed-write".into())
-            .spawn(move || write_files(files, job_queue, done_tx))
+            .spawn(move || write_files(files, job_queue, done_tx, &written))
             .map_err(|e| Error::Config(format!("cannot start the writing thread: {e}")))?;
         Ok(FeedWriter {
             set,
@@ -154,6 +158,7 @@ impl FeedWriter {
             limits,
             pool,
             jobs: Some(jobs),
+            backlog,
             done: Mutex::new(done),
             thread: Some(thread),
             entries: Vec::new(),
@@ -236,6 +241,7 @@ impl FeedWriter {
 
     /// Hands a job to the writing thread; if it has stopped, returns the error that stopped it.
     fn send(&mut self, job: Job) -> Result<()> {
+        self.backlog.admit(&job);
         let sent = self.jobs.as_ref().map(|jobs| jobs.send(job).is_ok());
         if sent == Some(true) {
             return Ok(());

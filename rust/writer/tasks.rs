@@ -216,10 +216,16 @@ impl Encoded {
         )
     }
 
+    /// The bytes of its records held in memory, and of those moved out to disk.
+    pub(super) fn held(&self) -> (u64, u64) {
+        let spilled: u64 = self.spilled.iter().map(|(_, s)| s.len()).sum();
+        (self.buf.len() as u64, spilled)
+    }
+
     /// The encoded bytes of its records.
     pub(super) fn bytes(&self) -> u64 {
-        let spilled: u64 = self.spilled.iter().map(|(_, s)| s.len()).sum();
-        self.buf.len() as u64 + spilled
+        let (memory, disk) = self.held();
+        memory + disk
     }
 }
 

@@ -22,19 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Literal, TextIO, TypeVar
 
-import orjson
-
 from fastfeed.errors import FastfeedError, FeedError, InputError, RecordError
 from fastfeed.progress import Progress, Stage, human_bytes, plural, stage
 from fastfeed.sets import tables
-from fastfeed.sets.inputs import (
-    DirItem,
-    MappedInput,
-    ahead,
-    directory_batches,
-    mappable,
-    stream_chunks,
-)
+from fastfeed.sets.inputs import MappedInput, directory_batches, mappable, stream_chunks
 from fastfeed.sets.manifest import ManifestEntry
 from fastfeed.sets.writer import FeedWarning, RecordWriter, SetWriter
 
@@ -142,19 +133,11 @@ class _Builder:
 
     def directory(self, root: Path, base_url: str, skip: str) -> None:
         # The files' records go as JSON Lines too: one way into the core, one way to refuse.
-        def chunks() -> Iterator[tuple[bytes, list[DirItem]]]:
-            for batch in ahead(directory_batches(root, base_url, skip)):
-                records = b"".join(
-                    orjson.dumps(item) + b"\n" for _, item in batch if not isinstance(item, str)
-                )
-                yield records, batch
-
-        for chunk, batch in self._one_ahead(chunks()):
-            for path, item in batch:
-                if isinstance(item, str):
-                    self.refuse(path, json.dumps({"content_path": path}).encode() + b"\n", item)
-            paths = [path for path, item in batch if not isinstance(item, str)]
-            self._take(chunk, paths.__getitem__)
+        batches = ((batch.lines, batch) for batch in directory_batches(root, base_url, skip))
+        for chunk, batch in self._one_ahead(batches):
+            for path, reason in batch.refused:
+                self.refuse(path, json.dumps({"content_path": path}).encode() + b"\n", reason)
+            self._take(chunk, batch.paths.__getitem__)
             self.show()
 
     def table(self, name: str) -> None:

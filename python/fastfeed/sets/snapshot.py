@@ -155,10 +155,9 @@ class Snapshot:
         path = self._work / file
         with path.open("wb") as out:
             for batch in directory_batches(root, self._base_url, self._skip):
-                for where, item in batch:
-                    if isinstance(item, str):
-                        raise InputError(where, item)
-                    out.write(orjson.dumps(item) + b"\n")
+                for where, reason in batch.refused:
+                    raise InputError(where, reason)
+                out.write(batch.lines)
         return path
 
     def _read(

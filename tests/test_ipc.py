@@ -352,6 +352,13 @@ def test_the_cli_builds_arrow_files_without_pyarrow(tmp_path: Path) -> None:
     assert files(tmp_path / "ipc") == files(tmp_path / "jl")
 
 
+def refused(src: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """What the build of `src` said, which must stop with no feed."""
+    assert build(str(src), "--out", str(tmp_path / "out")) == 1
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
+    return capsys.readouterr().err
+
+
 def damage_buffer(data: bytearray, offset: int, length: int, nth: int = -1) -> None:
     """Moves the buffer of the header entry (`offset`, `length`) (the last one found, or the
     `nth`) far past the end of its message's body."""
@@ -374,8 +381,7 @@ def test_a_buffer_placed_past_its_message_is_refused_naming_the_batch(
     damage_buffer(data, 0, 2004, nth=2)
     src.write_bytes(data)
 
-    assert build(str(src), "--out", str(tmp_path / "out")) == 1
-    err = capsys.readouterr().err
+    err = refused(src, tmp_path, capsys)
     assert f"{src}: cannot be read whole: record batch 2 of 4 (rows 1000 to 1499): its buf" in err
     assert "lies past the end of the message's" in err and "Traceback" not in err
 
@@ -391,8 +397,7 @@ def test_a_dictionary_placed_past_its_message_is_refused(
     damage_buffer(data, 0, 16, nth=0)  # the dictionary's offsets: 4 of them
     src.write_bytes(data)
 
-    assert build(str(src), "--out", str(tmp_path / "out")) == 1
-    err = capsys.readouterr().err
+    err = refused(src, tmp_path, capsys)
     assert "cannot be read whole: the dictionary before record batch 0 of 4 (from row 0): " in err
     assert "lies past the end of the message's" in err
 
@@ -401,22 +406,21 @@ def test_dictionary_deltas_past_what_memory_holds_are_refused_naming_what_to_do(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Each delta is added to a dictionary kept whole: a long stream of them would hold (and
-    copy) ever more. Past 32 MB they are refused, in the batch where they grow past it."""
+    copy) ever more. Past 16 MB they are refused, in the batch where they grow past it."""
     schema = pa.schema([("url", pa.string()), ("content", pa.dictionary(pa.int32(), pa.string()))])
     options = ipc.IpcWriteOptions(emit_dictionary_deltas=True)
     src = tmp_path / "deltas.arrow"
     values: list[str] = []
     with ipc.new_stream(src, schema, options=options) as writer:
-        for k in range(6):  # 8 MB of new values in each batch
-            values += [f"{k}-{i:04d}-" + "x" * 8000 for i in range(1000)]
+        for k in range(4):  # 6 MB of new values in each batch
+            values += [f"{k}-{i:04d}-" + "x" * 6000 for i in range(1000)]
             urls = pa.array([f"http://e.example.com/{k}/{i}" for i in range(1000)])
             indices = pa.array(range(k * 1000, (k + 1) * 1000), pa.int32())
             content = pa.DictionaryArray.from_arrays(indices, pa.array(values))
             writer.write_batch(pa.record_batch([urls, content], schema=schema))
 
-    assert build(str(src), "--out", str(tmp_path / "out")) == 1
-    err = capsys.readouterr().err
-    assert "read whole: the dictionary before record batch 4 of 6 (from row 4000): " in err
+    err = refused(src, tmp_path, capsys)
+    assert "read whole: the dictionary before record batch 2 of 4 (from row 2000): " in err
     assert "write the file without dictionary deltas, or its dictionary columns as plain" in err
 
 
@@ -437,8 +441,7 @@ def test_a_footer_listing_fewer_batches_than_the_file_holds_is_refused(
     (tmp_path / "hole.arrow").write_bytes(three + footer)
     assert ipc.open_file(tmp_path / "hole.arrow").num_record_batches == 2
 
-    assert build(str(tmp_path / "hole.arrow"), "--out", str(tmp_path / "out")) == 1
-    err = capsys.readouterr().err
+    err = refused(tmp_path / "hole.arrow", tmp_path, capsys)
     assert "hole.arrow: cannot be read whole: its footer lists 2 record batches and 0 " in err
     assert "but it holds 3 and 0" in err and "looks damaged" in err
 

@@ -194,9 +194,9 @@ impl IpcFile {
         let total: u64 = self.dictionaries.values().sum();
         if total > DICTIONARY_BYTES {
             return Err(format!(
-                "its dictionaries grow to {total} bytes, over the {DICTIONARY_BYTES} read \
-                 (each delta adds to its dictionary, which is kept whole): write the file \
-                 without dictionary deltas, or its dictionary columns as plain strings"
+                "its dictionaries grow to {total} bytes, over the {DICTIONARY_BYTES} held while \
+                 it is read (each delta adds to its dictionary, which is kept whole): write \
+                 the file without dictionary deltas, or its dictionary columns as plain strings"
             ));
         }
         Ok(())
@@ -508,23 +508,23 @@ fn body(data: &[u8], block: &Block) -> std::result::Result<Body, String> {
         None => (message.header_as_record_batch(), None),
     };
     let batch = batch.ok_or("its header holds no record batch")?;
-    let compressed = block.bodyLength() as u64;
+    let body_len = block.bodyLength() as u64;
     let buffers = batch.buffers().into_iter().flatten();
     for (i, b) in buffers.clone().enumerate() {
         let end = u64::try_from(b.offset())
             .ok()
             .zip(u64::try_from(b.length()).ok())
             .and_then(|(offset, length)| offset.checked_add(length));
-        if end.is_none_or(|end| end > compressed) {
+        if end.is_none_or(|end| end > body_len) {
             let (offset, length) = (b.offset(), b.length());
             return Err(format!(
                 "its buffer {i} ({length} bytes at {offset}) lies past the end of the \
-                 message's {compressed} bytes: its header is damaged"
+                 message's {body_len} bytes: its header is damaged"
             ));
         }
     }
     if batch.compression().is_none() {
-        let bytes = compressed as usize;
+        let bytes = body_len as usize;
         return Ok(Body { bytes, dictionary });
     }
     // Each compressed buffer begins with its decompressed length (-1: stored as it is).
@@ -540,10 +540,10 @@ fn body(data: &[u8], block: &Block) -> std::result::Result<Body, String> {
             }
         })
         .fold(0, u64::saturating_add);
-    if declared > INFLATED_BYTES && declared / MAX_INFLATION > compressed {
+    if declared > INFLATED_BYTES && declared / MAX_INFLATION > body_len {
         return Err(format!(
             "its buffers say they decompress to {declared} bytes, over {MAX_INFLATION} times \
-             their {compressed} (a compression bomb, or damaged): write it again uncompressed"
+             their {body_len} (a compression bomb, or damaged): write it again uncompressed"
         ));
     }
     let bytes = usize::try_from(declared).unwrap_or(usize::MAX);

@@ -11,14 +11,20 @@
 //!
 //! Every message's header is read when the file is opened: a file cut short (no footer, no
 //! end-of-stream marker, a message past the end of the file) or whose headers cannot be read is
-//! refused before any row is, naming where it stops; a batch that cannot be decoded, or whose
-//! rows are not those its header counts, stops the reading there. Read in part, a file would
-//! make a feed of part of it.
+//! refused before any row is, naming where it stops, as is a file whose footer does not list
+//! the messages it holds, or a message whose buffers lie past its body; a batch that cannot be
+//! decoded stops the reading there. Read in part, a file would make a feed of part of it.
+//!
+//! Memory: a batch's pages are given back once it is decoded and as its slices are encoded,
+//! and a file's dictionaries may hold `DICTIONARY_BYTES` at most.
 
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::Arc;
 
-use arrow_array::RecordBatch;
+use arrow_array::cast::AsArray;
+use arrow_array::{OffsetSizeTrait, RecordBatch};
 use arrow_buffer::Buffer;
 use arrow_ipc::convert::try_fb_to_schema;
 use arrow_ipc::reader::{read_footer_length, FileDecoder};
@@ -67,6 +73,8 @@ pub struct IpcFile {
     last: usize,
     /// The bytes of the mapping given back to the kernel.
     released: usize,
+    /// The bytes each dictionary (by id) holds, as their messages declare them.
+    dictionaries: HashMap<i64, u64>,
 }
 
 impl IpcFile {
@@ -88,7 +96,7 @@ impl IpcFile {
                     .into(),
             )
         } else {
-            stream_contents(&data, 0)
+            stream_contents(&data, 0, true)
                 .map_err(|stop| stop.why("the Arrow stream ends without its end-of-stream marker"))
         };
         if mapping.shrank() {
@@ -108,6 +116,7 @@ impl IpcFile {
             slicing: None,
             last: 0,
             released: 0,
+            dictionaries: HashMap::new(),
         })
     }
 
@@ -115,6 +124,9 @@ impl IpcFile {
     fn read(&mut self) -> Option<Result<RecordBatch>> {
         loop {
             if let Some((batch, from, rows)) = self.slicing.take() {
+                // The slices before the last one handed on are encoded: their pages go.
+                let done = from.saturating_sub(rows);
+                release_rows(&self.mapping, &batch, done.saturating_sub(rows), done);
                 let slice = batch.slice(from, rows.min(batch.num_rows() - from));
                 if from + rows < batch.num_rows() {
                     self.slicing = Some((batch, from + rows, rows));
@@ -126,11 +138,11 @@ impl IpcFile {
             let block = message.block;
             let (start, len) = (block.offset() as usize, block_len(&block));
             let buf = self.data.slice_with_length(start, len);
-            let inflated = inflation(&self.data, &block);
+            let body = body(&self.data, &block);
             let Some(rows) = message.rows else {
-                let read = inflated.and_then(|()| {
-                    let read = self.decoder.read_dictionary(&block, &buf);
-                    read.map_err(arrow_why)
+                let read = body.and_then(|body| {
+                    self.hold(&body)?;
+                    decode(|| self.decoder.read_dictionary(&block, &buf))
                 });
                 if let Err(why) = read {
                     let at = self.at(None);
@@ -144,24 +156,50 @@ impl IpcFile {
             self.mapping.release(self.released, self.last);
             self.released = self.released.max(self.last);
             self.last = start;
-            let read = inflated.map(|()| self.decoder.read_record_batch(&block, &buf));
+            let read = body.and_then(|body| {
+                decode(|| self.decoder.read_record_batch(&block, &buf)).map(|read| (body, read))
+            });
             let why = match read {
                 _ if self.mapping.shrank() => SHRANK.into(),
                 Err(why) => why,
-                Ok(read) => match read {
-                    Ok(Some(batch)) if batch.num_rows() == rows => {
-                        self.batch += 1;
-                        self.read += rows;
-                        self.slicing = Some((batch, 0, batch_rows(rows, len)));
-                        continue;
-                    }
-                    Ok(Some(batch)) => format!("it holds {} rows", batch.num_rows()),
-                    Ok(None) => "it is no record batch".into(),
-                    Err(e) => arrow_why(e),
-                },
+                Ok((_, None)) => "it is no record batch".into(),
+                Ok((body, Some(batch))) => {
+                    // Decoding read the whole batch (its values are checked): its pages go, and
+                    // the slices' values come back from the page cache as they are encoded,
+                    // rather than all of them staying in memory until the batch is.
+                    self.mapping.release(start, start + len);
+                    self.batch += 1;
+                    self.read += rows;
+                    let slice = batch_rows(rows, body.bytes);
+                    self.slicing = Some((batch, 0, slice));
+                    continue;
+                }
             };
             return Some(Err(unreadable(format!("{}: {why}", self.at(Some(rows))))));
         }
+    }
+
+    /// Counts the bytes of a dictionary message into those the file's dictionaries hold,
+    /// refusing past `DICTIONARY_BYTES`.
+    fn hold(&mut self, body: &Body) -> std::result::Result<(), String> {
+        let Some((id, delta)) = body.dictionary else {
+            return Ok(());
+        };
+        let held = self.dictionaries.entry(id).or_default();
+        *held = if delta {
+            *held + body.bytes as u64
+        } else {
+            body.bytes as u64
+        };
+        let total: u64 = self.dictionaries.values().sum();
+        if total > DICTIONARY_BYTES {
+            return Err(format!(
+                "its dictionaries grow to {total} bytes, over the {DICTIONARY_BYTES} held while \
+                 it is read (each delta adds to its dictionary, which is kept whole): write \
+                 the file without dictionary deltas, or its dictionary columns as plain strings"
+            ));
+        }
+        Ok(())
     }
 
     /// The record batch being read, of `rows` rows if known: "record batch 3 of 10 (rows 3000
@@ -225,7 +263,7 @@ fn file_contents(data: &[u8]) -> std::result::Result<Contents, String> {
         .filter(|&at| at >= 8)
         .and_then(|at| data[at..].try_into().ok());
     let Some(footer_len) = trailer.and_then(|t| read_footer_length(t).ok()) else {
-        return Err(match stream_contents(data, 8) {
+        return Err(match stream_contents(data, 8, true) {
             Err(stop) => stop.why(ENDS),
             Ok(_) => format!("{ENDS} (cut short while it was written?)"),
         });
@@ -271,6 +309,33 @@ fn file_contents(data: &[u8]) -> std::result::Result<Contents, String> {
             rows: Some(counted),
         });
     }
+    // The messages before the footer must be those it lists: a footer listing fewer (damaged,
+    // or written over by another one) would make a feed of part of the file.
+    let held = stream_contents(&data[..end], 8, false)
+        .map_err(|stop| stop.why("its messages end before its footer"))?;
+    let places = |messages: &[Message], batches: bool| {
+        let mut at: Vec<i64> = (messages.iter())
+            .filter(|m| m.rows.is_some() == batches)
+            .map(|m| m.block.offset())
+            .collect();
+        if !batches {
+            at.sort_unstable(); // The footer lists them apart, the stream before the batches.
+        }
+        at
+    };
+    if [true, false].map(|b| places(&messages, b))
+        != [true, false].map(|b| places(&held.messages, b))
+    {
+        let dictionaries = |m: &[Message]| m.iter().filter(|m| m.rows.is_none()).count();
+        return Err(format!(
+            "its footer lists {} record batches and {} dictionaries, but it holds {} and {} \
+             (or not where the footer says): it looks damaged; write it again",
+            blocks.len(),
+            dictionaries(&messages),
+            held.batches,
+            dictionaries(&held.messages),
+        ));
+    }
     Ok(Contents {
         schema: Arc::new(schema),
         version: footer.version(),
@@ -281,8 +346,12 @@ fn file_contents(data: &[u8]) -> std::result::Result<Contents, String> {
 
 /// The stream format (also what the file format holds before its footer), from byte `at`: the
 /// schema, then dictionaries and record batches, up to the end-of-stream marker, which must end
-/// the file.
-fn stream_contents(data: &[u8], mut at: usize) -> std::result::Result<Contents, Stop> {
+/// `data` (or, unless `marked`, may be left out).
+fn stream_contents(
+    data: &[u8],
+    mut at: usize,
+    marked: bool,
+) -> std::result::Result<Contents, Stop> {
     let mut schema = None;
     let mut messages = Vec::new();
     let (mut batches, mut rows) = (0, 0);
@@ -298,6 +367,9 @@ fn stream_contents(data: &[u8], mut at: usize) -> std::result::Result<Contents, 
             _ => (4, word(at)),
         };
         let Some(len) = len else {
+            if !marked && at == data.len() {
+                break;
+            }
             return Err(Stop::Cut(after(batches, rows)));
         };
         if len == 0 {
@@ -410,38 +482,131 @@ fn kind(message: &arrow_ipc::Message<'_>, kind: MessageHeader) -> std::result::R
 const MAX_INFLATION: u64 = 1024;
 const INFLATED_BYTES: u64 = 64 << 20;
 
-/// Refuses a compressed message whose buffers declare decompressed sizes no sane writer
-/// declares (a compression bomb, a damaged length), before memory of those sizes is asked for:
-/// the decoder allocates what they declare, and an allocation that fails ends the process.
-fn inflation(data: &[u8], block: &Block) -> std::result::Result<(), String> {
+/// The most bytes a file's dictionaries may hold at once, all of them. arrow-ipc keeps each
+/// dictionary whole and copies it whole to add a delta to it (the old and the new copy held at
+/// once), so a stream of deltas would hold and copy more the longer it is: 16 MB keeps a
+/// build within its 128 MB (building a stream of 1 MB deltas peaks at 135 MB with 32 MB).
+const DICTIONARY_BYTES: u64 = 16 << 20;
+
+/// What a data message's header says of its body, checked before it is decoded.
+struct Body {
+    /// The bytes of its buffers, decompressed.
+    bytes: usize,
+    /// A dictionary's id, and whether it adds to the dictionary (a delta) or replaces it.
+    dictionary: Option<(i64, bool)>,
+}
+
+/// Refuses a data message whose buffers lie past its body (a damaged header: the decoder
+/// would slice past its end, and panic), or, compressed, whose buffers declare decompressed
+/// sizes no sane writer declares (a compression bomb, a damaged length), before memory of
+/// those sizes is asked for: the decoder allocates what they declare, and an allocation that
+/// fails ends the process.
+fn body(data: &[u8], block: &Block) -> std::result::Result<Body, String> {
     let message = header(data, block, usize::MAX)?;
-    let batch = match message.header_type() {
-        MessageHeader::DictionaryBatch => {
-            message.header_as_dictionary_batch().and_then(|d| d.data())
+    let (batch, dictionary) = match message.header_as_dictionary_batch() {
+        Some(d) => (d.data(), Some((d.id(), d.isDelta()))),
+        None => (message.header_as_record_batch(), None),
+    };
+    let batch = batch.ok_or("its header holds no record batch")?;
+    let body_len = block.bodyLength() as u64;
+    let buffers = batch.buffers().into_iter().flatten();
+    for (i, b) in buffers.clone().enumerate() {
+        let end = u64::try_from(b.offset())
+            .ok()
+            .zip(u64::try_from(b.length()).ok())
+            .and_then(|(offset, length)| offset.checked_add(length));
+        if end.is_none_or(|end| end > body_len) {
+            let (offset, length) = (b.offset(), b.length());
+            return Err(format!(
+                "its buffer {i} ({length} bytes at {offset}) lies past the end of the \
+                 message's {body_len} bytes: its header is damaged"
+            ));
         }
-        _ => message.header_as_record_batch(),
-    };
-    let Some(batch) = batch.filter(|b| b.compression().is_some()) else {
-        return Ok(());
-    };
+    }
+    if batch.compression().is_none() {
+        let bytes = body_len as usize;
+        return Ok(Body { bytes, dictionary });
+    }
     // Each compressed buffer begins with its decompressed length (-1: stored as it is).
     let body = block.offset() as usize + block.metaDataLength() as usize;
-    let declared: u64 = (batch.buffers().iter().flatten())
+    let declared: u64 = buffers
         .filter(|b| b.length() >= 8)
-        .filter_map(|b| {
-            let at = body.checked_add(usize::try_from(b.offset()).ok()?)?;
-            let prefix = data.get(at..at.checked_add(8)?)?;
-            u64::try_from(i64::from_le_bytes(prefix.try_into().ok()?)).ok()
+        .map(|b| {
+            let at = body + b.offset() as usize;
+            let prefix = data.get(at..at + 8).and_then(|p| p.try_into().ok());
+            match prefix.map(i64::from_le_bytes) {
+                Some(n) if n >= 0 => n as u64,
+                _ => b.length() as u64 - 8,
+            }
         })
         .fold(0, u64::saturating_add);
-    let compressed = block.bodyLength() as u64;
-    if declared > INFLATED_BYTES && declared / MAX_INFLATION > compressed {
+    if declared > INFLATED_BYTES && declared / MAX_INFLATION > body_len {
         return Err(format!(
             "its buffers say they decompress to {declared} bytes, over {MAX_INFLATION} times \
-             their {compressed} (a compression bomb, or damaged): write it again uncompressed"
+             their {body_len} (a compression bomb, or damaged): write it again uncompressed"
         ));
     }
-    Ok(())
+    let bytes = usize::try_from(declared).unwrap_or(usize::MAX);
+    Ok(Body { bytes, dictionary })
+}
+
+/// Runs a call of the decoder, whose panic becomes an error. `body` refuses the damage known
+/// to make arrow-ipc panic rather than return an error, but a panic left in it must still stop
+/// the reading naming the batch: through PyO3 it would be a `PanicException`, a
+/// `BaseException` that no `except Exception` catches, and end `fastfeed build` with a
+/// traceback. Nothing is read after an error, so a decoder left half-updated is not used again
+/// (hence `AssertUnwindSafe`).
+fn decode<T>(
+    call: impl FnOnce() -> std::result::Result<T, ArrowError>,
+) -> std::result::Result<T, String> {
+    match catch_unwind(AssertUnwindSafe(call)) {
+        Ok(read) => read.map_err(arrow_why),
+        Err(panic) => {
+            let why = (panic.downcast_ref::<&str>().copied())
+                .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("the decoder failed");
+            Err(format!("it cannot be decoded ({why})"))
+        }
+    }
+}
+
+/// Lets the kernel take back the pages of the values of rows `from` to `to` of `batch`'s
+/// string and binary columns, which are encoded, where they are the mapped file's (not
+/// decompressed): the bulk of a batch. (The other buffers are small beside them, and string
+/// views may point anywhere in their buffers.)
+fn release_rows(mapping: &Mapping, batch: &RecordBatch, from: usize, to: usize) {
+    if from >= to {
+        return;
+    }
+    for column in batch.columns() {
+        let values = if let Some(a) = column.as_string_opt::<i32>() {
+            value_range(a.values(), a.value_offsets(), from, to)
+        } else if let Some(a) = column.as_string_opt::<i64>() {
+            value_range(a.values(), a.value_offsets(), from, to)
+        } else if let Some(a) = column.as_binary_opt::<i32>() {
+            value_range(a.values(), a.value_offsets(), from, to)
+        } else if let Some(a) = column.as_binary_opt::<i64>() {
+            value_range(a.values(), a.value_offsets(), from, to)
+        } else {
+            None
+        };
+        if let Some((at, len)) = values {
+            mapping.release_at(at, len);
+        }
+    }
+}
+
+/// Where the values of rows `from` to `to` lie: their address and length.
+fn value_range<O: OffsetSizeTrait>(
+    values: &Buffer,
+    offsets: &[O],
+    from: usize,
+    to: usize,
+) -> Option<(*const u8, usize)> {
+    let start = offsets.get(from)?.as_usize();
+    let end = offsets.get(to)?.as_usize();
+    let bytes = values.get(start..end)?;
+    Some((bytes.as_ptr(), bytes.len()))
 }
 
 /// The rows of a record batch message, as its header counts them.

@@ -62,6 +62,14 @@ impl Mapping {
             };
         }
     }
+
+    /// `release`, of the `len` bytes at `at` where they are the mapping's (not a copy).
+    pub fn release_at(&self, at: *const u8, len: usize) {
+        let from = (at as usize).wrapping_sub(self.map.as_ptr() as usize);
+        if from < self.map.len() {
+            self.release(from, from.saturating_add(len));
+        }
+    }
 }
 
 /// The mapping, shared by the reader and the buffers read from it.

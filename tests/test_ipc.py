@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import subprocess
 import sys
 import time
@@ -349,3 +350,133 @@ def test_the_cli_builds_arrow_files_without_pyarrow(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert files(tmp_path / "ipc") == files(tmp_path / "jl")
+
+
+def refused(src: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """What the build of `src` said, which must stop with no feed."""
+    assert build(str(src), "--out", str(tmp_path / "out")) == 1
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
+    return capsys.readouterr().err
+
+
+def damage_buffer(data: bytearray, offset: int, length: int, nth: int = -1) -> None:
+    """Moves the buffer of the header entry (`offset`, `length`) (the last one found, or the
+    `nth`) far past the end of its message's body."""
+    entry = offset.to_bytes(8, "little") + length.to_bytes(8, "little")
+    found = [i for i in range(len(data)) if data[i : i + 16] == entry]
+    assert found
+    data[found[nth] : found[nth] + 8] = (1 << 40).to_bytes(8, "little")
+
+
+@pytest.mark.parametrize("form", ["file", "stream"])
+def test_a_buffer_placed_past_its_message_is_refused_naming_the_batch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], form: str
+) -> None:
+    """A damaged header (a buffer's offset past the message's body) made the decoder panic: a
+    BaseException that ended the build with a traceback."""
+    rows = [{"url": f"http://e.example.com/{i}", "content": f"doc {i}"} for i in range(2000)]
+    src = write(tmp_path / "docs.arrow", pa.Table.from_pylist(rows), form)
+    data = bytearray(src.read_bytes())
+    # The offsets of batch 2's urls (501 of them): the entry of each batch is the same.
+    damage_buffer(data, 0, 2004, nth=2)
+    src.write_bytes(data)
+
+    err = refused(src, tmp_path, capsys)
+    assert f"{src}: cannot be read whole: record batch 2 of 4 (rows 1000 to 1499): its buf" in err
+    assert "lies past the end of the message's" in err and "Traceback" not in err
+
+
+def test_a_dictionary_placed_past_its_message_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = pa.table({"url": [f"http://e.example.com/{i}" for i in range(2000)],
+                      "mimetype": pa.array(["a/b", "c/d", "e/f"] * 666 + ["a/b"] * 2)
+                      .dictionary_encode()})  # fmt: skip
+    src = write(tmp_path / "docs.arrow", table, "stream")
+    data = bytearray(src.read_bytes())
+    damage_buffer(data, 0, 16, nth=0)  # the dictionary's offsets: 4 of them
+    src.write_bytes(data)
+
+    err = refused(src, tmp_path, capsys)
+    assert "cannot be read whole: the dictionary before record batch 0 of 4 (from row 0): " in err
+    assert "lies past the end of the message's" in err
+
+
+def test_dictionary_deltas_past_what_memory_holds_are_refused_naming_what_to_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each delta is added to a dictionary kept whole: a long stream of them would hold (and
+    copy) ever more. Past 16 MB they are refused, in the batch where they grow past it."""
+    schema = pa.schema([("url", pa.string()), ("content", pa.dictionary(pa.int32(), pa.string()))])
+    options = ipc.IpcWriteOptions(emit_dictionary_deltas=True)
+    src = tmp_path / "deltas.arrow"
+    values: list[str] = []
+    with ipc.new_stream(src, schema, options=options) as writer:
+        for k in range(4):  # 6 MB of new values in each batch
+            values += [f"{k}-{i:04d}-" + "x" * 6000 for i in range(1000)]
+            urls = pa.array([f"http://e.example.com/{k}/{i}" for i in range(1000)])
+            indices = pa.array(range(k * 1000, (k + 1) * 1000), pa.int32())
+            content = pa.DictionaryArray.from_arrays(indices, pa.array(values))
+            writer.write_batch(pa.record_batch([urls, content], schema=schema))
+
+    err = refused(src, tmp_path, capsys)
+    assert "read whole: the dictionary before record batch 2 of 4 (from row 2000): " in err
+    assert "write the file without dictionary deltas, or its dictionary columns as plain" in err
+
+
+def test_a_footer_listing_fewer_batches_than_the_file_holds_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The footer of a file of 2 batches after the 3 batches of another: the third batch
+    would be left out in silence."""
+    table = pa.Table.from_pylist(corpus(1500))
+
+    def before_footer(path: Path) -> tuple[bytes, bytes]:
+        data = path.read_bytes()
+        footer = len(data) - 10 - int.from_bytes(data[-10:-6], "little")
+        return data[:footer], data[footer:]
+
+    three, _ = before_footer(write(tmp_path / "three.arrow", table))
+    _, footer = before_footer(write(tmp_path / "two.arrow", table.slice(0, 1000)))
+    (tmp_path / "hole.arrow").write_bytes(three + footer)
+    assert ipc.open_file(tmp_path / "hole.arrow").num_record_batches == 2
+
+    err = refused(tmp_path / "hole.arrow", tmp_path, capsys)
+    assert "hole.arrow: cannot be read whole: its footer lists 2 record batches and 0 " in err
+    assert "but it holds 3 and 0" in err and "looks damaged" in err
+
+
+def mapped_rss(path: Path) -> int:
+    """The bytes of the file `path` mapped in this process that are in its memory."""
+    rss, mapped = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if re.match(r"[0-9a-f]+-[0-9a-f]+ ", line):  # a mapping's first line
+            mapped = line.rstrip().endswith(str(path))
+        elif mapped and line.startswith("Rss:"):
+            rss += int(line.split()[1]) * 1024
+    return rss
+
+
+def test_a_large_batch_holds_only_the_pages_of_the_slices_being_encoded(tmp_path: Path) -> None:
+    """A 64 MB batch written whole: once decoded its pages go, and those of each slice once it
+    is encoded, rather than all of them staying in memory until the batch is."""
+    rows = [{"url": f"http://e.example.com/{i}", "content": f"{i}-" + "x" * 4000}
+            for i in range(16_000)]  # fmt: skip
+    src = write(tmp_path / "one.arrow", pa.Table.from_pylist(rows), rows=len(rows))
+    held = []
+    for batch in _core.TableFile(src):
+        _core.rows_json(batch)  # touches its values, as encoding it does
+        held.append(mapped_rss(src))
+    assert len(held) > 10
+    assert max(held) < src.stat().st_size // 4, held
+
+
+def test_a_compressed_batch_is_sliced_by_its_decompressed_size(tmp_path: Path) -> None:
+    """Slices of about 4 MB of values: 60 MB of values compressed to little are not handed
+    on as 3 slices of 20 MB."""
+    rows = [{"url": f"http://e.example.com/{i}", "content": "x" * 1000} for i in range(60_000)]
+    src = write(tmp_path / "z.arrow", pa.Table.from_pylist(rows), compression="zstd",
+                rows=len(rows))  # fmt: skip
+    assert src.stat().st_size < 4 << 20
+    sizes = [b.num_rows for b in _core.TableFile(src)]
+    assert sum(sizes) == 60_000 and max(sizes) <= 5_000, sizes

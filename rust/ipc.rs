@@ -96,7 +96,7 @@ impl IpcFile {
                     .into(),
             )
         } else {
-            stream_contents(&data, 0, true)
+            stream_contents(&data, 0, true, None)
                 .map_err(|stop| stop.why("the Arrow stream ends without its end-of-stream marker"))
         };
         if mapping.shrank() {
@@ -263,7 +263,7 @@ fn file_contents(data: &[u8]) -> std::result::Result<Contents, String> {
         .filter(|&at| at >= 8)
         .and_then(|at| data[at..].try_into().ok());
     let Some(footer_len) = trailer.and_then(|t| read_footer_length(t).ok()) else {
-        return Err(match stream_contents(data, 8, true) {
+        return Err(match stream_contents(data, 8, true, None) {
             Err(stop) => stop.why(ENDS),
             Ok(_) => format!("{ENDS} (cut short while it was written?)"),
         });
@@ -309,9 +309,22 @@ fn file_contents(data: &[u8]) -> std::result::Result<Contents, String> {
             rows: Some(counted),
         });
     }
+    let schema = Arc::new(schema);
     // The messages before the footer must be those it lists: a footer listing fewer (damaged,
-    // or written over by another one) would make a feed of part of the file.
-    let held = stream_contents(&data[..end], 8, false)
+    // or written over by another one) would make a feed of part of the file. They are walked
+    // from the schema's message after the magic where it is one (pyarrow, arrow-rs); Polars
+    // writes a bare schema there, which readers skip, and the walk then starts at the first
+    // message the footer lists (a batch left out before it would go unseen: none is written
+    // there but the schema).
+    let (start, known) = match data.get(8..12) {
+        Some(CONTINUATION) => (8, None),
+        _ => {
+            let first = messages.iter().map(|m| m.block.offset()).min();
+            let first = first.and_then(|at| usize::try_from(at).ok()).unwrap_or(end);
+            (first, Some((Arc::clone(&schema), footer.version())))
+        }
+    };
+    let held = stream_contents(&data[..end], start, false, known)
         .map_err(|stop| stop.why("its messages end before its footer"))?;
     let places = |messages: &[Message], batches: bool| {
         let mut at: Vec<i64> = (messages.iter())
@@ -337,7 +350,7 @@ fn file_contents(data: &[u8]) -> std::result::Result<Contents, String> {
         ));
     }
     Ok(Contents {
-        schema: Arc::new(schema),
+        schema,
         version: footer.version(),
         messages,
         batches: blocks.len(),
@@ -345,14 +358,15 @@ fn file_contents(data: &[u8]) -> std::result::Result<Contents, String> {
 }
 
 /// The stream format (also what the file format holds before its footer), from byte `at`: the
-/// schema, then dictionaries and record batches, up to the end-of-stream marker, which must end
-/// `data` (or, unless `marked`, may be left out).
+/// schema (unless `known`), then dictionaries and record batches, up to the end-of-stream
+/// marker, which must end `data` (or, unless `marked`, may be left out).
 fn stream_contents(
     data: &[u8],
     mut at: usize,
     marked: bool,
+    known: Option<(SchemaRef, MetadataVersion)>,
 ) -> std::result::Result<Contents, Stop> {
-    let mut schema = None;
+    let mut schema = known;
     let mut messages = Vec::new();
     let (mut batches, mut rows) = (0, 0);
     let after =

@@ -229,10 +229,140 @@ pub fn blocks(data: &[u8]) -> impl Iterator<Item = (&[u8], bool)> {
     })
 }
 
+/// ISA-L's state for one stream (82 KB), zeroed, where ISA-L's output depends on the input alone.
+///
+/// ISA-L's x86 deflate for levels 1 and 2 (`.write_first_byte` in igzip_icf_body_h1_gr_bt.asm)
+/// files the third byte of a stream in its match table under the hash of a register that still
+/// holds the state's address (its bits 16 to 47), not of the bytes: one slot of the table moved
+/// with the address, and some contents deflated to other (valid) bytes from one thread or run to
+/// the next. Each state is mapped at an address that hash sends to one fixed slot.
+struct State(std::ptr::NonNull<isal::isal_zstream>);
+
+/// The match-table slot every state's address hashes to.
+#[cfg(target_os = "linux")]
+const PINNED_SLOT: u32 = 0;
+
+#[cfg(target_os = "linux")]
+impl State {
+    fn new() -> Self {
+        Self::in_slot(PINNED_SLOT)
+    }
+
+    /// A state mapped where ISA-L's stray hash of its address is `slot`: one address in every
+    /// 2 GB window of address space fits (the hash is linear, and one-to-one on the 15 low bits
+    /// of the page number), tried from where the kernel maps such a block now, going down.
+    fn in_slot(slot: u32) -> Self {
+        use libc::{c_void, MAP_ANONYMOUS, MAP_FAILED, MAP_FIXED_NOREPLACE, MAP_PRIVATE};
+        static LOW_BITS: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
+        let low_bits = LOW_BITS.get_or_init(|| {
+            let mut low_bits = vec![0; SLOTS as usize];
+            for low in 0..SLOTS {
+                low_bits[stray_slot(low) as usize] = low as u16;
+            }
+            low_bits
+        });
+        let len = std::mem::size_of::<isal::isal_zstream>();
+        let map = |at: *mut c_void, flags| {
+            // SAFETY: a new private anonymous mapping, which replaces nothing (no MAP_FIXED).
+            unsafe {
+                let got = libc::mmap(at, len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0);
+                (got != MAP_FAILED).then_some(got)
+            }
+        };
+        let unmap = |at: *mut c_void| {
+            // SAFETY: a mapping of `len` bytes made by `map`, not used since.
+            unsafe { libc::munmap(at, len) };
+        };
+        let fail =
+            || std::alloc::handle_alloc_error(std::alloc::Layout::new::<isal::isal_zstream>());
+        let Some(hint) = map(std::ptr::null_mut(), MAP_PRIVATE | MAP_ANONYMOUS) else {
+            fail()
+        };
+        unmap(hint);
+        let ptr = (0..=(hint as usize >> 16) / SLOTS as usize)
+            .rev()
+            .find_map(|window| {
+                let high = (window * SLOTS as usize) as u32;
+                let low = low_bits[(slot ^ stray_slot(high)) as usize];
+                let want = ((high as usize + usize::from(low)) << 16) as *mut c_void;
+                // Kernels before 4.17 take MAP_FIXED_NOREPLACE for a hint and may map elsewhere.
+                match map(want, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE) {
+                    Some(got) if got == want => Some(got.cast::<isal::isal_zstream>()),
+                    Some(got) => {
+                        unmap(got);
+                        None
+                    }
+                    None => None,
+                }
+            })
+            .unwrap_or_else(|| fail());
+        // SAFETY: `len` zeroed bytes, a valid isal_zstream (numbers, arrays and null pointers),
+        // that isal_deflate_init then sets up.
+        unsafe { isal::isal_deflate_init(ptr) };
+        State(std::ptr::NonNull::new(ptr).expect("mmap never maps page 0"))
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Drop for State {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `in_slot` made, no longer used.
+        unsafe {
+            libc::munmap(
+                self.0.as_ptr().cast(),
+                std::mem::size_of::<isal::isal_zstream>(),
+            )
+        };
+    }
+}
+
+/// The slot of ISA-L's match table that its stray hash files a stream's third byte in, for a
+/// state whose address has `bits` as its bits 16 to 47: the `crc32` instruction (CRC-32C from
+/// zero, no final inversion) of them, cut to level 2's 32K slots.
+#[cfg(target_os = "linux")]
+fn stray_slot(bits: u32) -> u32 {
+    let mut crc = bits;
+    for _ in 0..32 {
+        crc = (crc >> 1) ^ (0x82F6_3B78 & (crc & 1).wrapping_neg());
+    }
+    crc & (SLOTS - 1)
+}
+
+/// Slots in level 2's match table, the largest of the levels the stray hash is in.
+#[cfg(target_os = "linux")]
+const SLOTS: u32 = isal::IGZIP_HIST_SIZE;
+
+/// Elsewhere the state is allocated: ISA-L's stray hash may make other bytes there.
+#[cfg(not(target_os = "linux"))]
+impl State {
+    fn new() -> Self {
+        let layout = std::alloc::Layout::new::<isal::isal_zstream>();
+        // SAFETY: all zeros is a valid isal_zstream (numbers, arrays and null pointers), and a
+        // layout that is not empty; isal_deflate_init then sets it up.
+        unsafe {
+            let ptr = std::alloc::alloc_zeroed(layout).cast::<isal::isal_zstream>();
+            let Some(ptr) = std::ptr::NonNull::new(ptr) else {
+                std::alloc::handle_alloc_error(layout)
+            };
+            isal::isal_deflate_init(ptr.as_ptr());
+            State(ptr)
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+impl Drop for State {
+    fn drop(&mut self) {
+        let layout = std::alloc::Layout::new::<isal::isal_zstream>();
+        // SAFETY: the block `new` allocated with this layout, no longer used.
+        unsafe { std::alloc::dealloc(self.0.as_ptr().cast(), layout) };
+    }
+}
+
 /// A zlib stream of ISA-L's igzip, reused from one content to the next: its state (82 KB) and
 /// its level's buffer are made once a thread, not once a content.
 struct Stream {
-    state: Box<isal::isal_zstream>,
+    state: State,
     /// ISA-L's working memory for levels 1 to 3; `state` points into it.
     level_buf: Vec<u8>,
     level: u32,
@@ -241,17 +371,10 @@ struct Stream {
 
 impl Stream {
     fn new(level: u32) -> Self {
-        let layout = std::alloc::Layout::new::<isal::isal_zstream>();
-        // SAFETY: all zeros is a valid isal_zstream (numbers, arrays and null pointers), and a
-        // layout that is not empty; isal_deflate_init then sets it up.
-        let state = unsafe {
-            let ptr = std::alloc::alloc_zeroed(layout).cast::<isal::isal_zstream>();
-            if ptr.is_null() {
-                std::alloc::handle_alloc_error(layout);
-            }
-            isal::isal_deflate_init(ptr);
-            Box::from_raw(ptr)
-        };
+        Self::with_state(level, State::new())
+    }
+
+    fn with_state(level: u32, state: State) -> Self {
         let size = match level {
             1 => isal::ISAL_DEF_LVL1_DEFAULT,
             2 => isal::ISAL_DEF_LVL2_DEFAULT,
@@ -267,7 +390,8 @@ impl Stream {
 
     /// Starts a new zlib stream.
     fn start(&mut self) {
-        let s = &mut *self.state;
+        // SAFETY: the state's own block, set up by isal_deflate_init and used by this stream only.
+        let s = unsafe { self.state.0.as_mut() };
         // SAFETY: a stream set up by isal_deflate_init.
         unsafe { isal::isal_deflate_reset(s) };
         s.level = self.level;
@@ -281,7 +405,8 @@ impl Stream {
     /// `last` says), handing its output to `sink` as it comes.
     fn block(&mut self, input: &[u8], last: bool, mut sink: impl FnMut(&[u8])) {
         debug_assert!(input.len() <= IN_BLOCK);
-        let s = &mut *self.state;
+        // SAFETY: the state's own block, set up by isal_deflate_init and used by this stream only.
+        let s = unsafe { self.state.0.as_mut() };
         s.next_in = input.as_ptr().cast_mut();
         s.avail_in = input.len() as u32;
         s.end_of_stream = u16::from(last);
@@ -527,6 +652,31 @@ mod tests {
             .map(|level| Deflater::new(level).deflated(&data).len())
             .to_vec();
         assert!(sizes[1] < sizes[0], "{sizes:?}");
+    }
+
+    #[test]
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    fn the_same_content_deflates_to_the_same_bytes_wherever_the_state_lies() {
+        // ISA-L hashes the third byte of this text ("cume") under the state's address: where
+        // that hash is 355 (the slot of "ocum", the second), the third repeat misses its match.
+        let text = "document 397 <&> ".repeat(20);
+        let deflate = |mut stream: Stream| {
+            let mut out = Vec::new();
+            stream.start();
+            stream.block(text.as_bytes(), true, |piece| out.extend_from_slice(piece));
+            out
+        };
+        let pinned = deflate(Stream::with_state(1, State::in_slot(PINNED_SLOT)));
+        assert_ne!(
+            deflate(Stream::with_state(1, State::in_slot(355))),
+            pinned,
+            "ISA-L no longer hashes the state's address: State can be a plain allocation"
+        );
+        // Deflaters alive together, so at different addresses, as each thread's is.
+        let mut deflaters: Vec<Deflater> = (0..64).map(|_| Deflater::new(1)).collect();
+        for d in &mut deflaters {
+            assert_eq!(d.deflated(text.as_bytes()), pinned);
+        }
     }
 
     #[test]

@@ -624,9 +624,16 @@ impl PyDirectoryWalk {
         slf
     }
 
-    fn __next__<'py>(&mut self, py: Python<'py>) -> Option<WalkBatch<'py>> {
+    fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<WalkBatch<'py>>> {
         let walk = &mut self.0;
-        let batch = py.allow_threads(|| walk.next_batch())?;
+        let Some(batch) = py.allow_threads(|| walk.next_batch()).map_err(|_| {
+            FeedError::new_err(
+                "the directory walk stopped before its end (a bug in fastfeed: please report it)",
+            )
+        })?
+        else {
+            return Ok(None);
+        };
         let refused = batch
             .refused
             .into_iter()
@@ -637,7 +644,7 @@ impl PyDirectoryWalk {
                 Refusal::NotRegular => (path, "not_regular", 0),
             })
             .collect();
-        Some((PyBytes::new(py, &batch.lines), batch.paths, refused))
+        Ok(Some((PyBytes::new(py, &batch.lines), batch.paths, refused)))
     }
 }
 

@@ -15,8 +15,9 @@ use std::fs;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
+use std::sync::atomic::{AtomicBool, Ordering as Atomic};
 use std::sync::mpsc::{sync_channel, Receiver};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 /// Why an item of the walk is no record.
@@ -65,7 +66,16 @@ pub struct Walk {
     /// In a mutex only to make the walk `Sync`, as Python objects must be.
     batches: Option<Mutex<Receiver<Batch>>>,
     thread: Option<JoinHandle<()>>,
+    /// Set when the batches are no longer wanted: the thread stops at its next directory or
+    /// item, not only at its next hand-over (empty or refused stretches of a tree hand
+    /// nothing over, and the caller waits for the thread holding the GIL).
+    stopping: Arc<AtomicBool>,
 }
+
+/// The walk's thread ended without finishing the walk (it panicked): what it handed over is
+/// not the whole tree.
+#[derive(Debug)]
+pub struct WalkFailed;
 
 /// Batches made ahead of the one taken: they are small (a record is about 200 bytes), and
 /// enough to ride out a directory whose inodes come from the disk.
@@ -76,10 +86,15 @@ impl Walk {
     /// it, as `a/b`, any other path prefixes them).
     pub fn start(top: OsString, options: WalkOptions) -> io::Result<Walk> {
         let (tx, rx) = sync_channel(AHEAD);
+        let stopping = Arc::new(AtomicBool::new(false));
+        let stop = Arc::clone(&stopping);
         let thread = std::thread::Builder::new()
             .name("fastfeed-walk".into())
             .spawn(move || {
-                let mut send = |batch| tx.send(batch).is_ok();
+                let mut send = |batch: Option<Batch>| match batch {
+                    Some(batch) => tx.send(batch).is_ok(),
+                    None => !stop.load(Atomic::Relaxed),
+                };
                 let mut walker = Walker {
                     base: if options.base_url.ends_with('/') {
                         options.base_url.clone()
@@ -95,42 +110,47 @@ impl Walk {
                 if walker.walk(&top, b"") {
                     let last = std::mem::take(&mut walker.batch);
                     if last.len() > 0 {
-                        (walker.send)(last);
+                        (walker.send)(Some(last));
                     }
                 }
             })?;
         Ok(Walk {
             batches: Some(Mutex::new(rx)),
             thread: Some(thread),
+            stopping,
         })
     }
 
-    /// The next batch, waiting for it; None once the walk is done.
-    pub fn next_batch(&mut self) -> Option<Batch> {
-        let batches = self.batches.as_mut()?;
+    /// The next batch, waiting for it; None once the walk is done, an error if its thread
+    /// died before the end (a full feed of part of a tree would delete the rest).
+    pub fn next_batch(&mut self) -> Result<Option<Batch>, WalkFailed> {
+        let Some(batches) = self.batches.as_mut() else {
+            return Ok(None);
+        };
         let batch = batches
             .get_mut()
             .unwrap_or_else(|e| e.into_inner())
             .recv()
             .ok();
-        if batch.is_none() {
-            self.stop();
+        if batch.is_none() && self.stop().is_err() {
+            return Err(WalkFailed);
         }
-        batch
+        Ok(batch)
     }
 
-    fn stop(&mut self) {
-        // The thread stops at its next hand-over, which finds no one to take it.
+    fn stop(&mut self) -> std::thread::Result<()> {
+        self.stopping.store(true, Atomic::Relaxed);
         self.batches = None;
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+        match self.thread.take() {
+            Some(thread) => thread.join(),
+            None => Ok(()),
         }
     }
 }
 
 impl Drop for Walk {
     fn drop(&mut self) {
-        self.stop();
+        let _ = self.stop();
     }
 }
 
@@ -140,14 +160,18 @@ struct Walker<'a> {
     options: WalkOptions,
     batch: Batch,
     bytes: u64,
-    /// Hands a full batch over; false once no one takes batches any more.
-    send: &'a mut dyn FnMut(Batch) -> bool,
+    /// Hands a full batch over (`Some`), or only asks whether to go on (`None`); false once no
+    /// one takes batches any more.
+    send: &'a mut dyn FnMut(Option<Batch>) -> bool,
 }
 
 impl Walker<'_> {
     /// Walks the directory `dir`, which is `inside` the top (empty for the top); false once
     /// the walk is to stop.
     fn walk(&mut self, dir: &OsStr, inside: &[u8]) -> bool {
+        if !(self.send)(None) {
+            return false;
+        }
         let (files, dirs) = match list(dir) {
             Ok(listed) => listed,
             Err(err) => {
@@ -221,10 +245,10 @@ impl Walker<'_> {
     /// Hands the batch over if it is full; false once the walk is to stop.
     fn full(&mut self) -> bool {
         if self.batch.len() < self.options.batch_items && self.bytes < self.options.batch_bytes {
-            return true;
+            return (self.send)(None);
         }
         self.bytes = 0;
-        (self.send)(std::mem::take(&mut self.batch))
+        (self.send)(Some(std::mem::take(&mut self.batch)))
     }
 }
 
@@ -376,7 +400,7 @@ mod tests {
         let mut walk = Walk::start(top.clone().into_os_string(), options).unwrap();
         let mut paths = Vec::new();
         let mut sizes = Vec::new();
-        while let Some(batch) = walk.next_batch() {
+        while let Some(batch) = walk.next_batch().expect("the walk ends") {
             sizes.push(batch.len());
             paths.extend(batch.paths);
         }

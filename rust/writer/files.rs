@@ -263,6 +263,15 @@ pub(super) fn write_files(
     done: Sender<Result<Vec<ManifestEntry>>>,
     backlog: &Backlog,
 ) {
+    // Stopped however the thread ends, a panic included: else a caller waiting to hand a job
+    // over would wait forever.
+    struct StopOnEnd<'a>(&'a Backlog);
+    impl Drop for StopOnEnd<'_> {
+        fn drop(&mut self) {
+            self.0.stop();
+        }
+    }
+    let _stop = StopOnEnd(backlog);
     for job in jobs {
         backlog.take(job.held());
         let (result, last) = match job {
@@ -278,5 +287,4 @@ pub(super) fn write_files(
             break;
         }
     }
-    backlog.stop();
 }

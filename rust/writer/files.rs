@@ -214,6 +214,10 @@ pub(super) struct Backlog {
 /// The most the waiting jobs hold: in memory, about two chunks' records (see `CHUNK_BYTES` in
 /// `sets/inputs.py`); on disk, a round of a chunk's big files (see `tasks::CHUNK_FILES`).
 const MAX_WAITING: (u64, u64) = (8 << 20, 512 << 20);
+/// And at most this many jobs: jobs of small records (deflated well) would otherwise queue by
+/// the hundred within those bytes, and a build whose pusher waits for the appliance (`run`)
+/// would run that far ahead of it.
+const MAX_JOBS: usize = 3;
 
 impl Backlog {
     pub(super) fn new() -> Self {
@@ -230,7 +234,11 @@ impl Backlog {
         let mut state = self
             .taken
             .wait_while(state, |(m, d, jobs, stopped)| {
-                !*stopped && *jobs > 0 && (*m + memory > MAX_WAITING.0 || *d + disk > MAX_WAITING.1)
+                !*stopped
+                    && *jobs > 0
+                    && (*jobs >= MAX_JOBS
+                        || *m + memory > MAX_WAITING.0
+                        || *d + disk > MAX_WAITING.1)
             })
             .unwrap_or_else(|e| e.into_inner());
         state.0 += memory;

@@ -10,15 +10,14 @@ the parts into one set that `fastfeed push OUT` pushes like any other.
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Unpack
 
 from fastfeed.errors import FastfeedError
-from fastfeed.gsa.partitions import PartitionedBuild
-from fastfeed.gsa.writer import FeedOptions, FeedType
-from fastfeed.sets.build import BuildSummary, OnError
+from fastfeed.gsa.partitions import PartitionedBuild, PartitionedOptions, build_partitioned
+from fastfeed.gsa.writer import FeedType
+from fastfeed.sets.build import BuildSummary
 from fastfeed.sets.partitions import BATCH, Partition
 from fastfeed.sets.records import Record
 
@@ -30,11 +29,7 @@ def build(
     out_dir: str | os.PathLike[str],
     datasource: str,
     feedtype: FeedType = "incremental",
-    *,
-    allow_empty_full: bool = False,
-    on_error: OnError = "stop",
-    on_warning: Callable[[str], None] | None = None,
-    **options: Unpack[FeedOptions],
+    **options: Unpack[PartitionedOptions],
 ) -> BuildSummary:
     """Builds a feed set from a Dask DataFrame (a row per record, a column per field of the
     record schema; a missing value is an absent field) or a Dask bag of record dicts, one part
@@ -50,43 +45,43 @@ def build(
     threads, 1 unless given: Dask's workers are the parallelism.
     """
     dask, bag = _import_dask()
-    job = PartitionedBuild(
-        out_dir,
-        datasource,
-        feedtype,
-        allow_empty_full=allow_empty_full,
-        on_error=on_error,
-        **options,
-    )
-    started = time.monotonic()
-    # Each partition is written in the task that makes it (fused with it), where it is: its
-    # records are never sent to another worker nor kept waiting in a worker's memory. Named,
-    # to be told apart on the dashboard; unique, so that no earlier result is reused.
-    # `dask.compute` does not fuse a data frame's tasks (Dask 2026.8): unfused, a worker made
-    # the next partition while the last waited to be written, and held two or three at once.
-    token = f"fastfeed-partition-{uuid.uuid4().hex}"
+    tasks: Callable[[Any, PartitionedBuild, str], Any]
     if isinstance(collection, bag.Bag):
-        count = collection.npartitions
-        # A bag of no partitions (`from_delayed([])`) is an empty set: one empty partition.
-        indexes = bag.from_sequence(range(max(count, 1)), npartitions=max(count, 1))
-        records = collection if count else bag.from_sequence([], npartitions=1)
-        written = bag.map_partitions(_write_records, job, records, indexes, token=token)
+        tasks = _bag_tasks
     elif _is_dataframe(collection):
-        written = collection.map_partitions(
-            _write_frame,
-            job,
-            meta=("partition", object),
-            token=token,
-            enforce_metadata=False,
-        ).optimize(fuse=True)
+        tasks = _frame_tasks
     else:
         raise FastfeedError(
             f"fastfeed.dask.build takes a Dask DataFrame or bag of records, not "
             f"{type(collection).__name__}"
         )
-    with job:
-        (parts,) = dask.compute(written)
-        return job.merge(list(parts), started=started, on_warning=on_warning)
+
+    def write(job: PartitionedBuild) -> list[Partition]:
+        # Each partition is written in the task that makes it (fused with it), where it is:
+        # its records are never sent to another worker nor kept waiting in a worker's memory.
+        # Named, to be told apart on the dashboard; unique, so that no earlier result is reused.
+        token = f"fastfeed-partition-{uuid.uuid4().hex}"
+        (parts,) = dask.compute(tasks(collection, job, token))
+        return list(parts)
+
+    return build_partitioned(write, out_dir, datasource, feedtype, **options)
+
+
+def _bag_tasks(records: Any, job: PartitionedBuild, token: str) -> Any:
+    _, bag = _import_dask()
+    count = records.npartitions
+    if not count:
+        return records  # no partitions (`from_delayed([])`): none to write
+    indexes = bag.from_sequence(range(count), npartitions=count)
+    return bag.map_partitions(_write_records, job, records, indexes, token=token)
+
+
+def _frame_tasks(frame: Any, job: PartitionedBuild, token: str) -> Any:
+    # `dask.compute` does not fuse a data frame's tasks (Dask 2026.8): unfused, a worker made
+    # the next partition while the last waited to be written, and held two or three at once.
+    return frame.map_partitions(
+        _write_frame, job, meta=("partition", object), token=token, enforce_metadata=False
+    ).optimize(fuse=True)
 
 
 def _write_records(

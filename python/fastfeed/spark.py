@@ -12,14 +12,13 @@ from __future__ import annotations
 import functools
 import os
 import pickle
-import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Unpack
 
 from fastfeed.errors import FastfeedError
-from fastfeed.gsa.partitions import PartitionedBuild
-from fastfeed.gsa.writer import FeedOptions, FeedType
-from fastfeed.sets.build import BuildSummary, OnError
+from fastfeed.gsa.partitions import PartitionedBuild, PartitionedOptions, build_partitioned
+from fastfeed.gsa.writer import FeedType
+from fastfeed.sets.build import BuildSummary
 from fastfeed.sets.partitions import Partition
 from fastfeed.sets.records import Record
 
@@ -34,11 +33,7 @@ def build(
     out_dir: str | os.PathLike[str],
     datasource: str,
     feedtype: FeedType = "incremental",
-    *,
-    allow_empty_full: bool = False,
-    on_error: OnError = "stop",
-    on_warning: Callable[[str], None] | None = None,
-    **options: Unpack[FeedOptions],
+    **options: Unpack[PartitionedOptions],
 ) -> BuildSummary:
     """Builds a feed set from a Spark DataFrame (a row per record, a column per field of the
     record schema; a null is an absent field), each partition's Arrow batches read in place by
@@ -51,32 +46,19 @@ def build(
     `PythonException`, which names the record.
     """
     dataframe, rdd = _import_pyspark()
-    job = PartitionedBuild(
-        out_dir,
-        datasource,
-        feedtype,
-        allow_empty_full=allow_empty_full,
-        on_error=on_error,
-        **options,
-    )
-    started = time.monotonic()
     if isinstance(data, dataframe):
-        write: Callable[[], list[Partition]] = functools.partial(_build_frame, job, data)
+        write: Callable[[PartitionedBuild], list[Partition]] = functools.partial(_build_frame, data)
     elif isinstance(data, rdd):
-        write = functools.partial(_build_rdd, job, data)
+        write = functools.partial(_build_rdd, data)
     else:
         raise FastfeedError(
             f"fastfeed.spark.build takes a Spark DataFrame or RDD of records, not "
             f"{type(data).__name__}"
         )
-    with job:
-        # A collection of no partitions (made of `emptyRDD()`) is an empty set: one empty
-        # partition, for the merge to judge.
-        parts = write() or [job.write([], 0)]
-        return job.merge(parts, started=started, on_warning=on_warning)
+    return build_partitioned(write, out_dir, datasource, feedtype, **options)
 
 
-def _build_frame(job: PartitionedBuild, frame: Any) -> list[Partition]:
+def _build_frame(frame: Any, job: PartitionedBuild) -> list[Partition]:
     """Writes each partition of a DataFrame in the task that makes it; the results, small,
     come back to the driver."""
     written = frame.mapInArrow(functools.partial(_write_batches, job), f"{_RESULT} binary")
@@ -95,7 +77,7 @@ def _write_batches(job: PartitionedBuild, batches: Iterator[Any]) -> Iterator[An
     yield pyarrow.record_batch([pyarrow.array([pickle.dumps(written)])], names=[_RESULT])
 
 
-def _build_rdd(job: PartitionedBuild, records: Any) -> list[Partition]:
+def _build_rdd(records: Any, job: PartitionedBuild) -> list[Partition]:
     written = records.mapPartitionsWithIndex(functools.partial(_write_records, job))
     return list(written.collect())
 

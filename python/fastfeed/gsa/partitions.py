@@ -1,7 +1,7 @@
 """`PartitionedBuild`: a GSA feed set built in parts, one per partition of a distributed
 collection, on the workers, then merged into one set; how the parts are kept apart and merged
-is `fastfeed.sets.partitions`'s. Dask drives it in `fastfeed.dask`; Spark, or any scheduler
-that runs a function per partition, drives it itself."""
+is `fastfeed.sets.partitions`'s. `build_partitioned` drives it for `fastfeed.dask` and
+`fastfeed.spark`; any scheduler that runs a function per partition can drive it itself."""
 
 from __future__ import annotations
 
@@ -25,6 +25,19 @@ from fastfeed.sets.writer import ArrowData, FeedWarning, RecordWriter
 #: A feed file's header (declaration, doctype, datasource, feed type) fits in this many bytes.
 _HEAD = 64 * 1024
 _BLOCK = 1 << 20
+
+
+class PartitionedOptions(FeedOptions, total=False):
+    """`FeedOptions` and how a set built in partitions ends, taken by keyword by the builds
+    on a scheduler (`fastfeed.dask.build`, `fastfeed.spark.build`); see `PartitionedBuild`."""
+
+    #: Write a full set with no records (default False: refused with `EmptyFullFeed`).
+    allow_empty_full: bool
+    #: `stop` (default): the first refused record fails the job; `skip`: refused records are
+    #: saved to OUT/rejected.jsonl.
+    on_error: OnError
+    #: Called with each warning of the merge.
+    on_warning: Callable[[str], None] | None
 
 
 class PartitionedBuild:
@@ -127,6 +140,35 @@ class PartitionedBuild:
             on_warning=on_warning,
             **self.options,
         )
+
+
+def build_partitioned(
+    write: Callable[[PartitionedBuild], Iterable[Partition]],
+    out_dir: str | os.PathLike[str],
+    datasource: str,
+    feedtype: FeedType = "incremental",
+    *,
+    allow_empty_full: bool = False,
+    on_error: OnError = "stop",
+    on_warning: Callable[[str], None] | None = None,
+    **options: Unpack[FeedOptions],
+) -> BuildSummary:
+    """Builds a feed set in `out_dir` with a scheduler's `write` step, which has the scheduler
+    call `job.write` once per partition of its collection and returns the `Partition`s, in
+    any order; then merges them and returns what was written, counters summed. A collection
+    of no partitions (`write` returns none) is an empty set, for the merge to judge."""
+    job = PartitionedBuild(
+        out_dir,
+        datasource,
+        feedtype,
+        allow_empty_full=allow_empty_full,
+        on_error=on_error,
+        **options,
+    )
+    started = time.monotonic()
+    with job:
+        parts = list(write(job)) or [job.write([], 0)]
+        return job.merge(parts, started=started, on_warning=on_warning)
 
 
 def retype(directory: Path, entry: ManifestEntry, feedtype: str) -> ManifestEntry:

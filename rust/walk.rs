@@ -1,8 +1,8 @@
 //! A directory of documents walked into records, on a thread of its own: `readdir` and `stat`
 //! of every file with no interpreter lock held, the records made as JSON Lines, handed over in
-//! batches bounded in files and in file bytes. In Python, on one thread under the GIL, the walk
-//! of a tree of small files took as long as encoding them on one core, and left the second core
-//! waiting for it.
+//! batches bounded in items (files and refusals) and in bytes (files' sizes, refused paths). In
+//! Python, on one thread under the GIL, the walk of a tree of small files took as long as
+//! encoding them on one core, and left the second core waiting for it.
 //!
 //! The order, the records and the refusals are those `os.walk` gave: directories top-down,
 //! each one's files in name order (Python's, code points with undecodable bytes as surrogates),
@@ -56,7 +56,8 @@ pub struct WalkOptions {
     pub base_url: String,
     /// A directory not to enter, by device and inode: the output, when it lies in the input.
     pub skip: Option<(u64, u64)>,
-    /// A batch ends at this many items, or once its files hold `batch_bytes`.
+    /// A batch ends at this many items, or once its files (and refused paths) hold
+    /// `batch_bytes`.
     pub batch_items: usize,
     pub batch_bytes: u64,
 }
@@ -174,10 +175,7 @@ impl Walker<'_> {
         }
         let (files, dirs) = match list(dir) {
             Ok(listed) => listed,
-            Err(err) => {
-                self.refuse(dir, Refusal::Directory(errno(&err)));
-                return true;
-            }
+            Err(err) => return self.refuse(dir, Refusal::Directory(errno(&err))),
         };
         let here: &[u8] = if self.relative {
             inside
@@ -194,28 +192,14 @@ impl Walker<'_> {
         };
         for name in files {
             let path = join(here, name.as_bytes());
-            let Ok(text) = std::str::from_utf8(&path) else {
-                self.refuse(OsStr::from_bytes(&path), Refusal::Name);
-                continue;
-            };
-            let status = match fs::metadata(text) {
-                Ok(status) => status,
-                Err(err) => {
-                    self.refuse(OsStr::from_bytes(&path), Refusal::File(errno(&err)));
-                    continue;
+            let go_on = match self.record(&url_dir, &name, &path) {
+                Ok(size) => {
+                    self.bytes += size;
+                    self.full()
                 }
+                Err(why) => self.refuse(OsStr::from_bytes(&path), why),
             };
-            if !status.is_file() {
-                // A FIFO would block the build forever, a device never end.
-                self.refuse(OsStr::from_bytes(&path), Refusal::NotRegular);
-                continue;
-            }
-            let mut url = url_dir.clone();
-            quote_into(name.as_bytes(), &mut url);
-            record_line(&url, text, last_modified(&status), &mut self.batch.lines);
-            self.batch.paths.push(text.to_owned());
-            self.bytes += status.len();
-            if !self.full() {
+            if !go_on {
                 return false;
             }
         }
@@ -237,9 +221,30 @@ impl Walker<'_> {
         true
     }
 
-    /// Sets an item aside with why it is no record. (Only records fill a batch, as in Python.)
-    fn refuse(&mut self, path: &OsStr, why: Refusal) {
-        self.batch.refused.push((shown(path.as_bytes()), why));
+    /// Adds the record of the file `name` at `path`, in the directory whose URL is `url_dir`;
+    /// returns the file's size, or why it is no record.
+    fn record(&mut self, url_dir: &str, name: &OsStr, path: &[u8]) -> Result<u64, Refusal> {
+        let text = std::str::from_utf8(path).map_err(|_| Refusal::Name)?;
+        let status = fs::metadata(text).map_err(|err| Refusal::File(errno(&err)))?;
+        if !status.is_file() {
+            // A FIFO would block the build forever, a device never end.
+            return Err(Refusal::NotRegular);
+        }
+        let mut url = url_dir.to_owned();
+        quote_into(name.as_bytes(), &mut url);
+        record_line(&url, text, last_modified(&status), &mut self.batch.lines);
+        self.batch.paths.push(text.to_owned());
+        Ok(status.len())
+    }
+
+    /// Sets an item aside with why it is no record; false once the walk is to stop. A refusal
+    /// fills the batch as a record does, by its path's bytes: a directory of a million
+    /// unreadable entries would otherwise be one batch, held whole.
+    fn refuse(&mut self, path: &OsStr, why: Refusal) -> bool {
+        let path = shown(path.as_bytes());
+        self.bytes += path.len() as u64;
+        self.batch.refused.push((path, why));
+        self.full()
     }
 
     /// Hands the batch over if it is full; false once the walk is to stop.
@@ -382,6 +387,38 @@ mod tests {
         assert_eq!(join(b"tree/sub", b"a"), b"tree/sub/a");
     }
 
+    fn options(batch_items: usize, batch_bytes: u64) -> WalkOptions {
+        WalkOptions {
+            base_url: "http://h/".into(),
+            skip: None,
+            batch_items,
+            batch_bytes,
+        }
+    }
+
+    /// The sizes of the batches of a walk of `top`.
+    fn batch_sizes(top: &std::path::Path, batch_items: usize, batch_bytes: u64) -> Vec<usize> {
+        let top = top.as_os_str().to_owned();
+        let mut walk = Walk::start(top, options(batch_items, batch_bytes)).unwrap();
+        let mut sizes = Vec::new();
+        while let Some(batch) = walk.next_batch().expect("the walk ends") {
+            sizes.push(batch.len());
+        }
+        sizes
+    }
+
+    #[test]
+    fn refused_items_fill_batches_as_records_do() {
+        // Else a directory of a million dangling links would be one batch, held whole.
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..10 {
+            std::os::unix::fs::symlink("missing", dir.path().join(format!("{i}"))).unwrap();
+        }
+        assert_eq!(batch_sizes(dir.path(), 3, 1 << 20), [3, 3, 3, 1]);
+        // A refusal's bytes are its path's.
+        assert_eq!(batch_sizes(dir.path(), 1000, 1), [1; 10]);
+    }
+
     #[test]
     fn a_walk_gives_files_then_subdirectories_in_batches() {
         let dir = tempfile::tempdir().unwrap();
@@ -391,13 +428,7 @@ mod tests {
         for name in ["b/2", "a/1", "z", "y"] {
             fs::write(top.join(name), "x").unwrap();
         }
-        let options = WalkOptions {
-            base_url: "http://h/".into(),
-            skip: None,
-            batch_items: 3,
-            batch_bytes: 1 << 20,
-        };
-        let mut walk = Walk::start(top.clone().into_os_string(), options).unwrap();
+        let mut walk = Walk::start(top.clone().into_os_string(), options(3, 1 << 20)).unwrap();
         let mut paths = Vec::new();
         let mut sizes = Vec::new();
         while let Some(batch) = walk.next_batch().expect("the walk ends") {

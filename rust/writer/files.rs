@@ -281,6 +281,8 @@ pub(super) fn write_files(
     }
     let _stop = StopOnEnd(backlog);
     for job in jobs {
+        #[cfg(test)]
+        tests::panic_if_asked();
         backlog.take(job.held());
         let (result, last) = match job {
             Job::Append(encoded) => {
@@ -294,5 +296,61 @@ pub(super) fn write_files(
         if done.send(result).is_err() || failed || last {
             break;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+    use std::sync::mpsc::channel;
+    use std::time::Duration;
+
+    thread_local! {
+        /// Set on a writing thread that is to panic as a job comes to it.
+        static PANIC_ON_JOB: Cell<bool> = const { Cell::new(false) };
+    }
+
+    pub(super) fn panic_if_asked() {
+        assert!(!PANIC_ON_JOB.get(), "a panic the test asked for");
+    }
+
+    #[test]
+    fn a_panic_of_the_writing_thread_releases_callers_waiting_on_its_queue() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = Files {
+            set: SetKind::Feed,
+            dir: dir.path().to_owned(),
+            datasource: "docs".into(),
+            feedtype: FeedType::Incremental,
+            max_bytes: 1 << 20,
+            max_records: 0,
+            current: None,
+            entries: Vec::new(),
+            recycled: Arc::default(),
+        };
+        let backlog = Arc::new(Backlog::new());
+        // The queue is full: the next caller waits for the thread to take a job.
+        for _ in 0..MAX_JOBS {
+            backlog.admit(&Job::Finish);
+        }
+        let (jobs, job_queue) = channel();
+        let (done, _answers) = channel();
+        let written = Arc::clone(&backlog);
+        let thread = std::thread::spawn(move || {
+            PANIC_ON_JOB.set(true);
+            write_files(files, job_queue, done, &written);
+        });
+        let (released, admitted) = channel();
+        let waiting = Arc::clone(&backlog);
+        std::thread::spawn(move || {
+            waiting.admit(&Job::Finish);
+            let _ = released.send(());
+        });
+        jobs.send(Job::Finish).unwrap();
+        assert!(thread.join().is_err(), "the writing thread panicked");
+        // A timeout, so that a caller left waiting fails the test rather than hangs it.
+        let admitted = admitted.recv_timeout(Duration::from_secs(10));
+        assert_eq!(admitted, Ok(()), "the waiting caller was released");
     }
 }

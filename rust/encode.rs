@@ -236,84 +236,159 @@ pub fn blocks(data: &[u8]) -> impl Iterator<Item = (&[u8], bool)> {
 /// holds the state's address (its bits 16 to 47), not of the bytes: one slot of the table moved
 /// with the address, and some contents deflated to other (valid) bytes from one thread or run to
 /// the next. Each state is mapped at an address that hash sends to one fixed slot.
-struct State(std::ptr::NonNull<isal::isal_zstream>);
+struct State {
+    ptr: std::ptr::NonNull<isal::isal_zstream>,
+    /// Mapped by `in_slot` (and so unmapped), else allocated.
+    mapped: bool,
+}
+
+impl State {
+    #[cfg(target_os = "linux")]
+    fn new() -> Self {
+        Self::in_slot(PINNED_SLOT)
+    }
+
+    /// Elsewhere the state is allocated: ISA-L's stray hash may make other bytes there.
+    #[cfg(not(target_os = "linux"))]
+    fn new() -> Self {
+        Self::allocated()
+    }
+
+    /// A state allocated as any other block, wherever the allocator puts it.
+    fn allocated() -> Self {
+        let layout = std::alloc::Layout::new::<isal::isal_zstream>();
+        // SAFETY: a layout that is not empty.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<isal::isal_zstream>();
+        let Some(ptr) = std::ptr::NonNull::new(ptr) else {
+            std::alloc::handle_alloc_error(layout)
+        };
+        // SAFETY: a zeroed block of its own.
+        unsafe { Self::set_up(ptr, false) }
+    }
+
+    /// # Safety
+    /// `ptr` is an isal_zstream's zeroed bytes, used by nothing else.
+    unsafe fn set_up(ptr: std::ptr::NonNull<isal::isal_zstream>, mapped: bool) -> Self {
+        // SAFETY: all zeros is a valid isal_zstream (numbers, arrays and null pointers), that
+        // isal_deflate_init then sets up.
+        unsafe { isal::isal_deflate_init(ptr.as_ptr()) };
+        State { ptr, mapped }
+    }
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        if self.mapped {
+            // The mapping `in_slot` made, no longer used.
+            #[cfg(target_os = "linux")]
+            unmap(self.ptr.as_ptr().cast());
+        } else {
+            let layout = std::alloc::Layout::new::<isal::isal_zstream>();
+            // SAFETY: the block `allocated` made with this layout, no longer used.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), layout) };
+        }
+    }
+}
 
 /// The match-table slot every state's address hashes to.
 #[cfg(target_os = "linux")]
 const PINNED_SLOT: u32 = 0;
 
+/// How far below the top of the main stack a state is mapped at the least. The kernel keeps a
+/// gap there for the stack to grow into (the stack's limit, 128 MB at the least) and maps
+/// blocks below it: with address randomization off, the first of them lies right below the
+/// gap, and a state mapped above it would cut the stack short.
+#[cfg(target_os = "linux")]
+const STACK_BERTH: usize = 1 << 30;
+
 #[cfg(target_os = "linux")]
 impl State {
-    fn new() -> Self {
-        Self::in_slot(PINNED_SLOT)
+    /// A state mapped where ISA-L's stray hash of its address is `slot` (see `mapped_below`).
+    /// Where no address can be, the state is allocated rather than the build failing: its
+    /// stream's output may then differ from other threads' for the same content (as valid).
+    fn in_slot(slot: u32) -> Self {
+        Self::in_slot_below(slot, highest_address())
     }
 
-    /// A state mapped where ISA-L's stray hash of its address is `slot`: one address in every
-    /// 2 GB window of address space fits (the hash is linear, and one-to-one on the 15 low bits
-    /// of the page number), tried from where the kernel maps such a block now, going down.
-    fn in_slot(slot: u32) -> Self {
-        use libc::{c_void, MAP_ANONYMOUS, MAP_FAILED, MAP_FIXED_NOREPLACE, MAP_PRIVATE};
-        static LOW_BITS: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
-        let low_bits = LOW_BITS.get_or_init(|| {
-            let mut low_bits = vec![0; SLOTS as usize];
-            for low in 0..SLOTS {
-                low_bits[stray_slot(low) as usize] = low as u16;
-            }
-            low_bits
-        });
-        let len = std::mem::size_of::<isal::isal_zstream>();
-        let map = |at: *mut c_void, flags| {
-            // SAFETY: a new private anonymous mapping, which replaces nothing (no MAP_FIXED).
-            unsafe {
-                let got = libc::mmap(at, len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0);
-                (got != MAP_FAILED).then_some(got)
-            }
-        };
-        let unmap = |at: *mut c_void| {
-            // SAFETY: a mapping of `len` bytes made by `map`, not used since.
-            unsafe { libc::munmap(at, len) };
-        };
-        let fail =
-            || std::alloc::handle_alloc_error(std::alloc::Layout::new::<isal::isal_zstream>());
-        let Some(hint) = map(std::ptr::null_mut(), MAP_PRIVATE | MAP_ANONYMOUS) else {
-            fail()
-        };
-        unmap(hint);
-        let ptr = (0..=(hint as usize >> 16) / SLOTS as usize)
-            .rev()
-            .find_map(|window| {
-                let high = (window * SLOTS as usize) as u32;
-                let low = low_bits[(slot ^ stray_slot(high)) as usize];
-                let want = ((high as usize + usize::from(low)) << 16) as *mut c_void;
-                // Kernels before 4.17 take MAP_FIXED_NOREPLACE for a hint and may map elsewhere.
-                match map(want, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE) {
-                    Some(got) if got == want => Some(got.cast::<isal::isal_zstream>()),
-                    Some(got) => {
-                        unmap(got);
-                        None
-                    }
-                    None => None,
-                }
-            })
-            .unwrap_or_else(|| fail());
-        // SAFETY: `len` zeroed bytes, a valid isal_zstream (numbers, arrays and null pointers),
-        // that isal_deflate_init then sets up.
-        unsafe { isal::isal_deflate_init(ptr) };
-        State(std::ptr::NonNull::new(ptr).expect("mmap never maps page 0"))
+    /// `in_slot`, at `highest` or below (None: nothing can be mapped).
+    fn in_slot_below(slot: u32, highest: Option<usize>) -> Self {
+        highest
+            .and_then(|highest| mapped_below(slot, highest))
+            // SAFETY: a new mapping, zeroed, of its own.
+            .map(|ptr| unsafe { Self::set_up(ptr, true) })
+            .unwrap_or_else(Self::allocated)
     }
 }
 
 #[cfg(target_os = "linux")]
-impl Drop for State {
-    fn drop(&mut self) {
-        // SAFETY: the mapping `in_slot` made, no longer used.
-        unsafe {
-            libc::munmap(
-                self.0.as_ptr().cast(),
-                std::mem::size_of::<isal::isal_zstream>(),
-            )
-        };
-    }
+fn map(at: *mut libc::c_void, flags: libc::c_int) -> Option<*mut libc::c_void> {
+    let len = std::mem::size_of::<isal::isal_zstream>();
+    // SAFETY: a new private anonymous mapping, which replaces nothing (no MAP_FIXED).
+    let got = unsafe { libc::mmap(at, len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
+    (got != libc::MAP_FAILED).then_some(got)
+}
+
+#[cfg(target_os = "linux")]
+fn unmap(at: *mut libc::c_void) {
+    // SAFETY: a mapping of a state's length made by `map`, not used since.
+    unsafe { libc::munmap(at, std::mem::size_of::<isal::isal_zstream>()) };
+}
+
+/// The highest address a state may be mapped at: where the kernel maps such a block now
+/// (above it, the gap kept for the main stack), and `STACK_BERTH` below the top of the main
+/// stack, where the kernel put the program's random bytes (`AT_RANDOM`). None if nothing can
+/// be mapped.
+#[cfg(target_os = "linux")]
+fn highest_address() -> Option<usize> {
+    let hint = map(
+        std::ptr::null_mut(),
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+    )?;
+    unmap(hint);
+    // SAFETY: reads the process's auxiliary vector; 0 where it has no such entry.
+    let stack = unsafe { libc::getauxval(libc::AT_RANDOM) } as usize;
+    let below_stack = match stack {
+        0 => usize::MAX,
+        top => top.checked_sub(STACK_BERTH + std::mem::size_of::<isal::isal_zstream>())?,
+    };
+    Some((hint as usize).min(below_stack))
+}
+
+/// A new mapping where ISA-L's stray hash of its address is `slot`, at `highest` or below: one
+/// address in every 2 GB window of address space fits (the hash is linear, and one-to-one on
+/// the 15 low bits of the page number), tried from `highest` going down.
+#[cfg(target_os = "linux")]
+fn mapped_below(slot: u32, highest: usize) -> Option<std::ptr::NonNull<isal::isal_zstream>> {
+    use libc::{MAP_ANONYMOUS, MAP_FIXED_NOREPLACE, MAP_PRIVATE};
+    static LOW_BITS: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
+    let low_bits = LOW_BITS.get_or_init(|| {
+        let mut low_bits = vec![0; SLOTS as usize];
+        for low in 0..SLOTS {
+            low_bits[stray_slot(low) as usize] = low as u16;
+        }
+        low_bits
+    });
+    (0..=(highest >> 16) / SLOTS as usize)
+        .rev()
+        .find_map(|window| {
+            let high = (window * SLOTS as usize) as u32;
+            let low = low_bits[(slot ^ stray_slot(high)) as usize];
+            let want = (high as usize + usize::from(low)) << 16;
+            // Page 0 is no pointer.
+            if want == 0 || want > highest {
+                return None;
+            }
+            // Kernels before 4.17 take MAP_FIXED_NOREPLACE for a hint and may map elsewhere.
+            let got = map(
+                want as *mut _,
+                MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+            )?;
+            if got as usize != want {
+                unmap(got);
+                return None;
+            }
+            std::ptr::NonNull::new(got.cast())
+        })
 }
 
 /// The slot of ISA-L's match table that its stray hash files a stream's third byte in, for a
@@ -331,33 +406,6 @@ fn stray_slot(bits: u32) -> u32 {
 /// Slots in level 2's match table, the largest of the levels the stray hash is in.
 #[cfg(target_os = "linux")]
 const SLOTS: u32 = isal::IGZIP_HIST_SIZE;
-
-/// Elsewhere the state is allocated: ISA-L's stray hash may make other bytes there.
-#[cfg(not(target_os = "linux"))]
-impl State {
-    fn new() -> Self {
-        let layout = std::alloc::Layout::new::<isal::isal_zstream>();
-        // SAFETY: all zeros is a valid isal_zstream (numbers, arrays and null pointers), and a
-        // layout that is not empty; isal_deflate_init then sets it up.
-        unsafe {
-            let ptr = std::alloc::alloc_zeroed(layout).cast::<isal::isal_zstream>();
-            let Some(ptr) = std::ptr::NonNull::new(ptr) else {
-                std::alloc::handle_alloc_error(layout)
-            };
-            isal::isal_deflate_init(ptr.as_ptr());
-            State(ptr)
-        }
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-impl Drop for State {
-    fn drop(&mut self) {
-        let layout = std::alloc::Layout::new::<isal::isal_zstream>();
-        // SAFETY: the block `new` allocated with this layout, no longer used.
-        unsafe { std::alloc::dealloc(self.0.as_ptr().cast(), layout) };
-    }
-}
 
 /// A zlib stream of ISA-L's igzip, reused from one content to the next: its state (82 KB) and
 /// its level's buffer are made once a thread, not once a content.
@@ -391,7 +439,7 @@ impl Stream {
     /// Starts a new zlib stream.
     fn start(&mut self) {
         // SAFETY: the state's own block, set up by isal_deflate_init and used by this stream only.
-        let s = unsafe { self.state.0.as_mut() };
+        let s = unsafe { self.state.ptr.as_mut() };
         // SAFETY: a stream set up by isal_deflate_init.
         unsafe { isal::isal_deflate_reset(s) };
         s.level = self.level;
@@ -406,7 +454,7 @@ impl Stream {
     fn block(&mut self, input: &[u8], last: bool, mut sink: impl FnMut(&[u8])) {
         debug_assert!(input.len() <= IN_BLOCK);
         // SAFETY: the state's own block, set up by isal_deflate_init and used by this stream only.
-        let s = unsafe { self.state.0.as_mut() };
+        let s = unsafe { self.state.ptr.as_mut() };
         s.next_in = input.as_ptr().cast_mut();
         s.avail_in = input.len() as u32;
         s.end_of_stream = u16::from(last);
@@ -677,6 +725,36 @@ mod tests {
         for d in &mut deflaters {
             assert_eq!(d.deflated(text.as_bytes()), pinned);
         }
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_state_is_mapped_well_below_the_main_stack() {
+        let state = State::new();
+        // SAFETY: reads the process's auxiliary vector.
+        let top = unsafe { libc::getauxval(libc::AT_RANDOM) } as usize;
+        let end = state.ptr.as_ptr() as usize + std::mem::size_of::<isal::isal_zstream>();
+        assert!(state.mapped && end + STACK_BERTH <= top, "{end:x} {top:x}");
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_state_with_no_address_to_map_is_allocated_and_deflates_all_the_same() {
+        // Page 0 is never a state's.
+        let state = State::in_slot_below(PINNED_SLOT, Some(0));
+        assert!(!state.mapped);
+        let text = "document 397 <&> ".repeat(20);
+        let mut stream = Stream::with_state(1, state);
+        let mut deflated = Vec::new();
+        stream.start();
+        stream.block(text.as_bytes(), true, |piece| {
+            deflated.extend_from_slice(piece)
+        });
+        let mut inflated = String::new();
+        flate2::read::ZlibDecoder::new(&deflated[..])
+            .read_to_string(&mut inflated)
+            .unwrap();
+        assert_eq!(inflated, text);
     }
 
     #[test]

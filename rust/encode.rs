@@ -235,7 +235,8 @@ pub fn blocks(data: &[u8]) -> impl Iterator<Item = (&[u8], bool)> {
 /// files the third byte of a stream in its match table under the hash of a register that still
 /// holds the state's address (its bits 16 to 47), not of the bytes: one slot of the table moved
 /// with the address, and some contents deflated to other (valid) bytes from one thread or run to
-/// the next. Each state is mapped at an address that hash sends to one fixed slot.
+/// the next. Each state is mapped at an address that hash sends to one fixed slot, where one
+/// can be (see `in_slot`).
 struct State {
     ptr: std::ptr::NonNull<isal::isal_zstream>,
     /// Mapped by `in_slot` (and so unmapped), else allocated.
@@ -243,13 +244,15 @@ struct State {
 }
 
 impl State {
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     fn new() -> Self {
         Self::in_slot(PINNED_SLOT)
     }
 
-    /// Elsewhere the state is allocated: ISA-L's stray hash may make other bytes there.
-    #[cfg(not(target_os = "linux"))]
+    /// Elsewhere the state is allocated: other systems' mappings are not searched (x86 elsewhere
+    /// may make other bytes; other CPUs run ISA-L's C or their own assembly, which has no such
+    /// hash).
+    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
     fn new() -> Self {
         Self::allocated()
     }
@@ -280,7 +283,7 @@ impl Drop for State {
     fn drop(&mut self) {
         if self.mapped {
             // The mapping `in_slot` made, no longer used.
-            #[cfg(target_os = "linux")]
+            #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
             unmap(self.ptr.as_ptr().cast());
         } else {
             let layout = std::alloc::Layout::new::<isal::isal_zstream>();
@@ -291,17 +294,17 @@ impl Drop for State {
 }
 
 /// The match-table slot every state's address hashes to.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 const PINNED_SLOT: u32 = 0;
 
 /// How far below the top of the main stack a state is mapped at the least. The kernel keeps a
 /// gap there for the stack to grow into (the stack's limit, 128 MB at the least) and maps
 /// blocks below it: with address randomization off, the first of them lies right below the
 /// gap, and a state mapped above it would cut the stack short.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 const STACK_BERTH: usize = 1 << 30;
 
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 impl State {
     /// A state mapped where ISA-L's stray hash of its address is `slot` (see `mapped_below`).
     /// Where no address can be, the state is allocated rather than the build failing: its
@@ -312,15 +315,27 @@ impl State {
 
     /// `in_slot`, at `highest` or below (None: nothing can be mapped).
     fn in_slot_below(slot: u32, highest: Option<usize>) -> Self {
-        highest
-            .and_then(|highest| mapped_below(slot, highest))
+        match highest.and_then(|highest| mapped_below(slot, highest)) {
             // SAFETY: a new mapping, zeroed, of its own.
-            .map(|ptr| unsafe { Self::set_up(ptr, true) })
-            .unwrap_or_else(Self::allocated)
+            Some(ptr) => unsafe { Self::set_up(ptr, true) },
+            None => {
+                // Said once a process: the feed stays valid, but a user comparing two builds'
+                // bytes (or a sync's digests) must know why they may differ.
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    eprintln!(
+                        "fastfeed: warning: no address fits ISA-L's deflate state on this \
+                         system; compressed contents stay valid, but the same input may give \
+                         other bytes from one build to the next"
+                    );
+                });
+                Self::allocated()
+            }
+        }
     }
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 fn map(at: *mut libc::c_void, flags: libc::c_int) -> Option<*mut libc::c_void> {
     let len = std::mem::size_of::<isal::isal_zstream>();
     // SAFETY: a new private anonymous mapping, which replaces nothing (no MAP_FIXED).
@@ -328,7 +343,7 @@ fn map(at: *mut libc::c_void, flags: libc::c_int) -> Option<*mut libc::c_void> {
     (got != libc::MAP_FAILED).then_some(got)
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 fn unmap(at: *mut libc::c_void) {
     // SAFETY: a mapping of a state's length made by `map`, not used since.
     unsafe { libc::munmap(at, std::mem::size_of::<isal::isal_zstream>()) };
@@ -338,7 +353,7 @@ fn unmap(at: *mut libc::c_void) {
 /// (above it, the gap kept for the main stack), and `STACK_BERTH` below the top of the main
 /// stack, where the kernel put the program's random bytes (`AT_RANDOM`). None if nothing can
 /// be mapped.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 fn highest_address() -> Option<usize> {
     let hint = map(
         std::ptr::null_mut(),
@@ -357,7 +372,7 @@ fn highest_address() -> Option<usize> {
 /// A new mapping where ISA-L's stray hash of its address is `slot`, at `highest` or below: one
 /// address in every 2 GB window of address space fits (the hash is linear, and one-to-one on
 /// the 15 low bits of the page number), tried from `highest` going down.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 fn mapped_below(slot: u32, highest: usize) -> Option<std::ptr::NonNull<isal::isal_zstream>> {
     use libc::{MAP_ANONYMOUS, MAP_FIXED_NOREPLACE, MAP_PRIVATE};
     static LOW_BITS: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
@@ -368,33 +383,39 @@ fn mapped_below(slot: u32, highest: usize) -> Option<std::ptr::NonNull<isal::isa
         }
         low_bits
     });
-    (0..=(highest >> 16) / SLOTS as usize)
-        .rev()
-        .find_map(|window| {
-            let high = (window * SLOTS as usize) as u32;
-            let low = low_bits[(slot ^ stray_slot(high)) as usize];
-            let want = (high as usize + usize::from(low)) << 16;
-            // Page 0 is no pointer.
-            if want == 0 || want > highest {
-                return None;
+    for window in (0..=(highest >> 16) / SLOTS as usize).rev() {
+        let high = (window * SLOTS as usize) as u32;
+        let low = low_bits[(slot ^ stray_slot(high)) as usize];
+        let want = (high as usize + usize::from(low)) << 16;
+        // Page 0 is no pointer.
+        if want == 0 || want > highest {
+            continue;
+        }
+        let Some(got) = map(
+            want as *mut _,
+            MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+        ) else {
+            // Taken: try the next window. Anything else (no memory, an address-space limit,
+            // a sandbox refusing the flag) would fail at every window alike.
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST) {
+                continue;
             }
-            // Kernels before 4.17 take MAP_FIXED_NOREPLACE for a hint and may map elsewhere.
-            let got = map(
-                want as *mut _,
-                MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
-            )?;
-            if got as usize != want {
-                unmap(got);
-                return None;
-            }
-            std::ptr::NonNull::new(got.cast())
-        })
+            return None;
+        };
+        // Kernels before 4.17 take MAP_FIXED_NOREPLACE for a hint and may map elsewhere.
+        if got as usize != want {
+            unmap(got);
+            continue;
+        }
+        return std::ptr::NonNull::new(got.cast());
+    }
+    None
 }
 
 /// The slot of ISA-L's match table that its stray hash files a stream's third byte in, for a
 /// state whose address has `bits` as its bits 16 to 47: the `crc32` instruction (CRC-32C from
 /// zero, no final inversion) of them, cut to level 2's 32K slots.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 fn stray_slot(bits: u32) -> u32 {
     let mut crc = bits;
     for _ in 0..32 {
@@ -404,7 +425,7 @@ fn stray_slot(bits: u32) -> u32 {
 }
 
 /// Slots in level 2's match table, the largest of the levels the stray hash is in.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 const SLOTS: u32 = isal::IGZIP_HIST_SIZE;
 
 /// A zlib stream of ISA-L's igzip, reused from one content to the next: its state (82 KB) and
@@ -728,7 +749,7 @@ mod tests {
     }
 
     #[test]
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     fn a_state_is_mapped_well_below_the_main_stack() {
         let state = State::new();
         // SAFETY: reads the process's auxiliary vector.
@@ -738,8 +759,8 @@ mod tests {
     }
 
     #[test]
-    #[cfg(target_os = "linux")]
-    fn a_state_with_no_address_to_map_is_allocated_and_deflates_all_the_same() {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    fn a_state_with_no_address_to_map_is_allocated_and_deflates_to_valid_bytes() {
         // Page 0 is never a state's.
         let state = State::in_slot_below(PINNED_SLOT, Some(0));
         assert!(!state.mapped);

@@ -39,7 +39,8 @@ def build(
     As `fastfeed.build`: a `full` set's first file is full and the rest incremental, in
     partition order; a full set with no records raises `EmptyFullFeed` unless
     `allow_empty_full`; with `on_error="stop"` the first refused record fails the job, and with
-    `"skip"` refused records are saved to OUT/rejected.jsonl. A failed job leaves no manifest,
+    `"skip"` refused records are saved to OUT/rejected.jsonl; `on_warning` is called with each
+    warning of the partitions (default: printed on stderr). A failed job leaves no manifest,
     so nothing half-built can be pushed; a partition Dask runs again (a worker lost) is pushed
     once. The `options` are `FeedWriter`'s, but `workers` is each partition writer's encoding
     threads, 1 unless given: Dask's workers are the parallelism.

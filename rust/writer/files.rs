@@ -347,6 +347,13 @@ mod tests {
             waiting.admit(&Job::Finish);
             let _ = released.send(());
         });
+        // Time for the caller to block on the full queue: released after the panic, not
+        // turned back by a queue already stopped.
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            admitted.try_recv().is_err(),
+            "the caller waits on the full queue"
+        );
         jobs.send(Job::Finish).unwrap();
         assert!(thread.join().is_err(), "the writing thread panicked");
         // A timeout, so that a caller left waiting fails the test rather than hangs it.

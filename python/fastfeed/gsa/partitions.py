@@ -36,7 +36,7 @@ class PartitionedOptions(FeedOptions, total=False):
     #: `stop` (default): the first refused record fails the job; `skip`: refused records are
     #: saved to OUT/rejected.jsonl.
     on_error: OnError
-    #: Called with each warning of the merge.
+    #: Called with each warning of the partitions (default: printed on stderr).
     on_warning: Callable[[str], None] | None
 
 

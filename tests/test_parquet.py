@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import json
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +22,8 @@ import pytest
 from conftest import cli_target
 from fastfeed import FeedError, InputError, PushSettings, _core, sync
 from fastfeed.cli import main
-from fastfeed.emulator import Emulator
+from fastfeed.emulator import Emulator, Fault
+from fastfeed.sets.snapshot import Snapshot
 
 pytestmark = pytest.mark.usefixtures("clean_env")
 
@@ -346,6 +349,91 @@ def test_a_parquet_snapshot_syncs_as_its_json_lines_would(
     emulator.wait_idle()
     held = emulator.documents("docs")
     assert len(held) == 299 and held["http://e.example.com/7"].content == b"changed"
+
+
+def _kept(n: int) -> dict[str, Any]:
+    return {"url": f"http://e.example.com/{n}", "content": f"kept {n:05}"}
+
+
+def test_a_parquet_snapshot_is_read_in_place_never_copied_to_the_work_directory(
+    emulator: Emulator, push_settings: Callable[..., PushSettings], tmp_path: Path
+) -> None:
+    """Its rows are read from the file both times (to compare, then to build what changed): the
+    work directory never holds them, which as JSON Lines were many times the file's size."""
+    records = [_kept(n) for n in range(3000)]
+    src = tmp_path / "docs.parquet"
+    pq.write_table(pa.Table.from_pylist(records), src, row_group_size=500)
+    state, settings = tmp_path / "docs.state", push_settings(emulator)
+    seen: set[str] = set()  # the files of the work directories while the syncs run
+    copies: set[str] = set()  # those that held a row that did not change
+    syncing = True
+
+    def watch() -> None:
+        while syncing:
+            for file in tmp_path.glob(".docs.state.sync-*/*"):
+                with contextlib.suppress(OSError):
+                    held = file.read_bytes()
+                    seen.add(file.name)
+                    if b"kept 01000" in held:
+                        copies.add(file.name)
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        # Each answer takes 0.1 s: the syncs last long enough to be watched.
+        emulator.add_fault(Fault(kind="slow", seconds=0.1, times=100))
+        assert sync([str(src)], state, "docs", settings, out_dir=tmp_path / "s1",
+                    max_records=1000).ok  # fmt: skip
+        for n in (7, 1500, 2999):  # in three row groups, read again from the file
+            records[n]["content"] = f"changed {n}"
+        pq.write_table(pa.Table.from_pylist(records), src, row_group_size=500)
+        again = sync([str(src)], state, "docs", settings, out_dir=tmp_path / "s2")
+    finally:
+        syncing = False
+        watcher.join()
+
+    assert again.ok and again.diff.changed == 3
+    assert "changes.jsonl" in seen and not copies
+    emulator.wait_idle()
+    assert emulator.documents("docs")["http://e.example.com/2999"].content == b"changed 2999"
+
+
+def test_a_parquet_snapshot_rewritten_between_its_readings_is_refused(
+    emulator: Emulator,
+    push_settings: Callable[..., PushSettings],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its changed rows are read again from the file: one rewritten once compared would send
+    rows whose fingerprints the state never saw. Refused, nothing sent; the next sync sends it."""
+    records = [_kept(n) for n in range(300)]
+    src = tmp_path / "docs.parquet"
+    pq.write_table(pa.Table.from_pylist(records), src, row_group_size=100)
+    state, settings = tmp_path / "docs.state", push_settings(emulator)
+    assert sync([str(src)], state, "docs", settings, out_dir=tmp_path / "s1").ok
+    emulator.wait_idle()
+    records[250]["content"] = "compared"
+    pq.write_table(pa.Table.from_pylist(records), src, row_group_size=100)
+    compare = Snapshot.compare
+
+    def rewritten_once_compared(self: Snapshot, *args: Any, **kwargs: Any) -> Any:
+        diff = compare(self, *args, **kwargs)
+        records[250]["content"] = "rewritten"
+        pq.write_table(pa.Table.from_pylist(records), src, row_group_size=100)
+        return diff
+
+    monkeypatch.setattr(Snapshot, "compare", rewritten_once_compared)
+    with pytest.raises(InputError) as refused:
+        sync([str(src)], state, "docs", settings, out_dir=tmp_path / "s2")
+    assert str(refused.value).startswith(f"{src}: the file changed while the sync read it")
+    assert emulator.documents("docs")["http://e.example.com/250"].content == b"kept 00250"
+
+    monkeypatch.undo()
+    again = sync([str(src)], state, "docs", settings, out_dir=tmp_path / "s3")
+    assert again.ok and again.diff.changed == 1
+    emulator.wait_idle()
+    assert emulator.documents("docs")["http://e.example.com/250"].content == b"rewritten"
 
 
 def test_a_refused_row_of_a_parquet_snapshot_is_named_by_its_row(tmp_path: Path) -> None:

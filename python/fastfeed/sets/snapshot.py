@@ -2,10 +2,11 @@
 state's snapshot table; then the lines of the records to send, read again where they are.
 
 A sync that sends only what changed reads its inputs twice (to compare, then to build what
-changed), so every input must be a file it can read again: a regular file is read in place;
-standard input, a pipe and the records made from a directory are first written to the work
-directory. A sync that sends every record (the first, `--resend-all`) reads them once: the
-receiver's writer fingerprints each record as it builds it.
+changed), so every input must be a file it can read again: a regular file is read in place, a
+Parquet or Arrow file too (its rows as JSON Lines, a batch at a time in memory, and again by
+their row); standard input, a pipe and the records made from a directory are first written to
+the work directory. A sync that sends every record (the first, `--resend-all`) reads them once:
+the receiver's writer fingerprints each record as it builds it.
 """
 
 from __future__ import annotations
@@ -16,17 +17,17 @@ import os
 import shutil
 import struct
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, cast
+from typing import IO, Any, cast
 
 import orjson
 
 from fastfeed import _core
 from fastfeed.errors import FastfeedError, InputError, RecordError
-from fastfeed.progress import Progress, Stage, plural, stage
+from fastfeed.progress import Progress, Stage, Unit, plural, stage
 from fastfeed.sets import tables
 from fastfeed.sets.inputs import MappedInput, directory_batches, mappable
 from fastfeed.sets.state import Changed, Diff, DuplicateUrl, SyncState
@@ -35,6 +36,12 @@ from fastfeed.sets.writer import FeedWarning, SetWriter
 #: A chunk's records as the core fingerprinted them: snapshot rows, spans, URL keys, records,
 #: lines (`_core.fingerprint_jsonl`).
 Fingerprinted = tuple[str, bytes, bytes, int, int]
+
+#: Why an input read twice is refused when it is no longer what was read first.
+_CHANGED = (
+    "the file changed while the sync read it (truncated or rewritten): sync again once it is "
+    "complete"
+)
 
 #: A record's place in its input: source, start and end of its line, line number in its chunk
 #: (the layout of `fingerprint::spans` in the core).
@@ -49,8 +56,24 @@ class _Source:
     path: Path
     #: The records were made from a directory's files: a line is named by its file.
     directory: bool = False
-    #: The records are a Parquet or Arrow file's rows: a line is named by its row (from 0).
+    #: The records are a Parquet or Arrow file's rows: a line is named by its row (from 0), and
+    #: read again by it (`_TableRows`); its span's bytes are of the rows' JSON, made in memory.
     table: bool = False
+    #: A table's size, modification time and inode when its reading started: its rows are read
+    #: twice, and the second reading must find the file the first one compared.
+    stamp: tuple[int, int, int] | None = None
+
+    def changed(self) -> bool:
+        """Whether the table is no longer the file whose reading started (rewritten, replaced)."""
+        return _stamp(self.path) != self.stamp
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None  # reading it says why
+    return status.st_size, status.st_mtime_ns, status.st_ino
 
 
 class Snapshot:
@@ -63,6 +86,7 @@ class Snapshot:
         self._skip = skip
         self._sources: list[_Source] = []
         self._files: dict[int, int] = {}
+        self._tables: dict[int, _TableRows] = {}
         # Where each record's line is, _SPAN a record, by its place in the snapshot: on disk,
         # not in memory, whatever the snapshot's size.
         self._spans = (work / "spans.bin").open("w+b")
@@ -89,8 +113,11 @@ class Snapshot:
         state.start_snapshot()
         for name in self._inputs:
             self._sources.append(self._source(name))
-        total = sum(os.stat(source.path).st_size for source in self._sources)
-        with stage(progress, "compare" if writer is None else "build", total) as line:
+        # Input bytes, or records where a table's are not read in order (as a build counts).
+        tabled = any(source.table for source in self._sources)
+        total = None if tabled else sum(os.stat(source.path).st_size for source in self._sources)
+        unit: Unit = "records" if tabled else "bytes"
+        with stage(progress, "compare" if writer is None else "build", total, unit=unit) as line:
             for n, source in enumerate(self._sources):
                 self._read(n, source, state, line, writer)
 
@@ -117,7 +144,7 @@ class Snapshot:
             return _Source("<stdin>", self._spool(sys.stdin.buffer, f"input-{n}.jsonl"))
         path = Path(name)
         if tables.is_table(name):
-            return _Source(name, self._rows_of(name, f"input-{n}.jsonl"), table=True)
+            return _Source(name, path, table=True)
         if path.is_dir():
             return _Source(name, self._records_of(path, f"input-{n}.jsonl"), directory=True)
         try:
@@ -139,16 +166,6 @@ class Snapshot:
             shutil.copyfileobj(stream, out, 1 << 20)
         return path
 
-    def _rows_of(self, name: str, file: str) -> Path:
-        """The rows of a Parquet or Arrow file as JSON Lines records (what `rejected.jsonl` holds
-        of a refused row): the snapshot is then read as any other. A file that cannot be read
-        whole stops the sync, as it stops a build."""
-        path = self._work / file
-        with path.open("wb") as out:
-            for batch in tables.batches(name):
-                out.write(tables.rows_json(batch))
-        return path
-
     def _records_of(self, root: Path, file: str) -> Path:
         """The records of a directory's files, as `fastfeed build` makes them; a file that
         cannot be read stops the sync (left out, its document would be deleted)."""
@@ -163,52 +180,77 @@ class Snapshot:
     def _read(
         self, n: int, source: _Source, state: SyncState, line: Stage, writer: SetWriter | None
     ) -> None:
-        """Fingerprints a source's chunks one ahead: the core hashes chunk N+1 on its threads
-        (or the writer encodes it) while this thread stores chunk N's rows (SQLite too runs
-        without the GIL). One after the other, storing left both cores idle for a third of a
-        sync's time."""
+        """Fingerprints a source's chunks: a file's, mapped; a table's, its batches' rows."""
+        if source.table:
+            source.stamp = _stamp(source.path)
+            rows = (tables.rows_json(batch) for batch in tables.batches(source.name))
+            self._read_chunks(n, rows, source.changed, source, state, line, writer)
+            return
         with source.path.open("rb") as stream:
             if os.fstat(stream.fileno()).st_size == 0:
                 return
             mapped = MappedInput(stream)
-            pool = ThreadPoolExecutor(1, thread_name_prefix="fastfeed-fingerprint")
             try:
-                self._first_line, self._reading = 1, n
-                done = "compared" if writer is None else "built and compared"
-                ahead: Callable[[], Fingerprinted] | None = None
-                base = 0
-                for chunk in mapped.chunks():
-                    started: Callable[[], Fingerprinted]
-                    if writer is None:
-                        hashing = pool.submit(_core.fingerprint_jsonl, chunk, source=n, base=base)
-                        started = hashing.result
-                    else:
-                        writer.start_jsonl(chunk)
-                        started = functools.partial(_built, writer, n, base)
-                    base += len(chunk)
-                    if ahead is not None:
-                        self._store(ahead, n, mapped, source, state)
-                    ahead = started
-                    line.update(self.bytes + base, f"{plural(self.records, 'record')} {done}")
-                if ahead is not None:
-                    self._store(ahead, n, mapped, source, state)
-                self.bytes += base
-                line.update(self.bytes, f"{plural(self.records, 'record')} {done}")
-            except BaseException:
-                if writer is not None:
-                    # The chunk started ahead may still be encoding: aborting waits for it, and
-                    # it reads the mapping, which must stay guarded until then.
-                    writer.abort()
-                raise
+                self._read_chunks(n, mapped.chunks(), mapped.changed, source, state, line, writer)
             finally:
-                pool.shutdown(cancel_futures=True)
                 mapped.close()
+
+    def _read_chunks(
+        self,
+        n: int,
+        chunks: Iterable[bytes | memoryview],
+        changed: Callable[[], bool],
+        source: _Source,
+        state: SyncState,
+        line: Stage,
+        writer: SetWriter | None,
+    ) -> None:
+        """Fingerprints chunks one ahead: the core hashes chunk N+1 on its threads (or the
+        writer encodes it) while this thread stores chunk N's rows (SQLite too runs without
+        the GIL). One after the other, storing left both cores idle for a third of a sync's
+        time. `changed` says whether the source is no longer what was read."""
+        pool = ThreadPoolExecutor(1, thread_name_prefix="fastfeed-fingerprint")
+        try:
+            self._first_line, self._reading = 1, n
+            done = "compared" if writer is None else "built and compared"
+            ahead: Callable[[], Fingerprinted] | None = None
+            base = 0
+
+            def show() -> None:
+                at = self.records if line.unit == "records" else self.bytes + base
+                line.update(at, f"{plural(self.records, 'record')} {done}")
+
+            for chunk in chunks:
+                started: Callable[[], Fingerprinted]
+                if writer is None:
+                    hashing = pool.submit(_core.fingerprint_jsonl, chunk, source=n, base=base)
+                    started = hashing.result
+                else:
+                    writer.start_jsonl(chunk)
+                    started = functools.partial(_built, writer, n, base)
+                base += len(chunk)
+                if ahead is not None:
+                    self._store(ahead, n, changed, source, state)
+                ahead = started
+                show()
+            if ahead is not None:
+                self._store(ahead, n, changed, source, state)
+            self.bytes += base
+            show()
+        except BaseException:
+            if writer is not None:
+                # The chunk started ahead may still be encoding: aborting waits for it, and
+                # it reads the mapping, which must stay guarded until then.
+                writer.abort()
+            raise
+        finally:
+            pool.shutdown(cancel_futures=True)
 
     def _store(
         self,
         fingerprinted: Callable[[], Fingerprinted],
         n: int,
-        mapped: MappedInput,
+        changed: Callable[[], bool],
         source: _Source,
         state: SyncState,
     ) -> None:
@@ -216,10 +258,10 @@ class Snapshot:
         try:
             rows, spans, keys, records, lines = fingerprinted()
         except RecordError as exc:
-            self._check(mapped, source)
+            self._check(changed, source)
             reason = f"{exc.field}: {exc.reason}" if exc.field else exc.reason
             raise InputError(self._where(n, self._first_line + exc.index), reason) from None
-        self._check(mapped, source)
+        self._check(changed, source)
         state.add_snapshot(rows)
         self._spans.write(spans)
         self._keys.write(keys)
@@ -230,13 +272,9 @@ class Snapshot:
         self._first_line += lines
 
     @staticmethod
-    def _check(mapped: MappedInput, source: _Source) -> None:
-        if mapped.changed():
-            raise InputError(
-                source.name,
-                "the file shrank while it was read (truncated or rewritten): sync again once "
-                "it is complete",
-            )
+    def _check(changed: Callable[[], bool], source: _Source) -> None:
+        if changed():
+            raise InputError(source.name, _CHANGED)
 
     def _where(self, n: int, line: int) -> str:
         """Names a line of a source as the user knows it: a file's line, or a directory's file."""
@@ -264,17 +302,17 @@ class Snapshot:
     def line(self, record: Changed) -> bytes:
         """The line of a record the comparison found, read again. Read, not mapped: a file
         that shrank since would kill a process reading its mapping past the new end."""
-        source, start, end, _ = self._span(record.seq)
+        source, start, end, line = self._span(record.seq)
+        if self._sources[source].table:
+            rows = self._tables.setdefault(source, _TableRows(self._sources[source]))
+            return rows.row(line - 1)
         fd = self._files.get(source)
         if fd is None:
             fd = os.open(self._sources[source].path, os.O_RDONLY)
             self._files[source] = fd
         text = os.pread(fd, end - start, start)
         if len(text) != end - start:
-            raise InputError(
-                self._sources[source].name,
-                "the file changed while the sync read it: sync again once it is complete",
-            )
+            raise InputError(self._sources[source].name, _CHANGED)
         return text
 
     def where(self, seq: int) -> str:
@@ -286,6 +324,8 @@ class Snapshot:
         for fd in self._files.values():
             os.close(fd)
         self._files.clear()
+        for rows in self._tables.values():
+            rows.close()
         self._spans.close()
         self._keys.close()
 
@@ -294,3 +334,34 @@ def _built(writer: SetWriter, source: int, base: int) -> Fingerprinted:
     """Takes the oldest chunk the writer started, and the fingerprints of its records."""
     lines = writer.wait_jsonl()
     return (*writer.take_fingerprints(source=source, base=base), lines)
+
+
+class _TableRows:
+    """A table's rows read again by their row, in the snapshot's order, each made JSON Lines
+    as the first reading made it: the batches are read again (a row before the batch held reads
+    the file again from its start), and only the rows asked are made JSON (a sync sends few)."""
+
+    def __init__(self, source: _Source) -> None:
+        self._source = source
+        self._batches: Iterator[Any] | None = None
+        # The batch holding the last row asked, and its first row.
+        self._batch: Any = None
+        self._first = 0
+
+    def row(self, row: int) -> bytes:
+        if self._batches is None or row < self._first:
+            self._batches, self._batch, self._first = tables.batches(self._source.name), None, 0
+        while self._batch is None or row >= self._first + self._batch.num_rows:
+            if self._batch is not None:
+                self._first += self._batch.num_rows
+            self._batch = next(self._batches, None)
+            if self._batch is None:  # fewer rows than were compared
+                raise InputError(self._source.name, _CHANGED)
+        text = tables.row_json(self._batch, row - self._first)
+        # Checked once the row is read (its values may be read from the file only now).
+        if self._source.changed():
+            raise InputError(self._source.name, _CHANGED)
+        return text[:-1]  # its newline
+
+    def close(self) -> None:
+        self._batches = self._batch = None  # lets go of the file's mapping

@@ -103,7 +103,8 @@ def _add_sliced(writer: RecordWriter, rows: Any, refuse: Refuse) -> int:
 
 
 def row_json(batch: Any, index: int) -> bytes:
-    """A refused row as a JSON Lines record, for `rejected.jsonl` (see `_core.rows_json`)."""
+    """A row as a JSON Lines record: a refused one, for `rejected.jsonl`; one a sync sends (see
+    `_core.rows_json`)."""
     return _core.rows_json(batch.slice(index, 1))
 
 

@@ -100,9 +100,12 @@ def main() -> None:
     rows = ["| input | time per GB (wall; CPU) | peak RSS | load |", "| --- | --- | --- | --- |"]
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="fastfeed-scaling-") as tmp:
         root = Path(tmp)
+        jsonl_sizes = [int(s) for s in args.jsonl_gb.split(",") if s]
+        path_sizes = [int(s) for s in args.path_gb.split(",") if s]
         base = root / "base.jsonl"
-        make_corpus(base, GB, seed=5)
-        for size in (int(s) for s in args.jsonl_gb.split(",") if s):
+        if jsonl_sizes:  # each corpus is made only when asked for: it takes tens of seconds
+            make_corpus(base, GB, seed=5)
+        for size in jsonl_sizes:
             source = root / f"mixed-{size}.jsonl"
             repeat(base, source, size)
             read_once(source)
@@ -112,13 +115,14 @@ def main() -> None:
             )
             print(rows[-1], flush=True)
             source.unlink()
-        base.unlink()
+        base.unlink(missing_ok=True)
         tree = root / "tree"
-        tree_bytes = copy_tree(tree, 360_000_000)
         lines = root / "tree.jsonl"
-        _, share = write_jsonl(tree, lines)
-        named = tree_bytes * share
-        for size in (int(s) for s in args.path_gb.split(",") if s):
+        if path_sizes:
+            tree_bytes = copy_tree(tree, 360_000_000)
+            _, share = write_jsonl(tree, lines)
+            named = tree_bytes * share
+        for size in path_sizes:
             times = max(1, round(size * GB / named))
             source = root / f"path-{size}.jsonl"
             repeat(lines, source, times)

@@ -11,13 +11,14 @@ files, 92% of the bytes named by path), repeated until they name the size asked:
 read the same files again, from the page cache. Each input is read once before its builds, so
 that every size starts from a warm cache as far as memory allows, and the corpus just written
 is synced to the disk first, so that no build pays for writing it back. Each size is built
-`--rounds` times, each build in a process of its own (its output deleted before the next), and
-the table gives the fastest round's wall and CPU time: what other work on the machine does only
-adds to a build's time, so the fastest round is the build's own (builds of 1 GB by path, about
-2 s, varied by up to 15% between rounds at a load of 2 to 6). Beside it, the build's own time
-(the `seconds` it reports) and what its process's start and exit took besides (the Python
-interpreter and the imports): a fixed cost of every build, which weighs more on a short one.
-Targets: time linear within 10%, memory flat (and under 128 MB).
+`--rounds` times (the by-path sizes, which fit in memory together, in alternating rounds), each
+build in a process of its own (its output deleted before the next), and the table gives the
+fastest round's wall and CPU time: what other work on the machine does only adds to a build's
+time, so the fastest round is the build's own (builds of 1 GB by path, about 2 s, varied by up
+to 15% between rounds at a load of 2 to 6). Beside it, the build's own time (the `seconds` it
+reports) and what its process's start and exit took besides (the Python interpreter and the
+imports): a fixed cost of every build, which weighs more on a short one. Targets: time linear
+within 10%, memory flat (and under 128 MB).
 """
 
 from __future__ import annotations
@@ -59,12 +60,17 @@ def read_once(path: Path) -> None:
             pass
 
 
-def best_of(rounds: int, source: Path, out: Path) -> tuple[float, float, float, int]:
-    """The least wall, CPU and own seconds of `rounds` builds of `source` (see `timed_build`),
-    and their highest peak RSS."""
+def best_of(rounds: int, sources: list[Path], out: Path) -> list[tuple[float, float, float, int]]:
+    """For each of `sources`, the least wall, CPU and own seconds of `rounds` builds (see
+    `timed_build`) and their highest peak RSS. Each round builds every source once, so that
+    what changes on the machine meanwhile (other work, memory pressure) falls on all alike."""
     os.sync()
-    walls, cpus, owns, peaks = zip(*(timed_build(source, out) for _ in range(rounds)), strict=True)
-    return min(walls), min(cpus), min(owns), max(peaks)
+    runs = [[timed_build(source, out) for source in sources] for _ in range(rounds)]
+    best = []
+    for i in range(len(sources)):
+        walls, cpus, owns, peaks = zip(*(run[i] for run in runs), strict=True)
+        best.append((min(walls), min(cpus), min(owns), max(peaks)))
+    return best
 
 
 def timed_build(source: Path, out: Path) -> tuple[float, float, float, int]:
@@ -131,9 +137,8 @@ def main() -> None:
             repeat(base, source, size)
             read_once(source)
             gb = source.stat().st_size / GB
-            rows.append(
-                row("JSON Lines, mixed corpus", gb, *best_of(args.rounds, source, root / "out"))
-            )
+            (best,) = best_of(args.rounds, [source], root / "out")
+            rows.append(row("JSON Lines, mixed corpus", gb, *best))
             print(rows[-1], flush=True)
             source.unlink()
         base.unlink(missing_ok=True)
@@ -143,18 +148,21 @@ def main() -> None:
             tree_bytes = copy_tree(tree, 360_000_000)
             _, share = write_jsonl(tree, lines)
             named = tree_bytes * share
+        # The by-path sizes fit in memory together: their rounds alternate.
+        sources, labels = [], []
         for size in path_sizes:
             times = max(1, round(size * GB / named))
-            source = root / f"path-{size}.jsonl"
-            repeat(lines, source, times)
-            for path in sorted(tree.rglob("*")):
-                if path.is_file():
-                    read_once(path)
-            gb = named * times / GB
-            label = f"by path (the tree {times} times)"
-            rows.append(row(label, gb, *best_of(args.rounds, source, root / "out")))
+            sources.append(root / f"path-{size}.jsonl")
+            repeat(lines, sources[-1], times)
+            labels.append((f"by path (the tree {times} times)", named * times / GB))
+        for path in sorted(tree.rglob("*")):
+            if path.is_file():
+                read_once(path)
+        for (label, gb), best in zip(
+            labels, best_of(args.rounds, sources, root / "out"), strict=True
+        ):
+            rows.append(row(label, gb, *best))
             print(rows[-1], flush=True)
-            source.unlink()
     print("\n".join(rows))
 
 

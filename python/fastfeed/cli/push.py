@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
 from pathlib import Path
@@ -187,6 +186,8 @@ def run_command(
 @connection_options()
 @json_option('print {"ok": true, "backlog": N} on stdout')
 def backlog_command(as_json: bool, **options: Any) -> int:
+    import asyncio  # here: every command line would pay for it (a build needs none)
+
     try:
         settings = push_settings("backlog", options)
         count = asyncio.run(_backlog(settings))

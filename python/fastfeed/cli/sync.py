@@ -17,8 +17,7 @@ from fastfeed.cli.options import (
     take_sync,
 )
 from fastfeed.cli.reports import run_sync_command, stopped
-from fastfeed.delivery.settings import Secret
-from fastfeed.gsa.confirm import DEFAULT_TIMEOUT
+from fastfeed.delivery.settings import CONFIRM_TIMEOUT, Secret
 from fastfeed.progress import Progress
 
 HELP = """\
@@ -81,10 +80,10 @@ CONFIRMING = "confirming"
 @option(
     "--confirm-timeout",
     type=float,
-    default=DEFAULT_TIMEOUT,
+    default=CONFIRM_TIMEOUT,
     metavar="S",
     section=CONFIRMING,
-    help=f"longest wait for the appliance's feeder (default {DEFAULT_TIMEOUT:g} s)",
+    help=f"longest wait for the appliance's feeder (default {CONFIRM_TIMEOUT:g} s)",
 )
 @option(
     "--admin-url",

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 #: Feedergate ports from the Feeds Protocol guide: plain HTTP and HTTPS.
 HTTP_PORT = 19900
 HTTPS_PORT = 19902
+#: How long a sync waits, by default, for the appliance to process what it sent (here, not in
+#: `gsa.confirm`, so that the command line's options need not import httpx and lxml).
+CONFIRM_TIMEOUT = 3600.0
 
 
 class Secret:

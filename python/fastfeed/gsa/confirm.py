@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fastfeed.delivery.settings import PushSettings, http_client
+from fastfeed.delivery.settings import CONFIRM_TIMEOUT, PushSettings, http_client
 from fastfeed.errors import FastfeedError
 from fastfeed.gsa.adminapi import LOG_KEEPS, AdminApi, AdminClient, FeedEntry, admin_client
 from fastfeed.gsa.backlog import fetch_backlog
@@ -28,8 +28,6 @@ from fastfeed.progress import Progress, plural, stage
 from fastfeed.sets.manifest import ManifestEntry
 from fastfeed.sets.sync import Confirmation, FileCheck
 
-#: How long a sync waits, by default, for the appliance to process what it sent.
-DEFAULT_TIMEOUT = 3600.0
 #: What is shown of a failed feed's log.
 LOG_CHARS = 300
 
@@ -40,7 +38,7 @@ class Confirm:
     Administrative API, to read each file's outcome (without it, only that the backlog
     drained)."""
 
-    timeout: float = DEFAULT_TIMEOUT
+    timeout: float = CONFIRM_TIMEOUT
     admin: AdminApi | None = None
 
 

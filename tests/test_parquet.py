@@ -6,6 +6,7 @@ import base64
 import contextlib
 import datetime as dt
 import json
+import os
 import sys
 import threading
 import time
@@ -399,28 +400,41 @@ def test_a_parquet_snapshot_is_read_in_place_never_copied_to_the_work_directory(
     assert emulator.documents("docs")["http://e.example.com/2999"].content == b"changed 2999"
 
 
+@pytest.mark.parametrize("in_place", [False, True], ids=["rewritten", "same size, mtime put back"])
 def test_a_parquet_snapshot_rewritten_between_its_readings_is_refused(
     emulator: Emulator,
     push_settings: Callable[..., PushSettings],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    in_place: bool,
 ) -> None:
     """Its changed rows are read again from the file: one rewritten once compared would send
-    rows whose fingerprints the state never saw. Refused, nothing sent; the next sync sends it."""
+    rows whose fingerprints the state never saw. Refused, nothing sent; the next sync sends it.
+    Also a rewrite of the same size whose modification time is put back (a copy keeping
+    times): only the change time tells it."""
     records = [_kept(n) for n in range(300)]
     src = tmp_path / "docs.parquet"
-    pq.write_table(pa.Table.from_pylist(records), src, row_group_size=100)
+
+    def write() -> None:
+        # Uncompressed, so that contents of one length make files of one size.
+        pq.write_table(pa.Table.from_pylist(records), src, row_group_size=100, compression="NONE")
+
+    write()
     state, settings = tmp_path / "docs.state", push_settings(emulator)
     assert sync([str(src)], state, "docs", settings, out_dir=tmp_path / "s1").ok
     emulator.wait_idle()
     records[250]["content"] = "compared"
-    pq.write_table(pa.Table.from_pylist(records), src, row_group_size=100)
+    write()
     compare = Snapshot.compare
 
     def rewritten_once_compared(self: Snapshot, *args: Any, **kwargs: Any) -> Any:
         diff = compare(self, *args, **kwargs)
-        records[250]["content"] = "rewritten"
-        pq.write_table(pa.Table.from_pylist(records), src, row_group_size=100)
+        before = src.stat()
+        records[250]["content"] = "rewrote!" if in_place else "rewritten"
+        write()
+        if in_place:
+            assert src.stat().st_size == before.st_size
+            os.utime(src, ns=(before.st_atime_ns, before.st_mtime_ns))
         return diff
 
     monkeypatch.setattr(Snapshot, "compare", rewritten_once_compared)
@@ -433,7 +447,8 @@ def test_a_parquet_snapshot_rewritten_between_its_readings_is_refused(
     again = sync([str(src)], state, "docs", settings, out_dir=tmp_path / "s3")
     assert again.ok and again.diff.changed == 1
     emulator.wait_idle()
-    assert emulator.documents("docs")["http://e.example.com/250"].content == b"rewritten"
+    content = b"rewrote!" if in_place else b"rewritten"
+    assert emulator.documents("docs")["http://e.example.com/250"].content == content
 
 
 def test_a_refused_row_of_a_parquet_snapshot_is_named_by_its_row(tmp_path: Path) -> None:

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from fastfeed import InputError, MassDelete, PushSettings, SettingsError, StateError, sync
 from fastfeed.cli import main
@@ -184,14 +186,27 @@ def _rerun(argv: list[str], cwd: Path) -> dict[str, Any]:
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
-@pytest.mark.parametrize("when", ["reading", "sending the first file", "after some files"])
+@pytest.mark.parametrize(
+    ("when", "kind"),
+    [
+        ("reading", "jsonl"),
+        ("sending the first file", "jsonl"),
+        ("after some files", "jsonl"),
+        # A table's rows are read in place, never copied: the re-run reads the file again.
+        ("sending the first file", "parquet"),
+        ("after some files", "parquet"),
+    ],
+)
 def test_a_sync_killed_at_any_point_loses_nothing(
-    make_emulator: Callable[..., Emulator], tls: Any, tmp_path: Path, when: str
+    make_emulator: Callable[..., Emulator], tls: Any, tmp_path: Path, when: str, kind: str
 ) -> None:
     emulator = make_emulator()
     state = tmp_path / "docs.state"
     records = [doc(n) for n in range(12)]
     src = write(tmp_path / "a.jsonl", records)
+    if kind == "parquet":
+        src = str(tmp_path / "a.parquet")
+        pq.write_table(pa.Table.from_pylist(records), src)
     fifo = tmp_path / "export.fifo"
     os.mkfifo(fifo)
     given = str(fifo) if when == "reading" else src

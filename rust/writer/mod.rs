@@ -137,6 +137,7 @@ impl FeedWriter {
             current: None,
             entries: Vec::new(),
             recycled,
+            block: None,
         };
         let limits = Limits {
             max_bytes: opts.max_bytes,

@@ -304,6 +304,52 @@ mod tests {
         );
     }
 
+    /// URLs as a producer that does not validate could export them: each row of `split` ends
+    /// with the first byte of "é" and the next row starts with its second (the values as a
+    /// whole are UTF-8 there); each row of `broken` ends with a byte UTF-8 never has.
+    fn urls_not_all_utf8(rows: usize, split: &[usize], broken: &[usize]) -> StringArray {
+        let (mut offsets, mut values) = (vec![0i32], Vec::new());
+        for row in 0..rows {
+            if row > 0 && split.contains(&(row - 1)) {
+                values.push(0xA9);
+            }
+            values.extend_from_slice(format!("http://a.example.com/{row}").as_bytes());
+            if split.contains(&row) {
+                values.push(0xC3);
+            }
+            if broken.contains(&row) {
+                values.push(0xFF);
+            }
+            offsets.push(values.len() as i32);
+        }
+        let data = ArrayData::builder(DataType::Utf8)
+            .len(rows)
+            .add_buffer(Buffer::from_slice_ref(offsets))
+            .add_buffer(Buffer::from_slice_ref(values));
+        // SAFETY: deliberately invalid, as data from the C data interface is not validated.
+        StringArray::from(unsafe { data.build_unchecked() })
+    }
+
+    #[test]
+    fn text_checked_by_blocks_of_rows_still_refuses_each_row_that_is_not_utf8() {
+        let urls = urls_not_all_utf8(200, &[70, 130], &[10]);
+        // Rows 64 to 95, checked together: UTF-8 as a whole, but two rows are not.
+        let (offsets, values) = (urls.value_offsets(), urls.value_data());
+        assert!(std::str::from_utf8(&values[offsets[64] as usize..offsets[96] as usize]).is_ok());
+        let rows = Rows::new(&batch(vec![("url", Arc::new(urls))])).unwrap();
+        for row in 0..200 {
+            let read = rows.record(row, row).map(|r| r.url);
+            if [10, 70, 71, 130, 131].contains(&row) {
+                assert_eq!(
+                    read.unwrap_err().to_string(),
+                    format!("record {row}: field 'url': is not valid UTF-8")
+                );
+            } else {
+                assert_eq!(read.unwrap(), format!("http://a.example.com/{row}"));
+            }
+        }
+    }
+
     #[test]
     fn columns_are_refused_by_name_and_type_before_any_row() {
         let err = |columns| match Rows::new(&batch(columns)) {

@@ -175,6 +175,8 @@ impl Rows {
                 .as_ref()
                 .and_then(|c| c.is_valid(row).then(|| c.value(row)))
         };
+        // Borrowed for the record's life, so given apart from the rest (`Apart`).
+        let url = text(&self.url, "url")?.map(Cow::Borrowed);
         let pagerank = match self.pagerank.as_ref().and_then(|p| p.get(row)) {
             None => None,
             Some(rank) => Some(
@@ -190,8 +192,12 @@ impl Rows {
                 .map(|t| RawTimestamp(Timestamp::Text(t.to_owned()))),
             Some(When::Seconds(s)) => s.get(row).map(|s| RawTimestamp(Timestamp::Epoch(s))),
         };
+        let metadata = match &self.metadata {
+            Some(m) => m.get(row).map_err(bad("metadata"))?,
+            None => None,
+        };
         let raw = RawRecord {
-            url: owned(&self.url, "url")?,
+            url: None,
             action: text(&self.action, "action")?.map(Cow::Borrowed),
             mimetype: owned(&self.mimetype, "mimetype")?,
             displayurl: owned(&self.displayurl, "displayurl")?,
@@ -201,10 +207,7 @@ impl Rows {
             pagerank,
             crawl_immediately: boolean(&self.crawl_immediately),
             crawl_once: boolean(&self.crawl_once),
-            metadata: match &self.metadata {
-                Some(m) => m.get(row).map_err(bad("metadata"))?,
-                None => None,
-            },
+            metadata: None,
             content: None,
             content_base64: None,
             content_path: text(&self.content_path, "content_path")?.map(PathBuf::from),
@@ -233,6 +236,8 @@ impl Rows {
             Apart {
                 content,
                 content_base64,
+                url,
+                metadata,
             },
         )
     }
@@ -247,9 +252,11 @@ fn unknown_column(name: &str) -> String {
 mod tests {
     use std::sync::Arc;
 
-    use arrow_array::{ArrayRef, BinaryArray, Int64Array, StringArray};
+    use arrow_array::{ArrayRef, BinaryArray, Int64Array, StringArray, StructArray};
     use arrow_buffer::Buffer;
     use arrow_data::ArrayData;
+
+    use arrow_schema::Field;
 
     use super::*;
 
@@ -258,8 +265,13 @@ mod tests {
     }
 
     #[test]
-    fn a_row_borrows_its_content_from_the_arrow_buffers() {
+    fn a_row_borrows_its_content_url_and_metadata_from_the_arrow_buffers() {
         let content = BinaryArray::from(vec![Some(&b"\x00\xff"[..]), None]);
+        let authors: ArrayRef = Arc::new(StringArray::from(vec![Some("ann"), None]));
+        let metadata = StructArray::from(vec![(
+            Arc::new(Field::new("author", DataType::Utf8, true)),
+            authors,
+        )]);
         let b = batch(vec![
             (
                 "url",
@@ -270,13 +282,16 @@ mod tests {
             ),
             ("content", Arc::new(content.clone())),
             ("pagerank", Arc::new(Int64Array::from(vec![Some(80), None]))),
+            ("metadata", Arc::new(metadata)),
         ]);
         let rows = Rows::new(&b).unwrap();
         let r = rows.record(0, 7).unwrap();
-        assert_eq!(
-            (r.url.as_str(), r.pagerank),
-            ("http://a.example.com/", Some(80))
-        );
+        assert_eq!((&*r.url, r.pagerank), ("http://a.example.com/", Some(80)));
+        assert!(matches!(r.url, Cow::Borrowed(_)));
+        match &r.metadata[..] {
+            [(Cow::Borrowed("author"), Cow::Borrowed("ann"))] => {}
+            other => panic!("not borrowed: {other:?}"),
+        }
         match r.content {
             Some(Content::Bytes(Cow::Borrowed(bytes))) => {
                 assert_eq!(bytes.as_ptr(), content.value(0).as_ptr())
@@ -284,7 +299,7 @@ mod tests {
             other => panic!("not borrowed: {other:?}"),
         }
         let r = rows.record(1, 8).unwrap();
-        assert!(r.content.is_none() && r.pagerank.is_none());
+        assert!(r.content.is_none() && r.pagerank.is_none() && r.metadata.is_empty());
     }
 
     #[test]

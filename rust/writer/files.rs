@@ -8,7 +8,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 
 use crate::error::{Error, Result};
-use crate::output::{Block, Output};
+use crate::output::{Blocks, Output};
 use crate::record::FeedType;
 
 use super::set::{file_digest, ManifestEntry, SetKind};
@@ -45,8 +45,8 @@ pub(super) struct Files {
     pub(super) entries: Vec<ManifestEntry>,
     /// Where the buffers of the records written go back to the encoding threads.
     pub(super) recycled: Arc<Recycled>,
-    /// The block of the last file finished, for the next one.
-    pub(super) block: Option<Block>,
+    /// The blocks of the last file finished, for the next one.
+    pub(super) blocks: Option<Blocks>,
 }
 
 impl Files {
@@ -128,8 +128,8 @@ impl Files {
         };
         let name = self.set.file_name(&self.datasource, seq);
         let tmp = self.dir.join(format!("{name}.tmp"));
-        let block = self.block.take().unwrap_or_default();
-        let out = Output::create(&tmp, block).map_err(|e| Error::io(&tmp, e))?;
+        let blocks = self.blocks.take().unwrap_or_default();
+        let out = Output::create(&tmp, blocks).map_err(|e| Error::io(&tmp, e))?;
         let mut file = OpenFile {
             name,
             tmp,
@@ -154,8 +154,8 @@ impl Files {
             .map_err(|e| Error::io(&tmp, e))
             // The rename publishes the file: it must never name a file whose bytes are not on
             // disk.
-            .and_then(|(hash, block)| {
-                self.block = Some(block);
+            .and_then(|(hash, blocks)| {
+                self.blocks = Some(blocks);
                 fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
                 Ok(hash)
             });

@@ -137,7 +137,7 @@ impl FeedWriter {
             current: None,
             entries: Vec::new(),
             recycled,
-            block: None,
+            blocks: None,
         };
         let limits = Limits {
             max_bytes: opts.max_bytes,

@@ -108,11 +108,11 @@ def test_add_arrow_against_add_batch(tmp_path: Path) -> None:
         f"\nadd_arrow {n / best:,.0f} records/s, add_batch {n / min(d[0] for d in dicts):,.0f} "
         f"records/s -> {ratio:.1f}x ({cpu:.1f}x in CPU time)"
     )
-    # The 7x target is not met: add_arrow is bound by the encoding both calls share (see
-    # PERFORMANCE.md); this guards what add_arrow saves, reading rows without Python (2.0x to
-    # 2.3x measured). In CPU time, which the other work on the shared machine moves far less
-    # than the time.
-    assert cpu >= 1.9
+    # The 7x target is not met: add_arrow is bound by the disk's writes and the encoding both
+    # calls share (see PERFORMANCE.md); this guards what add_arrow saves, reading rows without
+    # Python (2.7x measured). In CPU time, which the other work on the shared machine moves far
+    # less than the time.
+    assert cpu >= 2.4
 
 
 def test_add_arrow_against_json_lines_for_large_records(tmp_path: Path) -> None:

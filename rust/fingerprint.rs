@@ -39,7 +39,7 @@ use xxhash_rust::xxh3::{xxh3_128, Xxh3};
 
 use crate::error::{Error, RecordErrorKind, Result};
 use crate::jsonl;
-use crate::record::{parse_date, Action, Content, OpenedFile, Record, Source};
+use crate::record::{parse_date, Action, Content, MetaPair, OpenedFile, Record, Source};
 
 pub type Fingerprint = [u8; 16];
 
@@ -227,7 +227,7 @@ fn canonical(
     // Sorted by name, a name's values in their order: the order of names is not the feed's.
     // Most records give them sorted already, and are spared a copy to sort.
     c.field(11, Some(&(r.metadata.len() as u64).to_le_bytes()));
-    let mut pairs = |metadata: &mut dyn Iterator<Item = &(String, String)>| {
+    let mut pairs = |metadata: &mut dyn Iterator<Item = &MetaPair<'_>>| {
         for (name, value) in metadata {
             c.text(12, Some(name));
             c.text(13, Some(value));
@@ -243,7 +243,7 @@ fn canonical(
         order.sort_by(|&a, &b| m[a].0.cmp(&m[b].0));
         pairs(&mut order.iter().map(|&i| &m[i]));
     } else {
-        let mut sorted: Vec<&(String, String)> = m.iter().collect();
+        let mut sorted: Vec<&MetaPair<'_>> = m.iter().collect();
         sorted.sort_by(|a, b| a.0.cmp(&b.0));
         pairs(&mut sorted.into_iter());
     }

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use crate::acl::AclInput;
 use crate::error::{Error, RecordErrorKind, Result};
 use crate::lift;
-use crate::record::{action_error, Action, AuthMethod, Content, Record, Timestamp};
+use crate::record::{action_error, Action, AuthMethod, Content, MetaPair, Record, Timestamp};
 
 mod refusal;
 
@@ -88,29 +88,29 @@ where
 /// The metadata object, as (name, value) pairs sorted by name, a name's values in their order. A
 /// name given twice is refused rather than letting the last value win in silence: several values
 /// of one name are given as a list.
-pub(crate) struct Metadata(pub(crate) Vec<(String, String)>);
+pub(crate) struct Metadata<'a>(pub(crate) Vec<MetaPair<'a>>);
 
-impl<'de> Deserialize<'de> for Metadata {
+impl<'de> Deserialize<'de> for Metadata<'static> {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> std::result::Result<Self, D::Error> {
         struct Names;
         impl<'de> serde::de::Visitor<'de> for Names {
-            type Value = Metadata;
+            type Value = Metadata<'static>;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("an object of names and values")
             }
             fn visit_map<M: serde::de::MapAccess<'de>>(
                 self,
                 mut map: M,
-            ) -> std::result::Result<Metadata, M::Error> {
+            ) -> std::result::Result<Metadata<'static>, M::Error> {
                 let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(0));
                 // Where each name's values start, to find a name given twice.
                 let mut firsts = Vec::new();
                 while let Some(name) = map.next_key::<String>()? {
                     let first = pairs.len();
                     map.next_value_seed(Values {
-                        name,
+                        name: Cow::Owned(name),
                         pairs: &mut pairs,
                     })?;
                     if pairs.len() > first {
@@ -139,8 +139,8 @@ pub(crate) fn given_twice(name: &str) -> String {
 
 /// A metadata name's value: one string, or a list of them, each paired with the name.
 struct Values<'p> {
-    name: String,
-    pairs: &'p mut Vec<(String, String)>,
+    name: Cow<'static, str>,
+    pairs: &'p mut Vec<MetaPair<'static>>,
 }
 
 impl<'de> serde::de::DeserializeSeed<'de> for Values<'_> {
@@ -159,11 +159,11 @@ impl<'de> serde::de::Visitor<'de> for Values<'_> {
         f.write_str("a string or a list of strings")
     }
     fn visit_str<E>(self, v: &str) -> std::result::Result<(), E> {
-        self.pairs.push((self.name, v.to_owned()));
+        self.pairs.push((self.name, Cow::Owned(v.to_owned())));
         Ok(())
     }
     fn visit_string<E>(self, v: String) -> std::result::Result<(), E> {
-        self.pairs.push((self.name, v));
+        self.pairs.push((self.name, Cow::Owned(v)));
         Ok(())
     }
     fn visit_seq<S: serde::de::SeqAccess<'de>>(
@@ -171,7 +171,7 @@ impl<'de> serde::de::Visitor<'de> for Values<'_> {
         mut seq: S,
     ) -> std::result::Result<(), S::Error> {
         while let Some(v) = seq.next_element::<String>()? {
-            self.pairs.push((self.name.clone(), v));
+            self.pairs.push((self.name.clone(), Cow::Owned(v)));
         }
         Ok(())
     }
@@ -235,7 +235,7 @@ pub(crate) struct RawRecord<'a> {
     pub(crate) crawl_immediately: Option<bool>,
     pub(crate) crawl_once: Option<bool>,
     // Sorted by name here already; the record keeps list order for repeated names.
-    pub(crate) metadata: Option<Metadata>,
+    pub(crate) metadata: Option<Metadata<'static>>,
     #[serde(borrow)]
     pub(crate) content: Option<RawContent<'a>>,
     #[serde(borrow)]
@@ -247,11 +247,15 @@ pub(crate) struct RawRecord<'a> {
     pub(crate) kind: Option<Cow<'a, str>>,
 }
 
-/// A record's contents, passed to `into_record` apart from the rest: they may have been read
-/// apart from it, where serde read `null` (see `lift`).
+/// What a record may borrow for its whole life, passed to `into_record` apart from the rest:
+/// contents read apart from it, where serde read `null` (see `lift`); the URL and metadata of
+/// a row of Arrow data, borrowed from its buffers (`None`: as the rest gives them).
+#[derive(Default)]
 pub(crate) struct Apart<'a> {
     pub(crate) content: Option<Content<'a>>,
     pub(crate) content_base64: Option<Cow<'a, str>>,
+    pub(crate) url: Option<Cow<'a, str>>,
+    pub(crate) metadata: Option<Metadata<'a>>,
 }
 
 /// Parses one line (not blank) of a JSON Lines input; `index` names it in errors.
@@ -269,6 +273,7 @@ pub fn parse_line(index: usize, line: &[u8]) -> Result<Record<'_>> {
             let apart = Apart {
                 content: lifted.content.map(Content::Text),
                 content_base64: lifted.content_base64,
+                ..Apart::default()
             };
             into_record(index, raw, apart)
         }
@@ -338,6 +343,7 @@ impl<'a> RawRecord<'a> {
         Apart {
             content: self.content.take().map(|c| c.0),
             content_base64: self.content_base64.take().map(|t| t.0),
+            ..Apart::default()
         }
     }
 }
@@ -384,7 +390,7 @@ pub(crate) fn into_record<'a>(
         .transpose()
         .map_err(|m| bad("acl", m))?;
     Ok(Record {
-        url: raw.url.unwrap_or_default(),
+        url: apart.url.or(raw.url.map(Cow::Owned)).unwrap_or_default(),
         action,
         mimetype: raw.mimetype,
         displayurl: raw.displayurl,
@@ -394,7 +400,11 @@ pub(crate) fn into_record<'a>(
         pagerank: raw.pagerank,
         crawl_immediately: raw.crawl_immediately,
         crawl_once: raw.crawl_once,
-        metadata: raw.metadata.map(|m| m.0).unwrap_or_default(),
+        metadata: apart
+            .metadata
+            .or(raw.metadata)
+            .map(|m| m.0)
+            .unwrap_or_default(),
         content: apart.content.or(content_base64).or(content_path),
         acl,
         overwrite_acls: raw.overwrite_acls,

@@ -248,7 +248,7 @@ fn a_record_moved_out_of_memory_is_written_in_its_place_and_leaves_nothing_behin
     let path = files.path().join("big.bin");
     std::fs::write(&path, &big).unwrap();
     let small = |i: usize| Record {
-        url: format!("http://docs.example.com/{i}"),
+        url: format!("http://docs.example.com/{i}").into(),
         content: Some(Content::Text(format!("document {i}").into())),
         ..Default::default()
     };

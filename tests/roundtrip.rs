@@ -131,11 +131,11 @@ fn expected(r: &Record<'_>) -> Decoded {
     let mut metadata: Vec<_> = r
         .metadata
         .iter()
-        .map(|(n, v)| (n.clone().into_bytes(), v.clone().into_bytes()))
+        .map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec()))
         .collect();
     metadata.sort_by(|a, b| a.0.cmp(&b.0));
     Decoded {
-        url: r.url.clone(),
+        url: r.url.to_string(),
         displayurl: r.displayurl.clone(),
         metadata,
         content: r.content.as_ref().map(|c| match c {
@@ -184,11 +184,12 @@ fn record() -> impl Strategy<Value = Record<'static>> {
                 .filter(|c| !c.is_control() && *c != '\u{FFFE}' && *c != '\u{FFFF}')
                 .collect();
             Record {
-                url: format!("http://{host}.example.com/{path}"),
+                url: format!("http://{host}.example.com/{path}").into(),
                 displayurl,
                 metadata: meta
                     .into_iter()
                     .filter(|(n, v)| !n.is_empty() && !v.is_empty())
+                    .map(|(n, v)| (n.into(), v.into()))
                     .collect(),
                 content,
                 ..Default::default()
@@ -219,7 +220,7 @@ fn a_split_full_feed_is_full_first_then_incremental() {
     let mut w = FeedWriter::new(dir.path(), "docs", FeedType::Full, opts).unwrap();
     let records: Vec<Record> = (0..5)
         .map(|i| Record {
-            url: format!("http://h.example.com/{i}"),
+            url: format!("http://h.example.com/{i}").into(),
             content: Some(Content::Text(format!("doc {i}").into())),
             ..Default::default()
         })

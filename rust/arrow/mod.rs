@@ -175,6 +175,8 @@ impl Rows {
                 .as_ref()
                 .and_then(|c| c.is_valid(row).then(|| c.value(row)))
         };
+        // Borrowed for the record's life, so given apart from the rest (`Apart`).
+        let url = text(&self.url, "url")?.map(Cow::Borrowed);
         let pagerank = match self.pagerank.as_ref().and_then(|p| p.get(row)) {
             None => None,
             Some(rank) => Some(
@@ -190,8 +192,12 @@ impl Rows {
                 .map(|t| RawTimestamp(Timestamp::Text(t.to_owned()))),
             Some(When::Seconds(s)) => s.get(row).map(|s| RawTimestamp(Timestamp::Epoch(s))),
         };
+        let metadata = match &self.metadata {
+            Some(m) => m.get(row).map_err(bad("metadata"))?,
+            None => None,
+        };
         let raw = RawRecord {
-            url: owned(&self.url, "url")?,
+            url: None,
             action: text(&self.action, "action")?.map(Cow::Borrowed),
             mimetype: owned(&self.mimetype, "mimetype")?,
             displayurl: owned(&self.displayurl, "displayurl")?,
@@ -201,10 +207,7 @@ impl Rows {
             pagerank,
             crawl_immediately: boolean(&self.crawl_immediately),
             crawl_once: boolean(&self.crawl_once),
-            metadata: match &self.metadata {
-                Some(m) => m.get(row).map_err(bad("metadata"))?,
-                None => None,
-            },
+            metadata: None,
             content: None,
             content_base64: None,
             content_path: text(&self.content_path, "content_path")?.map(PathBuf::from),
@@ -233,6 +236,8 @@ impl Rows {
             Apart {
                 content,
                 content_base64,
+                url,
+                metadata,
             },
         )
     }
@@ -247,9 +252,11 @@ fn unknown_column(name: &str) -> String {
 mod tests {
     use std::sync::Arc;
 
-    use arrow_array::{ArrayRef, BinaryArray, Int64Array, StringArray};
+    use arrow_array::{ArrayRef, BinaryArray, Int64Array, StringArray, StructArray};
     use arrow_buffer::Buffer;
     use arrow_data::ArrayData;
+
+    use arrow_schema::Field;
 
     use super::*;
 
@@ -258,8 +265,13 @@ mod tests {
     }
 
     #[test]
-    fn a_row_borrows_its_content_from_the_arrow_buffers() {
+    fn a_row_borrows_its_content_url_and_metadata_from_the_arrow_buffers() {
         let content = BinaryArray::from(vec![Some(&b"\x00\xff"[..]), None]);
+        let authors: ArrayRef = Arc::new(StringArray::from(vec![Some("ann"), None]));
+        let metadata = StructArray::from(vec![(
+            Arc::new(Field::new("author", DataType::Utf8, true)),
+            authors,
+        )]);
         let b = batch(vec![
             (
                 "url",
@@ -270,13 +282,16 @@ mod tests {
             ),
             ("content", Arc::new(content.clone())),
             ("pagerank", Arc::new(Int64Array::from(vec![Some(80), None]))),
+            ("metadata", Arc::new(metadata)),
         ]);
         let rows = Rows::new(&b).unwrap();
         let r = rows.record(0, 7).unwrap();
-        assert_eq!(
-            (r.url.as_str(), r.pagerank),
-            ("http://a.example.com/", Some(80))
-        );
+        assert_eq!((&*r.url, r.pagerank), ("http://a.example.com/", Some(80)));
+        assert!(matches!(r.url, Cow::Borrowed(_)));
+        match &r.metadata[..] {
+            [(Cow::Borrowed("author"), Cow::Borrowed("ann"))] => {}
+            other => panic!("not borrowed: {other:?}"),
+        }
         match r.content {
             Some(Content::Bytes(Cow::Borrowed(bytes))) => {
                 assert_eq!(bytes.as_ptr(), content.value(0).as_ptr())
@@ -284,7 +299,7 @@ mod tests {
             other => panic!("not borrowed: {other:?}"),
         }
         let r = rows.record(1, 8).unwrap();
-        assert!(r.content.is_none() && r.pagerank.is_none());
+        assert!(r.content.is_none() && r.pagerank.is_none() && r.metadata.is_empty());
     }
 
     #[test]
@@ -302,6 +317,52 @@ mod tests {
             err,
             "record 3: field 'url': the Arrow data is malformed (an offset or index out of bounds)"
         );
+    }
+
+    /// URLs as a producer that does not validate could export them: each row of `split` ends
+    /// with the first byte of "é" and the next row starts with its second (the values as a
+    /// whole are UTF-8 there); each row of `broken` ends with a byte UTF-8 never has.
+    fn urls_not_all_utf8(rows: usize, split: &[usize], broken: &[usize]) -> StringArray {
+        let (mut offsets, mut values) = (vec![0i32], Vec::new());
+        for row in 0..rows {
+            if row > 0 && split.contains(&(row - 1)) {
+                values.push(0xA9);
+            }
+            values.extend_from_slice(format!("http://a.example.com/{row}").as_bytes());
+            if split.contains(&row) {
+                values.push(0xC3);
+            }
+            if broken.contains(&row) {
+                values.push(0xFF);
+            }
+            offsets.push(values.len() as i32);
+        }
+        let data = ArrayData::builder(DataType::Utf8)
+            .len(rows)
+            .add_buffer(Buffer::from_slice_ref(offsets))
+            .add_buffer(Buffer::from_slice_ref(values));
+        // SAFETY: deliberately invalid, as data from the C data interface is not validated.
+        StringArray::from(unsafe { data.build_unchecked() })
+    }
+
+    #[test]
+    fn text_checked_by_blocks_of_rows_still_refuses_each_row_that_is_not_utf8() {
+        let urls = urls_not_all_utf8(200, &[70, 130], &[10]);
+        // Rows 64 to 95, checked together: UTF-8 as a whole, but two rows are not.
+        let (offsets, values) = (urls.value_offsets(), urls.value_data());
+        assert!(std::str::from_utf8(&values[offsets[64] as usize..offsets[96] as usize]).is_ok());
+        let rows = Rows::new(&batch(vec![("url", Arc::new(urls))])).unwrap();
+        for row in 0..200 {
+            let read = rows.record(row, row).map(|r| r.url);
+            if [10, 70, 71, 130, 131].contains(&row) {
+                assert_eq!(
+                    read.unwrap_err().to_string(),
+                    format!("record {row}: field 'url': is not valid UTF-8")
+                );
+            } else {
+                assert_eq!(read.unwrap(), format!("http://a.example.com/{row}"));
+            }
+        }
     }
 
     #[test]

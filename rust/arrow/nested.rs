@@ -11,6 +11,7 @@ use arrow_schema::DataType;
 
 use crate::acl::{AclInput, PrincipalInput};
 use crate::jsonl::{given_twice, Metadata};
+use crate::record::MetaPair;
 
 use super::columns::{valid, Bytes, Offsets};
 
@@ -124,16 +125,16 @@ impl Values {
 
     /// Appends the (name, value) pairs of a name at `row` to `out`, in order; returns whether
     /// the name is there (null: absent; an empty list is there, without pairs).
-    fn push(
-        &self,
-        name: &str,
+    fn push<'a>(
+        &'a self,
+        name: &'a str,
         row: usize,
-        out: &mut Vec<(String, String)>,
+        out: &mut Vec<MetaPair<'a>>,
     ) -> Result<bool, String> {
         match self {
             Values::One(bytes) => Ok(match bytes.text(row)? {
                 Some(v) => {
-                    out.push((name.to_owned(), v.to_owned()));
+                    out.push((Cow::Borrowed(name), Cow::Borrowed(v)));
                     true
                 }
                 None => false,
@@ -144,7 +145,7 @@ impl Values {
                 };
                 for i in items {
                     match list.items.text(i)? {
-                        Some(v) => out.push((name.to_owned(), v.to_owned())),
+                        Some(v) => out.push((Cow::Borrowed(name), Cow::Borrowed(v))),
                         None => return Err(format!("'{name}' holds a null in its list of values")),
                     }
                 }
@@ -213,7 +214,7 @@ impl Meta {
 
     /// The row's metadata in the record's form: (name, value) pairs sorted by name, a name's
     /// values in order.
-    pub(super) fn get(&self, row: usize) -> Result<Option<Metadata>, String> {
+    pub(super) fn get(&self, row: usize) -> Result<Option<Metadata<'_>>, String> {
         let mut pairs = Vec::new();
         match self {
             Meta::Struct {

@@ -85,9 +85,14 @@ pub enum Timestamp {
     Epoch(f64),
 }
 
+/// A metadata name and one of its values.
+pub type MetaPair<'a> = (Cow<'a, str>, Cow<'a, str>);
+
+/// A record; its URL, metadata and content may be borrowed from where it was read (Arrow
+/// buffers, a chunk of JSON Lines).
 #[derive(Clone, Debug, Default)]
 pub struct Record<'a> {
-    pub url: String,
+    pub url: Cow<'a, str>,
     pub action: Option<Action>,
     pub mimetype: Option<String>,
     pub displayurl: Option<String>,
@@ -98,7 +103,7 @@ pub struct Record<'a> {
     pub crawl_immediately: Option<bool>,
     pub crawl_once: Option<bool>,
     /// Name and value pairs; a name given several values appears several times, in input order.
-    pub metadata: Vec<(String, String)>,
+    pub metadata: Vec<MetaPair<'a>>,
     pub content: Option<Content<'a>>,
     pub acl: Option<Acl>,
     /// `overwrite-acls` of the record's metadata.
@@ -374,7 +379,7 @@ impl<'a> Record<'a> {
                 return Err(err("pagerank", format!("{rank} is outside 68 to 100")));
             }
         }
-        let mut legacy_acl = Vec::new();
+        let mut legacy_acl: Vec<(String, String)> = Vec::new();
         if let Some(acl) = &self.acl {
             acl.check().map_err(|m| err("acl", m))?;
             if opts.acl_format == AclFormat::Legacy {
@@ -444,12 +449,16 @@ impl<'a> Record<'a> {
         };
         // Sorted so that unchanged documents give the same bytes; stable, so that repeated names
         // keep their input order.
-        let metadata: Cow<'_, [(String, String)]> =
+        let metadata: Cow<'_, [MetaPair<'a>]> =
             if legacy_acl.is_empty() && self.metadata.is_sorted_by(|a, b| a.0 <= b.0) {
                 Cow::Borrowed(&self.metadata)
             } else {
                 let mut sorted = self.metadata.clone();
-                sorted.append(&mut legacy_acl);
+                sorted.extend(
+                    legacy_acl
+                        .into_iter()
+                        .map(|(name, value)| (Cow::Owned(name), Cow::Owned(value))),
+                );
                 sorted.sort_by(|a, b| a.0.cmp(&b.0));
                 Cow::Owned(sorted)
             };

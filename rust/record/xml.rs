@@ -8,7 +8,7 @@ use crate::escape::{attr, escape_into, first_unrepresentable, Context};
 use crate::spill::Sink;
 
 use super::content::{Source, Utf8Blocks};
-use super::{AclFormat, Action, EncodeOptions, Record};
+use super::{AclFormat, Action, EncodeOptions, MetaPair, Record};
 
 /// A record checked against its feed, ready to be written.
 pub(super) struct Checked<'r, 'a> {
@@ -16,7 +16,7 @@ pub(super) struct Checked<'r, 'a> {
     pub(super) mimetype: &'r str,
     pub(super) last_modified: Option<String>,
     /// Sorted by name, repeated names in input order: the input's own when it already is.
-    pub(super) metadata: Cow<'r, [(String, String)]>,
+    pub(super) metadata: Cow<'r, [MetaPair<'a>]>,
 }
 
 fn flag(out: &mut Vec<u8>, name: &str, value: Option<bool>) {

@@ -137,6 +137,7 @@ impl FeedWriter {
             current: None,
             entries: Vec::new(),
             recycled,
+            blocks: None,
         };
         let limits = Limits {
             max_bytes: opts.max_bytes,

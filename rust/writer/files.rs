@@ -366,6 +366,7 @@ mod tests {
             current: None,
             entries: Vec::new(),
             recycled: Arc::default(),
+            blocks: None,
         };
         let backlog = Arc::new(Backlog::new());
         // The queue is full: the next caller waits for the thread to take a job.

@@ -112,6 +112,11 @@ impl Writes {
             .back
             .recv()
             .map_err(|_| io::Error::other("the thread writing the file stopped"))?;
+        if written.is_err() {
+            // The thread ends once it has no more to write: a later call, instead of waiting
+            // for a block that never comes back, finds it stopped.
+            self.to = None;
+        }
         written.map(|()| block)
     }
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,7 +20,9 @@ def parse(argv: list[str]) -> SimpleNamespace:
     try:
         while isinstance(command, click.Group):
             name, *argv = argv
-            command = command.commands[name]
+            found = command.get_command(ctx, name)
+            assert found is not None, name
+            command = found
             if isinstance(command, click.Group):
                 ctx = click.Context(command, info_name=name, parent=ctx)
             else:
@@ -139,6 +143,26 @@ def test_mistakes_in_the_file_are_reported_with_where_they_are(
     assert message in err and "fastfeed.toml" in err
 
 
+def test_a_build_takes_a_file_that_holds_other_commands_settings_too(tmp_path: Path) -> None:
+    # In a process of its own, as a user runs it: `fastfeed` imports only the command it runs,
+    # and the file's keys must still be checked against every command's options.
+    (tmp_path / "fastfeed.toml").write_text(
+        'host = "gsa.example.com"\nconcurrency = 2\n[push]\nretries = 3\n'
+        '[build]\ndatasource = "d"\n'
+    )
+    (tmp_path / "docs.jsonl").write_text('{"url": "http://docs.example.com/a", "content": "a"}\n')
+    build = [sys.executable, "-m", "fastfeed", "build", "docs.jsonl"]
+
+    done = subprocess.run([*build, "--out", "out"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out" / "manifest.jsonl").is_file()
+
+    (tmp_path / "fastfeed.toml").write_text('hots = "gsa"\n')
+    done = subprocess.run([*build, "--out", "again"], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "fastfeed.toml: unknown setting 'hots'" in done.stderr
+
+
 def test_a_bad_environment_value_names_the_variable(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -194,17 +218,20 @@ def test_every_push_setting_has_its_option() -> None:
 
     from fastfeed import PushSettings
 
-    options = {p.name for p in fastfeed.commands["push"].params}
+    push = fastfeed.get_command(click.Context(fastfeed), "push")
+    assert push is not None
+    options = {p.name for p in push.params}
     internal = {"https", "chunk_size"}  # --http says the first; the second is not a setting
     assert {f.name for f in fields(PushSettings)} - internal <= options
 
 
 def test_run_takes_the_options_of_build_and_push() -> None:
     def names(*path: str) -> set[str | None]:
-        command: click.Command = fastfeed
+        command: click.Command | None = fastfeed
         for word in path:
             assert isinstance(command, click.Group)
-            command = command.commands[word]
+            command = command.get_command(click.Context(command), word)
+        assert command is not None
         return {p.name for p in command.params}
 
     # run writes GSA feeds into its own --out; it prints push's JSON summary.

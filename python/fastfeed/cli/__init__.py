@@ -3,24 +3,13 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
 
 import click
 
-from fastfeed import __version__
-from fastfeed.cli import (
-    build,
-    demo,
-    emulator,
-    groups,
-    push,
-    seedlist,
-    state,
-    sync,
-    thunderstone,
-)
-from fastfeed.cli.commands import group
+from fastfeed.cli.commands import Group
 from fastfeed.cli.reports import ExitCode, emit
 
 DESCRIPTION = """\
@@ -36,28 +25,45 @@ Run `fastfeed COMMAND --help` for the options of each command.
 """
 
 
-@group("fastfeed", help=DESCRIPTION)
-@click.version_option(__version__, prog_name="fastfeed", message="%(prog)s %(version)s")
+#: Each command, in the order of a job: the module of `fastfeed.cli` that defines it and its name
+#: there. A command's module is imported when the command runs (or the help lists them all), so
+#: that a build does not start by importing what a sync, a push or the emulator need.
+COMMANDS = {
+    "build": ("build", "build_command"),
+    "validate": ("build", "validate_command"),
+    "push": ("push", "push_command"),
+    "run": ("push", "run_command"),
+    "sync": ("sync", "sync_command"),
+    "state": ("state", "state"),
+    "replay": ("push", "replay_command"),
+    "backlog": ("push", "backlog_command"),
+    "groups": ("groups", "groups"),
+    "thunderstone": ("thunderstone", "thunderstone"),
+    "seedlist": ("seedlist", "seedlist"),
+    "emulator": ("emulator", "emulator_command"),
+    "demo": ("demo", "demo_command"),
+}
+
+
+class Fastfeed(Group):
+    """The `fastfeed` command: its commands are the ones of `COMMANDS`, imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in COMMANDS and cmd_name not in self.commands:
+            module, attribute = COMMANDS[cmd_name]
+            command = getattr(importlib.import_module(f"fastfeed.cli.{module}"), attribute)
+            self.add_command(command)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group("fastfeed", cls=Fastfeed, help=DESCRIPTION)
+# The version is read from the installed package's metadata only when asked for.
+@click.version_option(package_name="fastfeed", prog_name="fastfeed", message="%(prog)s %(version)s")
 def fastfeed() -> None:
     pass
-
-
-for _command in (
-    build.build_command,
-    build.validate_command,
-    push.push_command,
-    push.run_command,
-    sync.sync_command,
-    state.state,
-    push.replay_command,
-    push.backlog_command,
-    groups.groups,
-    thunderstone.thunderstone,
-    seedlist.seedlist,
-    emulator.emulator_command,
-    demo.demo_command,
-):
-    fastfeed.add_command(_command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

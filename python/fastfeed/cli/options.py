@@ -8,15 +8,17 @@ import sys
 import typing
 from collections.abc import Callable
 from dataclasses import fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from fastfeed.cli.commands import F, option
-from fastfeed.delivery.settings import HTTP_PORT, HTTPS_PORT, PushSettings, Secret
 from fastfeed.gsa.writer import AclFormat, Compress, FeedOptions, FeedType
 from fastfeed.sets.build import OnError
 from fastfeed.sets.writer import DEFAULT_LEVEL, DEFAULT_MAX_BYTES, HARD_MAX_BYTES
+
+if TYPE_CHECKING:
+    from fastfeed.delivery.settings import PushSettings
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "ki": 2**10, "mi": 2**20, "gi": 2**30}
@@ -132,13 +134,13 @@ def allow_empty_full(section: str | None = None) -> Callable[[F], F]:
     )
 
 
-_DEFAULTS = PushSettings(host="-")
-
-
 def _setting(name: str, metavar: str, section: str, help: str) -> Callable[[F], F]:
     """The option of the PushSettings field `name`: its flag, type and default come from the
     field, so that the option and the setting cannot disagree."""
-    default = getattr(_DEFAULTS, name)
+    # The push settings are imported by the commands that push, not by every command.
+    from fastfeed.delivery.settings import PushSettings
+
+    default = getattr(PushSettings(host="-"), name)
     unit = " s" if metavar == "S" else ""
     return option(
         f"--{name.replace('_', '-')}",
@@ -199,6 +201,8 @@ def tls_options(section: str = "appliance") -> Callable[[F], F]:
 
 def connection_options() -> Callable[[F], F]:
     """Where the appliance's feedergate is, and how to trust it."""
+    from fastfeed.delivery.settings import HTTP_PORT, HTTPS_PORT
+
     s = "appliance"
     return together(
         option("--host", required=True, section=s, help="the appliance's host name or IP address"),
@@ -257,6 +261,8 @@ def push_settings(command: str, options: dict[str, Any]) -> PushSettings:
     """The push settings of a command line: each PushSettings field takes the option of its
     name (tests/test_config.py checks that `fastfeed push` has one for each field, so a
     renamed field cannot silently lose its option); options a command lacks keep defaults."""
+    from fastfeed.delivery.settings import PushSettings, Secret
+
     values: dict[str, Any] = {
         f.name: options[f.name] for f in fields(PushSettings) if f.name in options
     }

@@ -24,7 +24,6 @@ generic: a new option of any command is configurable without touching it. Positi
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,22 +69,10 @@ def _apply(ctx: click.Context, param: click.Parameter, path: str | None) -> None
     """Fills the command's default_map from the environment and the TOML file."""
     if ctx.resilient_parsing:  # shell completion: no errors, no files
         return
-    commands = dict(_commands(ctx.find_root().command))
     name = " ".join(_words(ctx))
     settings = _load(path)
-    known = set().union(*(_names(c) for c in commands.values()))
-    for key in settings.top:
-        if key not in known:
-            raise click.UsageError(f"{settings.path}: unknown setting {key!r}", ctx)
-    for table, keys in settings.tables.items():
-        # A table names a command, or a command with actions (its keys apply to all of them).
-        scope = [c for n, c in commands.items() if n == table or n.startswith(table + " ")]
-        where = f"{settings.path}: [{table.replace(' ', '.')}]"
-        if not scope:
-            raise click.UsageError(f"{where} is not a fastfeed command", ctx)
-        for key in keys:
-            if not any(key in _names(c) for c in scope):
-                raise click.UsageError(f"{where} has no setting {key!r}", ctx)
+    if settings.top or settings.tables:
+        _check(ctx, settings)
     # The command's own table wins over the table of the command it is an action of.
     section: dict[str, Any] = {}
     words = name.split()
@@ -107,6 +94,26 @@ def _apply(ctx: click.Context, param: click.Parameter, path: str | None) -> None
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
 
 
+def _check(ctx: click.Context, settings: _File) -> None:
+    """Refuses a key or a table that no command takes. The file serves every command, so this
+    imports every command's module: only when there is a file, so that a build without one
+    does not."""
+    commands = dict(_commands(ctx, ctx.find_root().command))
+    known = set().union(*(_names(c) for c in commands.values()))
+    for key in settings.top:
+        if key not in known:
+            raise click.UsageError(f"{settings.path}: unknown setting {key!r}", ctx)
+    for table, keys in settings.tables.items():
+        # A table names a command, or a command with actions (its keys apply to all of them).
+        scope = [c for n, c in commands.items() if n == table or n.startswith(table + " ")]
+        where = f"{settings.path}: [{table.replace(' ', '.')}]"
+        if not scope:
+            raise click.UsageError(f"{where} is not a fastfeed command", ctx)
+        for key in keys:
+            if not any(key in _names(c) for c in scope):
+                raise click.UsageError(f"{where} has no setting {key!r}", ctx)
+
+
 def _words(ctx: click.Context) -> list[str]:
     """The words of the command below `fastfeed`: ["seedlist", "load"]."""
     words = []
@@ -116,14 +123,17 @@ def _words(ctx: click.Context) -> list[str]:
     return words[::-1]
 
 
-def _commands(group: click.Command, prefix: str = "") -> Iterator[tuple[str, click.Command]]:
+def _commands(
+    ctx: click.Context, group: click.Command, prefix: str = ""
+) -> Iterator[tuple[str, click.Command]]:
     """The commands under `group` that take options, by their words: `build`, `seedlist load`."""
     if not isinstance(group, click.Group):
         return
-    for name, command in group.commands.items():
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
         if isinstance(command, click.Group):
-            yield from _commands(command, f"{prefix}{name} ")
-        else:
+            yield from _commands(ctx, command, f"{prefix}{name} ")
+        elif command is not None:
             yield f"{prefix}{name}", command
 
 
@@ -147,6 +157,8 @@ def _load(path: str | None) -> _File:
         if not Path(DEFAULT_FILE).is_file():
             return _File("")
         path = DEFAULT_FILE
+    import tomllib  # here, so that a command without a settings file does not import it
+
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)

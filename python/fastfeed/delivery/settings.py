@@ -6,13 +6,14 @@ both behave the same way for the same values.
 
 from __future__ import annotations
 
-import ssl
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from fastfeed.errors import SettingsError
 
 if TYPE_CHECKING:
+    import ssl
+
     import httpx
 
 #: Feedergate ports from the Feeds Protocol guide: plain HTTP and HTTPS.
@@ -135,6 +136,8 @@ class PushSettings:
 
     def ssl_context(self) -> ssl.SSLContext:
         """The verification the push will use; a bad CA or key file is reported here, early."""
+        import ssl  # here: a build's options are these settings' too, and need no TLS
+
         try:
             context = ssl.create_default_context(cafile=self.cacert)
             if self.client_cert:

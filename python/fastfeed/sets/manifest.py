@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -24,9 +23,15 @@ class FileHash(Protocol):
     def hexdigest(self) -> str: ...
 
 
+def _sha256() -> FileHash:
+    import hashlib  # here: loading OpenSSL's hashes (3 ms) would be a fixed cost of every build
+
+    return hashlib.sha256()
+
+
 #: The hash of each kind of digest a manifest may carry: BLAKE3, which the core hashes as it
 #: writes a file (without the GIL, several GB/s), and SHA-256, in manifests written before.
-HASHES: dict[str, Callable[[], FileHash]] = {"blake3": Blake3, "sha256": hashlib.sha256}
+HASHES: dict[str, Callable[[], FileHash]] = {"blake3": Blake3, "sha256": _sha256}
 
 
 @dataclass(frozen=True)

@@ -471,7 +471,7 @@ pub fn cut_by_cost<T>(
     cut_within(chunk, lines, count, open, None).0
 }
 
-/// How much of the big files a chunk names one round of its encoding may still take (see
+/// How much of the files a chunk names one round of its encoding may still take (see
 /// `cut_within`).
 #[derive(Clone, Copy, Debug)]
 pub struct FileBudget {
@@ -480,11 +480,46 @@ pub struct FileBudget {
     /// The bytes and number of such files left.
     pub bytes: u64,
     pub files: usize,
+    /// The bytes of smaller files left: their records wait in memory.
+    pub held: u64,
+    /// The files of any size left: the plan holds each one's path and opening, in the heap of
+    /// its thread, which keeps what it took.
+    pub named: usize,
+}
+
+impl FileBudget {
+    /// Whether a file of `size` bytes stays within what is left.
+    fn fits(&self, size: u64) -> bool {
+        match size < self.big {
+            true => size <= self.held,
+            false => size <= self.bytes && self.files > 0,
+        }
+    }
+
+    /// Takes the sizes of files told in turn (in any order: what fits together fits in any
+    /// order) while they fit; false from the first that does not.
+    pub fn taking(mut self) -> impl FnMut(u64) -> bool {
+        move |size| {
+            let fits = self.fits(size);
+            self.take(size);
+            fits
+        }
+    }
+
+    fn take(&mut self, size: u64) {
+        if size < self.big {
+            self.held = self.held.saturating_sub(size);
+        } else {
+            self.bytes = self.bytes.saturating_sub(size);
+            self.files = self.files.saturating_sub(1);
+        }
+    }
 }
 
 /// As `cut_by_cost`, for the first lines of `lines` only when `budget` is given: those before
-/// the line whose big file would pass what is left of it (one line at least), which they take
-/// from it. Returns the parts, and where the lines left out start (`lines.end` when none is).
+/// the line whose file would pass what is left of it (one line at least), which they take
+/// from it, and before the first file `open` left out, if it gives only the first ones.
+/// Returns the parts, and where the lines left out start (`lines.end` when none is).
 pub fn cut_within<T>(
     chunk: &[u8],
     lines: Range<usize>,
@@ -495,31 +530,39 @@ pub fn cut_within<T>(
     let mut ends = Vec::new();
     let mut costs = Vec::new();
     let mut named = Vec::new();
+    let most = budget.as_deref().map_or(usize::MAX, |b| b.named);
     let mut start = lines.start;
     while start < lines.end {
         let end = memchr::memchr(b'\n', &chunk[start..]).map_or(chunk.len(), |k| start + k + 1);
         if let Some(path) = content_path_of(&chunk[start..end]) {
+            if named.len() >= most && start > lines.start {
+                break;
+            }
             named.push((costs.len(), start, path));
         }
         ends.push(end);
         costs.push((end - start) as u64);
         start = end;
     }
+    if let Some(b) = budget.as_deref_mut() {
+        b.named = b.named.saturating_sub(named.len());
+    }
     let paths: Vec<&std::path::Path> = named.iter().map(|(_, _, p)| p.as_path()).collect();
     let mut files = Vec::with_capacity(named.len());
-    let mut taken = lines.end;
-    for ((line, start, _), (size, file)) in named.iter().zip(open(&paths)) {
-        if taken < lines.end {
-            // Left out: closed, and opened again in its round.
-            continue;
-        }
-        if let Some(b) = budget.as_deref_mut().filter(|b| size >= b.big) {
-            if (size > b.bytes || b.files == 0) && *line > 0 {
+    let opened = open(&paths);
+    // The lines from the first file `open` left out, or not looked at, are left for another
+    // round.
+    let mut taken = named
+        .get(opened.len())
+        .map_or(start.min(lines.end), |(_, start, _)| *start);
+    for ((line, start, _), (size, file)) in named.iter().zip(opened) {
+        if let Some(b) = budget.as_deref_mut() {
+            if !b.fits(size) && *line > 0 {
+                // This file and those after are closed, and opened again in their round.
                 taken = *start;
-                continue;
+                break;
             }
-            b.bytes = b.bytes.saturating_sub(size);
-            b.files = b.files.saturating_sub(1);
+            b.take(size);
         }
         costs[*line] += size;
         files.push((*start, file));

@@ -8,6 +8,7 @@ import random
 import resource
 import subprocess
 import sys
+import time
 import zlib
 from pathlib import Path
 
@@ -427,20 +428,27 @@ def test_files_too_big_to_hold_go_through_json_lines_and_directory_builds_unchan
     assert feed == (tmp_path / "memory" / "docs-000001.xml").read_bytes()
 
 
-def test_many_big_records_waiting_for_the_writer_take_few_descriptors(tmp_path: Path) -> None:
-    """Records too big to hold (4 MB once encoded) wait for the writing thread in one file per
-    encoding thread, not one each: a chunk of many big files by path builds under a low limit
-    on open files, where a descriptor per record waiting ran out of them (a fatal error)."""
+def linked_files(tmp_path: Path, size: int, count: int, seed: int) -> tuple[Path, Path]:
+    """`count` names of one file of `size` random bytes (hard links: the disk holds it once),
+    and JSON Lines naming them by content_path, in order."""
     first = tmp_path / "0.bin"
-    first.write_bytes(random.Random(2).randbytes(3_300_000))
+    first.write_bytes(random.Random(seed).randbytes(size))
     paths = [first]
-    for i in range(1, 70):
+    for i in range(1, count):
         paths.append(tmp_path / f"{i}.bin")
         os.link(first, paths[-1])
     url = "http://files.example.com/"
     src = write_jsonl(
         tmp_path / "in.jsonl", [{"url": url + p.name, "content_path": str(p)} for p in paths]
     )
+    return first, src
+
+
+def test_many_big_records_waiting_for_the_writer_take_few_descriptors(tmp_path: Path) -> None:
+    """Records too big to hold (4 MB once encoded) wait for the writing thread in one file per
+    encoding thread, not one each: a chunk of many big files by path builds under a low limit
+    on open files, where a descriptor per record waiting ran out of them (a fatal error)."""
+    first, src = linked_files(tmp_path, 3_300_000, 70, seed=2)
 
     def few_descriptors() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
@@ -457,6 +465,40 @@ def test_many_big_records_waiting_for_the_writer_take_few_descriptors(tmp_path: 
     assert len(fed) == 70
     assert all(f.content == fed[0].content for f in fed)
     assert fed[0].content == first.read_bytes()
+
+
+def peak_rss_of(command: list[str]) -> int:
+    """Runs `command` to its end, checking that it succeeds; returns its peak RSS (VmHWM,
+    which only grows, sampled until it exits; not getrusage's, which counts this process's
+    memory too, as the child was forked from it)."""
+    child = subprocess.Popen(command, stderr=subprocess.PIPE)
+    peak = 0
+    while child.poll() is None:
+        try:
+            status = Path(f"/proc/{child.pid}/status").read_text()
+        except OSError:  # it just ended
+            break
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                peak = max(peak, int(line.split()[1]) << 10)
+        time.sleep(0.01)
+    _, err = child.communicate()
+    assert child.returncode == 0, err
+    return peak
+
+
+def test_files_just_under_the_big_ones_wait_in_memory_a_round_at_a_time(tmp_path: Path) -> None:
+    """Records of files just under the size whose records go to disk (3.7 MB once encoded, of
+    2.8 MB files) wait for the writer in memory: a chunk naming many is encoded 12 MB of files
+    at a time, not whole (a chunk of 1,000 such files took 3.8 GB)."""
+    first, src = linked_files(tmp_path, 2_800_000, 100, seed=3)
+    out = tmp_path / "out"
+    peak = peak_rss_of(["fastfeed", "build", str(src), "--datasource", "d", "--out", str(out)])
+    # 100 records of 3.7 MB held at once would be 370 MB.
+    assert peak < 128 << 20, peak
+    fed = decode_set(out)
+    assert [f.url for f in fed] == [f"http://files.example.com/{i}.bin" for i in range(100)]
+    assert fed[-1].content == first.read_bytes()
 
 
 def test_a_bad_line_after_many_big_files_is_set_aside_and_each_good_record_written_once(

@@ -304,17 +304,23 @@ fn a_mistyped_field_inside_a_field_is_named_with_the_one_meant_there() {
     );
 }
 
-#[test]
-fn a_round_takes_the_lines_before_the_big_file_past_its_budget_and_one_at_least() {
+/// Ten lines naming the files /f/0 to /f/9, and where each starts.
+fn ten_lines_naming_files() -> (Vec<u8>, Vec<usize>) {
     let chunk: Vec<u8> = (0..10)
         .flat_map(|n| {
             format!("{{\"url\":\"http://f.example.com/{n}\",\"content_path\":\"/f/{n}\"}}\n")
                 .into_bytes()
         })
         .collect();
-    let starts: Vec<usize> = std::iter::once(0)
+    let starts = std::iter::once(0)
         .chain(memchr::memchr_iter(b'\n', &chunk).map(|k| k + 1))
         .collect();
+    (chunk, starts)
+}
+
+#[test]
+fn a_round_takes_the_lines_before_the_big_file_past_its_budget_and_one_at_least() {
+    let (chunk, starts) = ten_lines_naming_files();
     // Files of 4 units are big (3 or more), file 1 small: the budget of 10 takes 0, 1, 2 and
     // leaves 3 on.
     let size = |p: &std::path::Path| if p.ends_with("1") { 1 } else { 4 };
@@ -324,6 +330,8 @@ fn a_round_takes_the_lines_before_the_big_file_past_its_budget_and_one_at_least(
         big: 3,
         bytes,
         files,
+        held: 100,
+        named: 100,
     };
     let mut left = budget(10, 100);
     let (parts, taken) = cut_within(&chunk, 0..chunk.len(), 4, open, Some(&mut left));
@@ -350,4 +358,41 @@ fn a_round_takes_the_lines_before_the_big_file_past_its_budget_and_one_at_least(
     // No budget: every line.
     let (_, taken) = cut_within(&chunk, 0..chunk.len(), 4, open, None);
     assert_eq!(taken, chunk.len());
+}
+
+#[test]
+fn a_round_takes_small_files_up_to_its_held_bytes_and_names_up_to_its_count() {
+    let (chunk, starts) = ten_lines_naming_files();
+    // Every file is small (2 units, under the big ones' 3): their records wait in memory.
+    let asked = std::cell::Cell::new(0);
+    let open = |paths: &[&std::path::Path]| {
+        asked.set(paths.len());
+        paths.iter().map(|p| (2, p.to_path_buf())).collect()
+    };
+    let budget = |held, named| FileBudget {
+        big: 3,
+        bytes: 100,
+        files: 100,
+        held,
+        named,
+    };
+    let mut left = budget(7, 100);
+    let (_, taken) = cut_within(&chunk, 0..chunk.len(), 4, open, Some(&mut left));
+    assert_eq!(taken, starts[3]);
+    assert_eq!(left.held, 1);
+    // Only so many files are looked at, and opened, for a round.
+    let mut left = budget(100, 4);
+    let (parts, taken) = cut_within(&chunk, 0..chunk.len(), 4, open, Some(&mut left));
+    assert_eq!((taken, asked.get(), left.named), (starts[4], 4, 0));
+    assert_eq!(parts.iter().map(|p| p.files.len()).sum::<usize>(), 4);
+}
+
+#[test]
+fn a_round_ends_before_the_first_file_left_unopened() {
+    let (chunk, starts) = ten_lines_naming_files();
+    let open =
+        |paths: &[&std::path::Path]| paths[..3].iter().map(|p| (1, p.to_path_buf())).collect();
+    let (parts, taken) = cut_within(&chunk, 0..chunk.len(), 4, open, None);
+    assert_eq!(taken, starts[3]);
+    assert_eq!(parts.last().unwrap().lines.end, starts[3]);
 }

@@ -4,8 +4,8 @@ use std::borrow::Cow;
 use std::fs::{File, Metadata};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use xxhash_rust::xxh3::Xxh3;
 
@@ -629,10 +629,16 @@ const READ_AHEAD_CHUNK: u64 = 256 << 20;
 /// Opens the files, many at a time, asks the kernel to read the start of each ahead, and
 /// returns each file's size (0 for what cannot be opened or is not a regular file: its read
 /// will say why) and the file opened, while the process holds few enough (see `max_held`).
-/// Its threads may wait for the disk.
-pub(crate) fn read_ahead(paths: &[&Path]) -> Vec<(u64, Option<OpenedFile>)> {
+/// Its threads may wait for the disk. The files are taken in order, and no more once `more`,
+/// told each size, says no: the result is the first files only, those taken.
+pub(crate) fn read_ahead(
+    paths: &[&Path],
+    more: impl FnMut(u64) -> bool + Send,
+) -> Vec<(u64, Option<OpenedFile>)> {
     let budget = AtomicU64::new(READ_AHEAD_CHUNK);
     let next = AtomicUsize::new(0);
+    let more = Mutex::new(more);
+    let stopped = AtomicBool::new(false);
     let opened: Vec<OnceLock<(u64, Option<OpenedFile>)>> =
         paths.iter().map(|_| OnceLock::new()).collect();
     let one = |path: &Path| {
@@ -662,11 +668,19 @@ pub(crate) fn read_ahead(paths: &[&Path]) -> Vec<(u64, Option<OpenedFile>)> {
         });
         (size, file)
     };
-    // Each thread takes the next file not taken yet.
+    // Each thread takes the next file not taken yet, until told to stop: every file before
+    // one taken is taken.
     let claim = || loop {
+        if stopped.load(Ordering::Relaxed) {
+            break;
+        }
         let i = next.fetch_add(1, Ordering::Relaxed);
         let Some(path) = paths.get(i) else { break };
-        let _ = opened[i].set(one(path));
+        let done = one(path);
+        if !(more.lock().unwrap_or_else(|e| e.into_inner()))(done.0) {
+            stopped.store(true, Ordering::Relaxed);
+        }
+        let _ = opened[i].set(done);
     };
     let threads = paths
         .len()
@@ -678,10 +692,7 @@ pub(crate) fn read_ahead(paths: &[&Path]) -> Vec<(u64, Option<OpenedFile>)> {
         }
         claim();
     });
-    opened
-        .into_iter()
-        .map(|o| o.into_inner().unwrap_or((0, None)))
-        .collect()
+    opened.into_iter().map_while(OnceLock::into_inner).collect()
 }
 
 /// Starts reading the first `len` bytes of `file` into the page cache, without waiting for them.
@@ -868,7 +879,7 @@ mod tests {
     }
 
     fn open_ahead(path: &Path) -> OpenedFile {
-        let (size, opened) = read_ahead(&[path]).pop().unwrap();
+        let (size, opened) = read_ahead(&[path], |_| true).pop().unwrap();
         assert_eq!(size, std::fs::metadata(path).unwrap().len());
         opened.expect("held open")
     }
@@ -938,6 +949,28 @@ mod tests {
     }
 
     #[test]
+    fn reading_ahead_stops_at_the_first_file_it_is_told_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths: Vec<PathBuf> = (0..10)
+            .map(|n| {
+                let path = dir.path().join(n.to_string());
+                std::fs::write(&path, vec![b'x'; n + 1]).unwrap();
+                path
+            })
+            .collect();
+        let borrowed: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+        // Sizes 1, 2, 3: the third passes 5 bytes; it is opened, and none after it.
+        let mut left = 5;
+        let planned = read_ahead(&borrowed, |size| {
+            let fits = size <= left;
+            left = left.saturating_sub(size);
+            fits
+        });
+        let sizes: Vec<u64> = planned.iter().map(|(size, _)| *size).collect();
+        assert_eq!(sizes, [1, 2, 3]);
+    }
+
+    #[test]
     fn files_held_open_are_bounded_and_closed_when_dropped() {
         let dir = tempfile::tempdir().unwrap();
         let paths: Vec<PathBuf> = (0..max_held() + 10)
@@ -948,7 +981,7 @@ mod tests {
             })
             .collect();
         let borrowed: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
-        let planned = read_ahead(&borrowed);
+        let planned = read_ahead(&borrowed, |_| true);
         // Every size is known; no more than the bound is held (other tests may hold some).
         assert!(planned.iter().all(|(size, _)| *size == 1));
         let held = planned.iter().filter(|(_, f)| f.is_some()).count();

@@ -386,14 +386,23 @@ impl LineEncoding {
 }
 
 /// The most a round of a chunk's encoding takes of big files (those whose records are moved out
-/// of memory to wait for the writer, see `spill`): a chunk's records all wait until the last
-/// is encoded, and a few chunks are in flight, so without it the records waiting took as much
-/// disk as the files of a few chunks of lines, tens of GB with big files. The lines past it are
-/// encoded in a round of their own once those before are taken (see `FeedWriter::land`).
+/// of memory to wait for the writer, see `spill`) and of the others: a chunk's records all wait
+/// until the last is encoded, and a few chunks are in flight, so without it the records waiting
+/// took as much disk as the files of a few chunks of lines, tens of GB with big files, and as
+/// much memory with files just under the big ones (3.8 GB of peak RSS for 1,000 files of
+/// 2.8 MB). And so many files at most: the plan of a chunk naming 20,000 took 4 MB, which the
+/// heap of each planning thread then kept (16 of them: a build's peak RSS grew by 60 MB with
+/// its length). The lines past it are encoded in a round of their own once those before are
+/// taken (see `FeedWriter::land`). A batch of a directory's files (`DIR_BATCH` and
+/// `DIR_BATCH_BYTES` in `sets/inputs.py`: 4,096 files, or 8 MB and the file past it, under
+/// `big` if its record waits in memory) is one round, as is a chunk of lines sized to what it
+/// encodes to (4 MB), unless misjudged.
 const CHUNK_FILES: jsonl::FileBudget = jsonl::FileBudget {
     big: (crate::spill::SPILL_AT / 4 * 3) as u64,
     bytes: 512 << 20,
     files: 128,
+    held: 12 << 20,
+    named: 4096,
 };
 
 /// Starts encoding the lines of a chunk of JSON Lines from `from` (a line start) on `pool`,
@@ -432,7 +441,11 @@ pub(super) fn start_chunk(
         let mut budget = CHUNK_FILES;
         for (lines, pieces) in waves.into_iter().filter(|(lines, _)| !lines.is_empty()) {
             let (planned, taken) = catch_unwind(AssertUnwindSafe(|| {
-                let open = crate::record::read_ahead;
+                // Files past the budget are not opened: a round of a chunk naming many opens
+                // only what it takes, not the rest of the chunk again and again.
+                let left = budget;
+                let open =
+                    |paths: &[&std::path::Path]| crate::record::read_ahead(paths, left.taking());
                 jsonl::cut_within(bytes, lines.clone(), pieces, open, Some(&mut budget))
             }))
             .unwrap_or_else(|_| (vec![by_bytes(lines.clone())], lines.end));

@@ -20,6 +20,10 @@ use crate::error::{Error, Result};
 /// A record's bytes held in memory before they are moved to a file: a few of these per encoding
 /// thread is what a build's records take, whatever the size of their contents.
 pub(crate) const SPILL_AT: usize = 4 << 20;
+/// A file's size from which its record leaves memory whatever it encodes to (its base64 alone
+/// would fill `SPILL_AT`): the plan of a round counts such files against the disk its records
+/// take, not the memory (see `CHUNK_FILES`), so one that deflates well must not stay.
+pub(crate) const BIG_FILE: u64 = (SPILL_AT / 4 * 3) as u64;
 /// Bytes read from a spill file at a time when it is copied.
 const COPY_BLOCK: usize = 1 << 20;
 /// A thread's spill file is replaced by a new one past this offset while records in it still
@@ -185,6 +189,15 @@ impl<'a> Sink<'a> {
             .map_err(|e| spill_error(&self.spill.dir, e))?;
         m.len = len;
         self.out.truncate(self.start);
+        Ok(())
+    }
+
+    /// Moves the record out of memory (to its end, as it is written) if the thread spills,
+    /// however short: the record of a `BIG_FILE`.
+    pub(crate) fn move_out_whole(&mut self) -> Result<()> {
+        if self.spill.dir.is_some() {
+            self.move_out()?;
+        }
         Ok(())
     }
 

@@ -501,6 +501,22 @@ def test_files_just_under_the_big_ones_wait_in_memory_a_round_at_a_time(tmp_path
     assert fed[-1].content == first.read_bytes()
 
 
+def test_big_files_that_deflate_well_wait_on_disk_not_in_memory(tmp_path: Path) -> None:
+    """A round takes files of 3 MB and more by the disk their records take, as if each went
+    there; one that deflates to a record under 4 MB went there too, or 120 of them (3.7 MB
+    records, 4 MB files) would be held at once (870 MB for 300)."""
+    noise = random.Random(4)
+    block = b"".join(noise.randbytes(2_900) + bytes(1_100) for _ in range(1_000))
+    first, src = linked_files(tmp_path, 0, 120, seed=4)
+    first.write_bytes(block)  # the links are names of this one file
+    out = tmp_path / "out"
+    peak = peak_rss_of(["fastfeed", "build", str(src), "--datasource", "d", "--out", str(out)])
+    assert peak < 128 << 20, peak
+    fed = decode_set(out)
+    assert [f.url for f in fed] == [f"http://files.example.com/{i}.bin" for i in range(120)]
+    assert fed[-1].content == block and fed[-1].content_encoding == "base64compressed"
+
+
 def test_a_bad_line_after_many_big_files_is_set_aside_and_each_good_record_written_once(
     tmp_path: Path,
 ) -> None:

@@ -398,7 +398,7 @@ impl LineEncoding {
 /// `big` if its record waits in memory) is one round, as is a chunk of lines sized to what it
 /// encodes to (4 MB), unless misjudged.
 const CHUNK_FILES: jsonl::FileBudget = jsonl::FileBudget {
-    big: (crate::spill::SPILL_AT / 4 * 3) as u64,
+    big: crate::spill::BIG_FILE,
     bytes: 512 << 20,
     files: 128,
     held: 12 << 20,

@@ -182,3 +182,19 @@ def test_a_sync_with_bad_settings_sends_nothing_and_exits_3_naming_the_setting(
     assert status == 3
     assert "timeout" in capsys.readouterr().err
     assert not state.exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["biuld", "x.jsonl"], "No such command 'biuld'. Did you mean 'build'?"),
+        (["seedlist", "lod"], "No such command 'lod'. Did you mean 'load'?"),
+    ],
+)
+def test_a_mistyped_command_is_told_the_closest_one(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    assert said in capsys.readouterr().err

@@ -4,6 +4,7 @@ become messages and exit statuses."""
 
 from __future__ import annotations
 
+import difflib
 import os
 import shlex
 import sys
@@ -145,6 +146,17 @@ class Group(click.Group):
     def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         if self.help:
             _write_help(formatter, self.help)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """As click resolves it; a mistyped command is told the one it is closest to."""
+        name = args[0] if args else ""
+        if name and self.get_command(ctx, name) is None and not ctx.resilient_parsing:
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=1)
+            if close:
+                ctx.fail(f"No such command {name!r}. Did you mean {close[0]!r}?")
+        return super().resolve_command(ctx, args)
 
 
 Group.group_class = Group

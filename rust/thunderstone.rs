@@ -12,7 +12,7 @@ use crate::encode::{base64_into, Base64Stream, Scratch};
 use crate::error::{Error, RecordErrorKind, Result};
 use crate::escape::{escape_into, Context};
 use crate::record::{parse_date, Action, Record, Source, Utf8Blocks};
-use crate::spill::{Sink, BIG_FILE};
+use crate::spill::Sink;
 
 pub const HEADER: &[u8] = b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
     <ThunderstoneReplication xmlns:dt=\"urn:schemas-microsoft-com:datatypes\">\n";
@@ -194,10 +194,11 @@ pub fn encode_item(
         Some((source, _)) => write_body(source, &mut sink)?,
         None => false,
     };
-    if let Some((source @ Source::File(_), _)) = &source {
-        if source.len() >= BIG_FILE {
-            sink.move_out_whole()?;
-        }
+    if source
+        .as_ref()
+        .is_some_and(|(source, _)| source.leaves_memory())
+    {
+        sink.move_out_whole()?;
     }
     let out = &mut *sink.out;
     if !keywords.is_empty() {

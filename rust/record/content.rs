@@ -168,6 +168,12 @@ impl Source<'_> {
         }
     }
 
+    /// Whether this is a file whose record leaves memory once encoded, whatever it encodes to
+    /// (see `spill::BIG_FILE`).
+    pub(crate) fn leaves_memory(&self) -> bool {
+        matches!(self, Source::File(_)) && self.len() >= crate::spill::BIG_FILE
+    }
+
     /// Whether the bytes may travel as XML text, if known before they are read.
     pub(crate) fn is_text(&self) -> Option<bool> {
         match self {

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use crate::encode::{base64_into, worth_deflating, Base64Stream, Compress, Deflater, Scratch};
 use crate::error::Result;
 use crate::escape::{attr, escape_into, first_unrepresentable, Context};
-use crate::spill::{Sink, BIG_FILE};
+use crate::spill::Sink;
 
 use super::content::{Source, Utf8Blocks};
 use super::{AclFormat, Action, EncodeOptions, MetaPair, Record};
@@ -95,7 +95,7 @@ impl Checked<'_, '_> {
         let mut sink = Sink::new(out, start, spill);
         let mut source = content.source(index, self.mimetype, bytes, opened.take())?;
         write_content(&mut source, opts.compress, deflater, &mut sink)?;
-        if matches!(source, Source::File(_)) && source.len() >= BIG_FILE {
+        if source.leaves_memory() {
             sink.move_out_whole()?;
         }
         sink.out.extend_from_slice(b"</record>\n");

@@ -3,6 +3,7 @@ pushed to the emulator over HTTPS; the partition writer and merge behind it."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -33,6 +34,7 @@ from fastfeed.dask import build
 from fastfeed.delivery.settings import PushSettings
 from fastfeed.emulator import Emulator
 from fastfeed.errors import PushError
+from fastfeed.gsa.partitions import PartitionedOptions
 from fastfeed.gsa.push import push
 from fastfeed.sets.partitions import STAGING
 from feeds import decode_set
@@ -172,7 +174,7 @@ def test_a_failing_partition_fails_the_job_and_leaves_nothing_to_push(
     with pytest.raises(InputError, match=r"partition 2, record 5: url: host 'unqualified'"):
         build(dask.bag.from_sequence(rows, npartitions=4), tmp_path / "feeds", "docs", "full")
 
-    assert os.listdir(tmp_path / "feeds") == []
+    assert not (tmp_path / "feeds").exists()
     with pytest.raises(PushError, match="not a finished feed set"):
         push(tmp_path / "feeds", push_settings(emulator))
     assert emulator.pushes() == []
@@ -198,7 +200,7 @@ def test_an_empty_full_set_is_refused_unless_allowed(sync_scheduler: None, tmp_p
 
     with pytest.raises(EmptyFullFeed, match="every document of 'docs'"):
         build(empty, tmp_path / "refused", "docs", "full")
-    assert os.listdir(tmp_path / "refused") == []
+    assert not (tmp_path / "refused").exists()
 
     summary = build(empty, tmp_path / "allowed", "docs", "full", allow_empty_full=True)
     assert [(e.feedtype, e.records) for e in summary.manifest] == [("full", 0)]
@@ -363,7 +365,40 @@ def test_an_attempt_left_running_by_a_failed_job_writes_nothing(tmp_path: Path) 
 
     with pytest.raises(FastfeedError, match="was not started .* or has ended"):
         job.write(records(3), 2)
-    assert os.listdir(out) == []
+    assert not out.exists()
+
+
+def test_a_frame_whose_graph_cannot_be_made_leaves_the_output_directory_as_it_was(
+    sync_scheduler: None, tmp_path: Path
+) -> None:
+    frame = dask.dataframe.from_pandas(pandas.DataFrame(records(4)), npartitions=2)
+    # Dask checks the column only when it makes the graph.
+    unsorted = frame.sort_values("title")
+    absent = tmp_path / "new" / "feeds"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+
+    for out in (absent, empty):
+        with pytest.raises(KeyError, match="title"):
+            build(unsorted, out, "docs", "full")
+    assert not (tmp_path / "new").exists()
+    assert os.listdir(empty) == []
+    # A failed task leaves no trace either, even in a directory it made.
+    with pytest.raises(InputError):
+        build(frame.assign(url="not a url"), absent, "docs")
+    assert not (tmp_path / "new").exists()
+
+
+def test_help_shows_each_option_with_what_it_does() -> None:
+    signature = inspect.signature(build)
+    options = [p for p in signature.parameters.values() if p.kind == p.KEYWORD_ONLY]
+
+    assert [p.name for p in options] == list(PartitionedOptions.__annotations__)
+    assert not [p for p in signature.parameters.values() if p.kind == p.VAR_KEYWORD]
+    assert signature.parameters["max_records"].annotation is int
+    assert build.__doc__ is not None
+    assert "    on_error: 'stop' (default): the first refused record fails the job" in build.__doc__
+    assert "    max_bytes: cap on each file, in bytes" in build.__doc__
 
 
 def test_settings_are_checked_before_any_partition_is_sent(

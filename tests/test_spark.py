@@ -4,6 +4,7 @@ over HTTPS."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import pickle
 import sys
@@ -199,7 +200,7 @@ def test_a_refused_record_fails_the_job_and_leaves_nothing_to_push(
     with pytest.raises(PythonException, match=r"partition 2, record 5: url: host 'unqualified'"):
         build(bad, tmp_path / "feeds", "docs", "full")
 
-    assert os.listdir(tmp_path / "feeds") == []
+    assert not (tmp_path / "feeds").exists()
     with pytest.raises(PushError, match="not a finished feed set"):
         push(tmp_path / "feeds", push_settings(emulator))
     assert emulator.pushes() == []
@@ -226,7 +227,7 @@ def test_an_empty_full_set_is_refused_unless_allowed(spark: SparkSession, tmp_pa
     empty = frame(spark, 10, 2).where("false")
     with pytest.raises(EmptyFullFeed, match="every document of 'docs'"):
         build(empty, tmp_path / "refused", "docs", "full")
-    assert os.listdir(tmp_path / "refused") == []
+    assert not (tmp_path / "refused").exists()
 
     summary = build(empty, tmp_path / "allowed", "docs", "full", allow_empty_full=True)
     assert [(e.feedtype, e.records) for e in summary.manifest] == [("full", 0)]
@@ -243,3 +244,12 @@ def test_what_is_not_a_spark_collection_is_refused_before_anything_is_written(
     with pytest.raises(FastfeedError, match="a Spark DataFrame or RDD of records, not list"):
         build([{"url": "http://docs.example.com/"}], tmp_path / "feeds", "docs")
     assert not (tmp_path / "feeds").exists()
+
+
+def test_help_shows_each_option_as_the_dask_build_does() -> None:
+    from fastfeed import dask
+
+    shown = inspect.signature(build)
+    assert str(shown).split("*, ")[1] == str(inspect.signature(dask.build)).split("*, ")[1]
+    assert "max_records: int = <default>" in str(shown)
+    assert build.__doc__ is not None and "    allow_empty_full: write a full set" in build.__doc__

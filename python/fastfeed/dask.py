@@ -20,10 +20,12 @@ from fastfeed.gsa.writer import FeedType
 from fastfeed.sets.build import BuildSummary
 from fastfeed.sets.partitions import BATCH, Partition
 from fastfeed.sets.records import Record
+from fastfeed.sets.writer import show_options
 
 __all__ = ["build"]
 
 
+@show_options(PartitionedOptions)
 def build(
     collection: Any,
     out_dir: str | os.PathLike[str],
@@ -37,13 +39,10 @@ def build(
     scheduler), into `out_dir`, and returns what was written, counters summed.
 
     As `fastfeed.build`: a `full` set's first file is full and the rest incremental, in
-    partition order; a full set with no records raises `EmptyFullFeed` unless
-    `allow_empty_full`; with `on_error="stop"` the first refused record fails the job, and with
-    `"skip"` refused records are saved to OUT/rejected.jsonl; `on_warning` is called with each
-    warning of the partitions (default: printed on stderr). A failed job leaves no manifest,
-    so nothing half-built can be pushed; a partition Dask runs again (a worker lost) is pushed
-    once. The `options` are `FeedWriter`'s, but `workers` is each partition writer's encoding
-    threads, 1 unless given: Dask's workers are the parallelism.
+    partition order. A failed job leaves no manifest, so nothing half-built can be pushed, and
+    `out_dir` as it was (absent if it was: the graph is made before `out_dir` is touched); a
+    partition Dask runs again (a worker lost) is pushed once. Dask's workers are the
+    parallelism: each partition's writer encodes on one thread unless `workers` is given.
     """
     dask, bag = _import_dask()
     tasks: Callable[[Any, PartitionedBuild, str], Any]
@@ -57,15 +56,20 @@ def build(
             f"{type(collection).__name__}"
         )
 
-    def write(job: PartitionedBuild) -> list[Partition]:
+    def plan(job: PartitionedBuild) -> Callable[[], list[Partition]]:
         # Each partition is written in the task that makes it (fused with it), where it is:
         # its records are never sent to another worker nor kept waiting in a worker's memory.
         # Named, to be told apart on the dashboard; unique, so that no earlier result is reused.
         token = f"fastfeed-partition-{uuid.uuid4().hex}"
-        (parts,) = dask.compute(tasks(collection, job, token))
-        return list(parts)
+        graph = tasks(collection, job, token)
 
-    return build_partitioned(write, out_dir, datasource, feedtype, **options)
+        def run() -> list[Partition]:
+            (parts,) = dask.compute(graph)
+            return list(parts)
+
+        return run
+
+    return build_partitioned(plan, out_dir, datasource, feedtype, **options)
 
 
 def _bag_tasks(records: Any, job: PartitionedBuild, token: str) -> Any:

@@ -21,6 +21,7 @@ from fastfeed.gsa.writer import FeedType
 from fastfeed.sets.build import BuildSummary
 from fastfeed.sets.partitions import Partition
 from fastfeed.sets.records import Record
+from fastfeed.sets.writer import show_options
 
 __all__ = ["build"]
 
@@ -28,6 +29,7 @@ __all__ = ["build"]
 _RESULT = "partition"
 
 
+@show_options(PartitionedOptions)
 def build(
     data: Any,
     out_dir: str | os.PathLike[str],
@@ -40,29 +42,31 @@ def build(
     the Rust core, or from an RDD of record dicts, one part per partition on the executors,
     into `out_dir`, and returns what was written, counters summed.
 
-    The options, the set and its guarantees are `fastfeed.dask.build`'s; a partition Spark
+    The options, the set and its guarantees (a failed job leaves `out_dir` as it was) are
+    `fastfeed.dask.build`'s; a partition Spark
     runs again (a failed or speculative attempt) is pushed once. With `on_error="stop"` a
     refused record fails the job as any error of a task does: Spark raises its
     `PythonException`, which names the record.
     """
     dataframe, rdd = _import_pyspark()
+    plan: Callable[[PartitionedBuild], Callable[[], list[Partition]]]
     if isinstance(data, dataframe):
-        write: Callable[[PartitionedBuild], list[Partition]] = functools.partial(_build_frame, data)
+        plan = functools.partial(_plan_frame, data)
     elif isinstance(data, rdd):
-        write = functools.partial(_build_rdd, data)
+        plan = functools.partial(_plan_rdd, data)
     else:
         raise FastfeedError(
             f"fastfeed.spark.build takes a Spark DataFrame or RDD of records, not "
             f"{type(data).__name__}"
         )
-    return build_partitioned(write, out_dir, datasource, feedtype, **options)
+    return build_partitioned(plan, out_dir, datasource, feedtype, **options)
 
 
-def _build_frame(frame: Any, job: PartitionedBuild) -> list[Partition]:
-    """Writes each partition of a DataFrame in the task that makes it; the results, small,
-    come back to the driver."""
+def _plan_frame(frame: Any, job: PartitionedBuild) -> Callable[[], list[Partition]]:
+    """Plans each partition of a DataFrame written in the task that makes it (Spark checks
+    the plan now); running it brings the results, small, back to the driver."""
     written = frame.mapInArrow(functools.partial(_write_batches, job), f"{_RESULT} binary")
-    return [pickle.loads(row[_RESULT]) for row in written.collect()]
+    return lambda: [pickle.loads(row[_RESULT]) for row in written.collect()]
 
 
 def _write_batches(job: PartitionedBuild, batches: Iterator[Any]) -> Iterator[Any]:
@@ -77,9 +81,9 @@ def _write_batches(job: PartitionedBuild, batches: Iterator[Any]) -> Iterator[An
     yield pyarrow.record_batch([pyarrow.array([pickle.dumps(written)])], names=[_RESULT])
 
 
-def _build_rdd(records: Any, job: PartitionedBuild) -> list[Partition]:
+def _plan_rdd(records: Any, job: PartitionedBuild) -> Callable[[], list[Partition]]:
     written = records.mapPartitionsWithIndex(functools.partial(_write_records, job))
-    return list(written.collect())
+    return lambda: list(written.collect())
 
 
 def _write_records(job: PartitionedBuild, index: int, records: Iterable[Record]) -> list[Partition]:

@@ -11,7 +11,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Unpack
+from typing import Annotated, Unpack
 
 from fastfeed.errors import FastfeedError
 from fastfeed.gsa.writer import FeedOptions, FeedType, FeedWriter
@@ -31,13 +31,18 @@ class PartitionedOptions(FeedOptions, total=False):
     """`FeedOptions` and how a set built in partitions ends, taken by keyword by the builds
     on a scheduler (`fastfeed.dask.build`, `fastfeed.spark.build`); see `PartitionedBuild`."""
 
-    #: Write a full set with no records (default False: refused with `EmptyFullFeed`).
-    allow_empty_full: bool
-    #: `stop` (default): the first refused record fails the job; `skip`: refused records are
-    #: saved to OUT/rejected.jsonl.
-    on_error: OnError
-    #: Called with each warning of the partitions (default: printed on stderr).
-    on_warning: Callable[[str], None] | None
+    allow_empty_full: Annotated[
+        bool, "write a full set with no records (default False: refused with EmptyFullFeed)"
+    ]
+    on_error: Annotated[
+        OnError,
+        "'stop' (default): the first refused record fails the job; 'skip': refused records "
+        "are saved to OUT/rejected.jsonl",
+    ]
+    on_warning: Annotated[
+        Callable[[str], None] | None,
+        "called with each warning of the partitions (default: printed on stderr)",
+    ]
 
 
 class PartitionedBuild:
@@ -79,13 +84,19 @@ class PartitionedBuild:
         self.allow_empty_full = allow_empty_full
         self.on_error = on_error
         self.options: FeedOptions = {"workers": 1, **options}
+        #: The outermost directory `start` made for `out_dir`, to remove after a failed job.
+        self._made: str | None = None
+
+    def check(self) -> None:
+        """Checks the settings (a writer opened and dropped elsewhere), `out_dir` untouched."""
+        with tempfile.TemporaryDirectory() as directory:
+            self._open(Path(directory), lambda _: None).abort()
 
     def start(self) -> None:
         """Checks the settings and readies `out_dir` (new or empty) on the driver, before any
         partition is sent to a worker."""
-        with tempfile.TemporaryDirectory() as directory:
-            self._open(Path(directory), lambda _: None).abort()
-        partitions.start_partitions(self.out_dir)
+        self.check()
+        self._made = partitions.start_partitions(self.out_dir)
 
     def write(self, records: Iterable[Record | ArrowData], index: int) -> Partition:
         """Writes the records of partition `index` into a directory of its own under `out_dir`
@@ -119,8 +130,10 @@ class PartitionedBuild:
         )
 
     def discard(self) -> None:
-        """Removes what the partitions wrote and no merge took (after a failed job)."""
-        partitions.discard_partitions(self.out_dir)
+        """Removes what the partitions wrote and no merge took (after a failed job), and
+        `out_dir` when `start` made it and nothing was merged into it: a failed job leaves
+        `out_dir` as it found it."""
+        partitions.discard_partitions(self.out_dir, self._made)
 
     def __enter__(self) -> PartitionedBuild:
         self.start()
@@ -143,7 +156,7 @@ class PartitionedBuild:
 
 
 def build_partitioned(
-    write: Callable[[PartitionedBuild], Iterable[Partition]],
+    plan: Callable[[PartitionedBuild], Callable[[], Iterable[Partition]]],
     out_dir: str | os.PathLike[str],
     datasource: str,
     feedtype: FeedType = "incremental",
@@ -153,10 +166,15 @@ def build_partitioned(
     on_warning: Callable[[str], None] | None = None,
     **options: Unpack[FeedOptions],
 ) -> BuildSummary:
-    """Builds a feed set in `out_dir` with a scheduler's `write` step, which has the scheduler
-    call `job.write` once per partition of its collection and returns the `Partition`s, in
-    any order; then merges them and returns what was written, counters summed. A collection
-    of no partitions (`write` returns none) is an empty set, for the merge to judge."""
+    """Builds a feed set in `out_dir` with a scheduler: `plan(job)` makes the scheduler's job
+    (its graph), which calls `job.write` once per partition of the collection, and returns
+    what runs it and returns the `Partition`s, in any order; then merges them and returns what
+    was written, counters summed. A collection of no partitions (none returned) is an empty
+    set, for the merge to judge.
+
+    The settings are checked and the job made before `out_dir` is touched, and a failure
+    after leaves `out_dir` as it was (absent if it was): a collection whose graph cannot be
+    made, a failed task or a refused set never leaves an empty or half-ready directory."""
     job = PartitionedBuild(
         out_dir,
         datasource,
@@ -166,8 +184,10 @@ def build_partitioned(
         **options,
     )
     started = time.monotonic()
+    job.check()
+    run = plan(job)
     with job:
-        parts = list(write(job)) or [job.write([], 0)]
+        parts = list(run()) or [job.write([], 0)]
         return job.merge(parts, started=started, on_warning=on_warning)
 
 

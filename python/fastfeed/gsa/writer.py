@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Literal, Unpack
+from typing import Annotated, Literal, Unpack
 
 from fastfeed import _core
 from fastfeed.sets.writer import FeedWarning, OnFile, RecordWriter, WriterOptions
@@ -17,12 +17,11 @@ AclFormat = Literal["per-url", "legacy"]
 class FeedOptions(WriterOptions, total=False):
     """`WriterOptions` and how GSA feeds encode content and ACLs (see `FeedWriter`)."""
 
-    #: `auto` (default): zlib content that shrinks; `always`; `never`.
-    compress: Compress
-    #: compression level, 1 (fastest) to 12 (default `DEFAULT_LEVEL`); see the README.
-    level: int
-    #: `per-url` (default): <acl> elements; `legacy`: google:acl* meta names.
-    acl_format: AclFormat
+    compress: Annotated[Compress, "'auto' (default): zlib content that shrinks; 'always'; 'never'"]
+    level: Annotated[int, "compression level, 1 (fastest) to 12 (default DEFAULT_LEVEL)"]
+    acl_format: Annotated[
+        AclFormat, "'per-url' (default): <acl> elements; 'legacy': google:acl* meta names"
+    ]
 
 
 class FeedWriter(RecordWriter):

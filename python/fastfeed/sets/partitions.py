@@ -270,23 +270,41 @@ def _merge_rejected(out: Path, directories: list[Path]) -> str | None:
     return str(out / REJECTED)
 
 
-def start_partitions(out_dir: str | os.PathLike[str]) -> None:
-    """Readies `out_dir`, which must be new or empty, for partitions to be written into."""
-    out = Path(out_dir)
+def start_partitions(out_dir: str | os.PathLike[str]) -> str | None:
+    """Readies `out_dir`, which must be new or empty, for partitions to be written into;
+    returns the outermost directory it made for it (`out_dir` or a parent), None if none."""
+    out = Path(out_dir).absolute()
     check_out_dir(out)
+    made = next((d for d in reversed([out, *out.parents]) if not d.exists()), None)
     (out / STAGING).mkdir(parents=True)
+    return None if made is None else str(made)
 
 
-def discard_partitions(out_dir: str | os.PathLike[str]) -> None:
-    """Removes what partitions wrote into `out_dir` and were not merged (a failed job).
+def discard_partitions(
+    out_dir: str | os.PathLike[str], made: str | os.PathLike[str] | None = None
+) -> None:
+    """Removes what partitions wrote into `out_dir` and were not merged (a failed job), and
+    the directories `start_partitions` made (`made` and those under it, down to `out_dir`)
+    while they are empty.
 
     Attempts of a failed job may still be running. The staging directory is first renamed
     away: what they create by its name then fails (and `write_partition` never creates it),
     so that removing it is not a race with them, and nothing of the job comes back."""
-    staging = Path(out_dir) / STAGING
+    out = Path(out_dir).absolute()
+    staging = out / STAGING
     trash = staging.with_name(f"{STAGING}-discarded-{uuid.uuid4().hex}")
     try:
         os.rename(staging, trash)
     except FileNotFoundError:
+        pass
+    else:
+        shutil.rmtree(trash)
+    if made is None:
         return
-    shutil.rmtree(trash)
+    for directory in [out, *out.parents]:
+        try:
+            directory.rmdir()
+        except OSError:
+            return  # something else is in it: a merged set, or what another put there
+        if directory == Path(made):
+            return

@@ -3,10 +3,11 @@ writers that take document records (`RecordWriter`)."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import warnings
 from collections.abc import Callable, Iterable
-from typing import Protocol, Self, TypedDict
+from typing import Annotated, Protocol, Self, TypedDict, TypeVar, get_args, get_type_hints
 
 from fastfeed import _core
 from fastfeed.errors import EmptyFullFeed
@@ -24,14 +25,62 @@ OnFile = Callable[[ManifestEntry], None]
 class WriterOptions(TypedDict, total=False):
     """How every writer cuts a set into files, taken by keyword by the writers, the builders
     and the syncs (`max_bytes=50_000_000`) and handed on whole, so that each is declared once
-    here; one left out takes the Rust core's default."""
+    here; one left out takes the Rust core's default. Each is `Annotated` with what it does,
+    which `show_options` puts in the help of a function taking them."""
 
-    #: Cap on each file, in bytes (default `DEFAULT_MAX_BYTES`, at most `HARD_MAX_BYTES`).
-    max_bytes: int
-    #: Cap on the records of each file (default 0: none).
-    max_records: int
-    #: Encoding threads (default 0: one per core).
-    workers: int
+    max_bytes: Annotated[
+        int, "cap on each file, in bytes (default DEFAULT_MAX_BYTES, at most HARD_MAX_BYTES)"
+    ]
+    max_records: Annotated[int, "cap on the records of each file (default 0: none)"]
+    workers: Annotated[
+        int, "encoding threads (default 0: one per core; 1 in each partition on Dask or Spark)"
+    ]
+
+
+#: A function that takes its options as `**options: Unpack[SomeOptions]`.
+_Taking = TypeVar("_Taking", bound=Callable[..., object])
+
+
+def show_options(options: type) -> Callable[[_Taking], _Taking]:
+    """Shows the options a function takes as `**options` (a TypedDict of `Annotated[type,
+    what it does]` fields, such as `WriterOptions`) in its help: each a keyword-only parameter
+    of its signature in place of `**options`, what it does at the end of its docstring. Typing
+    is `Unpack[options]`'s, which checks the callers."""
+
+    def show(function: _Taking) -> _Taking:
+        signature = inspect.signature(function, eval_str=True)
+        parameters = [p for p in signature.parameters.values() if p.kind != p.VAR_KEYWORD]
+        lines = []
+        for name, hint in get_type_hints(options, include_extras=True).items():
+            kind, doc = get_args(hint)
+            parameters.append(
+                inspect.Parameter(
+                    name, inspect.Parameter.KEYWORD_ONLY, default=_DEFAULT, annotation=kind
+                )
+            )
+            lines.append(f"    {name}: {doc}")
+        function.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        function.__doc__ = "\n".join(
+            [
+                inspect.cleandoc(function.__doc__ or ""),
+                "",
+                "Options (keyword-only; one left out takes its default):",
+                *lines,
+            ]
+        )
+        return function
+
+    return show
+
+
+class _Default:
+    """An option's default in a signature `show_options` made: its documentation gives it."""
+
+    def __repr__(self) -> str:
+        return "<default>"
+
+
+_DEFAULT = _Default()
 
 
 class ArrowStream(Protocol):

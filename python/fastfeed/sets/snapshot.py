@@ -111,7 +111,8 @@ class Snapshot:
         """Fingerprints every record into the state's snapshot table, in input order. With a
         `writer` (its `fingerprint_records` on), the writer builds every record as well,
         fingerprinting each as it encodes it: one pass over the inputs."""
-        state.start_snapshot()
+        # Every record is sent: its row is the pending set's (see `SyncState.start_snapshot`).
+        state.start_snapshot(pending=writer is not None)
         for name in self._inputs:
             self._sources.append(self._source(name))
         # Input bytes, or records where a table's are not read in order (as a build counts).

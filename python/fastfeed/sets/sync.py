@@ -242,6 +242,14 @@ def run_sync(
             writer = receiver.writer(out, snapshot.warn)
             writer.fingerprint_records()
         pending = False
+
+        def release() -> None:
+            """Lets go of what reading the snapshot left: the snapshot's table, a spooled
+            input, where each record's line is."""
+            snapshot.close()
+            st.end_snapshot()
+            shutil.rmtree(work, ignore_errors=True)
+
         try:
             snapshot.read(st, progress, writer)
             diff = snapshot.compare(st, resend_all=resend_all)
@@ -287,6 +295,7 @@ def run_sync(
             else:
                 _end_snapshot_set(st, writer, out, diff.deleted)
             pending = True
+            release()  # the set is built: none of it is needed to push it
             pushed = _push_pending(st, out, receiver, progress, confirming=finish is not None)
             if pushed.ok:
                 st.clear_pending()
@@ -305,9 +314,7 @@ def run_sync(
                 shutil.rmtree(out, ignore_errors=True)
                 if not made:
                     out.mkdir(exist_ok=True)
-            snapshot.close()
-            st.end_snapshot()
-            shutil.rmtree(work, ignore_errors=True)
+            release()
 
 
 def _build_changes(

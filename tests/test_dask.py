@@ -175,7 +175,7 @@ def test_a_failing_partition_fails_the_job_and_leaves_nothing_to_push(
         build(dask.bag.from_sequence(rows, npartitions=4), tmp_path / "feeds", "docs", "full")
 
     assert not (tmp_path / "feeds").exists()
-    with pytest.raises(PushError, match="not a finished feed set"):
+    with pytest.raises(PushError, match="feeds does not exist"):
         push(tmp_path / "feeds", push_settings(emulator))
     assert emulator.pushes() == []
 

@@ -201,7 +201,7 @@ def test_a_refused_record_fails_the_job_and_leaves_nothing_to_push(
         build(bad, tmp_path / "feeds", "docs", "full")
 
     assert not (tmp_path / "feeds").exists()
-    with pytest.raises(PushError, match="not a finished feed set"):
+    with pytest.raises(PushError, match="feeds does not exist"):
         push(tmp_path / "feeds", push_settings(emulator))
     assert emulator.pushes() == []
     # Skipped instead, it is saved, and the rest is built.

@@ -14,6 +14,13 @@
 //! A loop per block of bytes ended at an unpredictable count of escapes in every block, which
 //! cost a mispredicted branch every 32 bytes of markup-dense text; the list has one end a
 //! segment. Clean text is only scanned and copied whole.
+//!
+//! Element content may instead go in CDATA sections (`text_into`), which carry markup as it is:
+//! a segment goes as a section when its escapes would add more than the section's 12 bytes of
+//! markup (with what a section writes apart: each CR outside it as `&#13;`, since a parser turns
+//! a raw CR into LF even in a section, and each `]]>` split across two sections). Markup-dense
+//! text shrinks by a tenth or more, and segments that stay escaped cost one more pass over their
+//! list of escapes. Attribute values, and the elements of other formats, are only escaped.
 
 /// Where the escaped text goes, which decides what must be escaped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -309,20 +316,48 @@ fn escape_segment(
     ctx: Context,
     scan: impl Mask,
 ) -> Result<(), Unrepresentable> {
-    debug_assert!(
-        len.is_multiple_of(BLOCK) && real <= len && len <= SEGMENT && src.len() >= len + BLOCK
-    );
+    // Not zeroed: as big as a segment, it would cost more than most segments' escaping.
+    let mut found = [MaybeUninit::uninit(); SEGMENT + 8];
+    let found = listed(src, len, real, ctx, scan, &mut found);
     let codes = match ctx {
         Context::Text => &TEXT_CODES,
         Context::Attribute => &ATTRIBUTE_CODES,
     };
-    // Not zeroed: as big as a segment, it would cost more than most segments' escaping.
-    let mut found = [MaybeUninit::uninit(); SEGMENT + 8];
-    let n = flagged(src, len, ctx, scan, &mut found);
+    write_escaped(out, src, real, bytes, base, found, codes)
+}
+
+/// The positions `flagged` lists in `src[..len]`, as a slice of `found`.
+#[inline(always)]
+fn listed<'f>(
+    src: &[u8],
+    len: usize,
+    real: usize,
+    ctx: Context,
+    scan: impl Mask,
+    found: &'f mut [MaybeUninit<u16>; SEGMENT + 8],
+) -> &'f [u16] {
+    debug_assert!(
+        len.is_multiple_of(BLOCK) && real <= len && len <= SEGMENT && src.len() >= len + BLOCK
+    );
+    let n = flagged(src, len, ctx, scan, found);
     // SAFETY: `flagged` wrote the first `n` positions.
-    let found: &[u16] = unsafe { &*(std::ptr::from_ref(&found[..n]) as *const [u16]) };
+    unsafe { &*(std::ptr::from_ref(&found[..n]) as *const [u16]) }
+}
+
+/// Appends `src[..real]` to `out` with the bytes at the positions `found` escaped by `codes`
+/// (see `escape_segment` for `src`, `bytes` and `base`).
+#[inline(always)]
+fn write_escaped(
+    out: &mut Vec<u8>,
+    src: &[u8],
+    real: usize,
+    bytes: &[u8],
+    base: usize,
+    found: &[u16],
+    codes: &[u8; 256],
+) -> Result<(), Unrepresentable> {
     // Room for every escape at its longest, and the overshoot of the moves of fixed size.
-    out.reserve(real + n * MAX_GROWTH + BLOCK + 8);
+    out.reserve(real + found.len() * MAX_GROWTH + BLOCK + 8);
     let dst = out.spare_capacity_mut().as_mut_ptr().cast::<u8>();
     // `from`: the first byte of `src` not yet written; `at`: the bytes written.
     let (mut from, mut at) = (0, 0);
@@ -365,21 +400,139 @@ fn escape_segment(
     Ok(())
 }
 
-/// `escape_into` with the given scan, inlined into each scan's own function.
+/// A CDATA section's markup.
+const SECTION_OPEN: &[u8] = b"<![CDATA[";
+const SECTION_CLOSE: &[u8] = b"]]>";
+/// A CR, outside any section: a parser turns a raw CR into LF, in a section too.
+const CR: &[u8] = b"&#13;";
+/// What a CR within a section adds: the section closed, the reference, another opened.
+const SECTION_CR: usize = SECTION_CLOSE.len() + CR.len() + SECTION_OPEN.len() - 1;
+/// What the `>` of a `]]>` within a section adds: the section closed before it (its `]]` in
+/// it) and another opened (`]]]]><![CDATA[>`).
+const SECTION_SPLIT: usize = SECTION_CLOSE.len() + SECTION_OPEN.len();
+
+/// What escaping each byte adds to it in text (`&lt;` 3 bytes), 0 for a byte that stays itself.
+static TEXT_GROWTH: [u8; 256] = {
+    let mut growth = [0; 256];
+    let mut b = 0;
+    while b < 256 {
+        let code = TEXT_CODES[b] as usize;
+        if code != 0 {
+            growth[b] = ESCAPES[code].1 as u8 - 1;
+        }
+        b += 1;
+    }
+    growth
+};
+
+/// Appends `src[..real]` as element content (see `escape_segment` for `src`, `bytes` and
+/// `base`): escaped, or as a CDATA section where that is shorter, its 12 bytes of markup and
+/// what it writes for CRs and `]]>` against what escaping adds. `open`: whether the segment
+/// before left a section open, which this one goes on or closes. Returns whether a section is
+/// open after it.
 #[inline(always)]
-fn escape_with(
+#[allow(clippy::too_many_arguments)]
+fn content_segment(
     out: &mut Vec<u8>,
-    s: &str,
+    src: &[u8],
+    len: usize,
+    real: usize,
+    bytes: &[u8],
+    base: usize,
+    open: bool,
+    scan: impl Mask,
+) -> Result<bool, Unrepresentable> {
+    let mut found = [MaybeUninit::uninit(); SEGMENT + 8];
+    let found = listed(src, len, real, Context::Text, scan, &mut found);
+    // What a section writes apart: its CRs and the `>` of each `]]>` whose brackets are in it
+    // (those before the segment only when its section goes on). Listed as they are met, no
+    // branch: one that is not is overwritten by the next.
+    let mut apart = [MaybeUninit::uninit(); SEGMENT];
+    let (mut n, mut crs, mut escaping) = (0, 0, 0);
+    for &j in found {
+        let j = usize::from(j);
+        let (b, at) = (src[j], base + j);
+        if TEXT_CODES[usize::from(b)] == 0 && refused(bytes, at) {
+            return Err(Unrepresentable { offset: at });
+        }
+        escaping += usize::from(TEXT_GROWTH[usize::from(b)]);
+        // `open` or `j >= 2`: `at >= 2`.
+        let split = b == b'>' && (open || j >= 2) && bytes[at - 2..at] == *b"]]";
+        let cr = b == b'\r';
+        apart[n].write(j as u16);
+        n += usize::from(split | cr);
+        crs += usize::from(cr);
+    }
+    // SAFETY: the first `n` positions were written.
+    let apart: &[u16] = unsafe { &*(std::ptr::from_ref(&apart[..n]) as *const [u16]) };
+    let section = (n - crs) * SECTION_SPLIT + crs * SECTION_CR;
+    // An open section is closed once whichever way, so closing it is not weighed: it goes on
+    // through a segment that costs it no more than escaping, and no text is longer than escaped.
+    let cdata = if open {
+        section <= escaping
+    } else {
+        SECTION_OPEN.len() + section + SECTION_CLOSE.len() < escaping
+    };
+    if !cdata {
+        if open {
+            out.extend_from_slice(SECTION_CLOSE);
+        }
+        // Every byte was checked above: this cannot fail.
+        write_escaped(out, src, real, bytes, base, found, &TEXT_CODES)?;
+        return Ok(false);
+    }
+    out.reserve(SECTION_OPEN.len() + real + section);
+    // Each run of bytes between those written apart goes in a section, opened where it starts
+    // (no empty ones); a CR closes it and follows as a reference, the `>` of a `]]>` closes it
+    // and starts the next run.
+    let mut open = open;
+    let mut from = 0;
+    for &j in apart {
+        let j = usize::from(j);
+        if from < j {
+            if !open {
+                out.extend_from_slice(SECTION_OPEN);
+            }
+            out.extend_from_slice(&src[from..j]);
+            open = true;
+        }
+        if open {
+            out.extend_from_slice(SECTION_CLOSE);
+            open = false;
+        }
+        from = if src[j] == b'\r' {
+            out.extend_from_slice(CR);
+            j + 1
+        } else {
+            j
+        };
+    }
+    if from < real {
+        if !open {
+            out.extend_from_slice(SECTION_OPEN);
+        }
+        out.extend_from_slice(&src[from..real]);
+        open = true;
+    }
+    Ok(open)
+}
+
+/// Runs `segment(out, src, len, real, base)` over the segments of `bytes` (see
+/// `escape_segment`), but for a last one of a block or less that needs no care, appended as it
+/// is.
+#[inline(always)]
+fn by_segments(
+    out: &mut Vec<u8>,
+    bytes: &[u8],
     ctx: Context,
     scan: impl Mask,
+    mut segment: impl FnMut(&mut Vec<u8>, &[u8], usize, usize, usize) -> Result<(), Unrepresentable>,
 ) -> Result<(), Unrepresentable> {
-    let bytes = s.as_bytes();
     // The segments read from the input itself leave a block of it after them to read.
     let mut done = 0;
     while bytes.len() - done >= 2 * BLOCK {
         let len = ((bytes.len() - done - BLOCK) / BLOCK * BLOCK).min(SEGMENT);
-        let src = &bytes[done..done + len + BLOCK];
-        escape_segment(out, src, len, len, bytes, done, ctx, scan)?;
+        segment(out, &bytes[done..done + len + BLOCK], len, len, done)?;
         done += len;
     }
     // The last bytes (fewer than two blocks), padded with spaces, which need no care.
@@ -395,7 +548,42 @@ fn escape_with(
         }
     }
     let len = tail.len().next_multiple_of(BLOCK);
-    escape_segment(out, &padded, len, tail.len(), bytes, done, ctx, scan)
+    segment(out, &padded, len, tail.len(), done)
+}
+
+/// `escape_into` with the given scan, inlined into each scan's own function.
+#[inline(always)]
+fn escape_with(
+    out: &mut Vec<u8>,
+    s: &str,
+    ctx: Context,
+    scan: impl Mask,
+) -> Result<(), Unrepresentable> {
+    let bytes = s.as_bytes();
+    by_segments(out, bytes, ctx, scan, |out, src, len, real, base| {
+        escape_segment(out, src, len, real, bytes, base, ctx, scan)
+    })
+}
+
+/// `text_into` with the given scan, inlined into each scan's own function.
+#[inline(always)]
+fn text_with(out: &mut Vec<u8>, s: &str, scan: impl Mask) -> Result<(), Unrepresentable> {
+    let bytes = s.as_bytes();
+    let mut open = false;
+    by_segments(
+        out,
+        bytes,
+        Context::Text,
+        scan,
+        |out, src, len, real, base| {
+            open = content_segment(out, src, len, real, bytes, base, open, scan)?;
+            Ok(())
+        },
+    )?;
+    if open {
+        out.extend_from_slice(SECTION_CLOSE);
+    }
+    Ok(())
 }
 
 /// # Safety
@@ -432,6 +620,40 @@ pub fn escape_into_by(
             unsafe { escape_avx2(out, s, ctx) }
         }
         _ => escape_baseline(out, s, ctx),
+    }
+}
+
+/// # Safety
+/// The CPU must have AVX2, BMI1 and POPCNT.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,bmi1,popcnt")]
+unsafe fn text_avx2(out: &mut Vec<u8>, s: &str) -> Result<(), Unrepresentable> {
+    text_with(out, s, Avx2)
+}
+
+fn text_baseline(out: &mut Vec<u8>, s: &str) -> Result<(), Unrepresentable> {
+    text_with(out, s, Baseline)
+}
+
+/// Appends `s` as element content, shortest: a segment whose escapes would add more than a
+/// CDATA section's markup goes as a section instead (see `content_segment`), which a parser
+/// reads back as the same text. As `escape_into`, refuses what XML cannot carry, and may leave
+/// a partial result on error.
+#[inline]
+pub fn text_into(out: &mut Vec<u8>, s: &str) -> Result<(), Unrepresentable> {
+    text_into_by(Scan::best(), out, s)
+}
+
+/// `text_into`, scanning with `scan`, which must be one of `Scan::available`.
+pub fn text_into_by(scan: Scan, out: &mut Vec<u8>, s: &str) -> Result<(), Unrepresentable> {
+    match scan {
+        #[cfg(target_arch = "x86_64")]
+        Scan::Avx2 => {
+            assert_eq!(Scan::best(), Scan::Avx2, "no AVX2 here");
+            // SAFETY: the CPU has AVX2, BMI1 and POPCNT, just checked.
+            unsafe { text_avx2(out, s) }
+        }
+        _ => text_baseline(out, s),
     }
 }
 
@@ -684,5 +906,229 @@ mod tests {
         );
         assert!(!is_representable("\u{FFFE}"));
         assert!(is_representable("ok\t\r\n"));
+    }
+
+    /// Element content read back as an XML parser reads it, strictly: a section's text as it
+    /// is, references resolved; panics on anything a parser would reject or rewrite (raw CR,
+    /// `<` or `&` out of place, `]]>` outside a section).
+    fn read_back(xml: &str) -> String {
+        assert!(!xml.contains('\r'), "raw CR would become LF: {xml:?}");
+        let mut out = String::new();
+        let mut rest = xml;
+        while let Some(c) = rest.chars().next() {
+            if let Some(section) = rest.strip_prefix("<![CDATA[") {
+                let end = section.find("]]>").expect("a section ends");
+                out.push_str(&section[..end]);
+                rest = &section[end + 3..];
+            } else if c == '&' {
+                let end = rest.find(';').expect("a reference ends");
+                out.push(match &rest[1..end] {
+                    "amp" => '&',
+                    "lt" => '<',
+                    "gt" => '>',
+                    "#13" => '\r',
+                    other => panic!("unexpected reference {other}"),
+                });
+                rest = &rest[end + 1..];
+            } else {
+                assert!(
+                    c != '<' && !rest.starts_with("]]>"),
+                    "markup in text: {rest:?}"
+                );
+                out.push(c);
+                rest = &rest[c.len_utf8()..];
+            }
+        }
+        out
+    }
+
+    fn text(s: &str) -> Result<String, Unrepresentable> {
+        let mut outs = scans().map(|scan| {
+            let mut out = b"<content>".to_vec();
+            text_into_by(scan, &mut out, s).map(|()| String::from_utf8(out[9..].to_vec()).unwrap())
+        });
+        let first = outs.next().unwrap();
+        for other in outs {
+            assert_eq!(other, first, "every scan writes the same");
+        }
+        first
+    }
+
+    /// Text dense with markup, where sections pay, of `len` bytes (ASCII).
+    fn dense(len: usize) -> String {
+        "<b>x</b>&".chars().cycle().take(len).collect()
+    }
+
+    /// Text like the above, now and then with the cases sections write apart.
+    fn markup(max: usize) -> impl Strategy<Value = String> {
+        let piece = prop::sample::select(vec![
+            "<b>",
+            "</b>",
+            "&",
+            "]]>",
+            "]]",
+            "]",
+            ">",
+            "\r",
+            "\r\n",
+            "\n",
+            "x",
+            "plain words ",
+            "日本語",
+            "\u{FFFD}",
+            "\u{1}",
+            "\u{FFFE}",
+        ]);
+        let sparse = prop_oneof![40 => Just("clean text "), 1 => piece.clone()];
+        prop_oneof![
+            prop::collection::vec(piece, 0..max),
+            prop::collection::vec(sparse, 0..max)
+        ]
+        .prop_map(|pieces| pieces.concat())
+    }
+
+    /// `s` as content reads back as `s`, no longer than escaped; or is refused as escaping
+    /// refuses it.
+    fn reads_back(s: &str) -> Result<(), TestCaseError> {
+        match (text(s), reference(s, Context::Text)) {
+            (Ok(out), Ok(escaped)) => {
+                prop_assert_eq!(read_back(&out), s);
+                prop_assert!(out.len() <= escaped.len());
+            }
+            (out, escaped) => prop_assert_eq!(out.map(drop), escaped.map(drop)),
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn text_reads_back_as_given_and_never_longer_than_escaped(
+            s in prop_oneof![markup(100), hostile(200), any::<String>()]
+        ) {
+            reads_back(&s)?;
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Across segments, whose sections go on or close.
+        #[test]
+        fn long_text_reads_back_as_given(s in prop_oneof![markup(1500), hostile(3 * SEGMENT)]) {
+            reads_back(&s)?;
+        }
+    }
+
+    #[test]
+    fn a_segment_goes_as_a_section_only_when_its_escapes_add_more_than_the_markup() {
+        // Four escapes of 3 bytes add 12, the section's markup: escaped.
+        assert_eq!(text("<<>> text").unwrap(), "&lt;&lt;&gt;&gt; text");
+        // One more byte of escapes: a section.
+        assert_eq!(text("<<>& text").unwrap(), "<![CDATA[<<>& text]]>");
+        assert_eq!(text("a & b").unwrap(), "a &amp; b");
+        assert_eq!(text("plain").unwrap(), "plain");
+        assert_eq!(text("").unwrap(), "");
+    }
+
+    /// `text` writes each input as the content given beside it.
+    fn writes(cases: &[(&str, &str)]) {
+        for &(input, content) in cases {
+            assert_eq!(text(input).unwrap(), content, "{input:?}");
+            assert_eq!(read_back(content), input);
+        }
+    }
+
+    #[test]
+    fn cr_goes_outside_a_section_as_a_reference() {
+        writes(&[
+            (
+                "<b>x</b><i>y</i><b>\r\n</b>",
+                "<![CDATA[<b>x</b><i>y</i><b>]]>&#13;<![CDATA[\n</b>]]>",
+            ),
+            // No section is opened to hold nothing.
+            (
+                "\r<b>x</b><i>y</i><b></b><i></i><b></b>\r\r",
+                "&#13;<![CDATA[<b>x</b><i>y</i><b></b><i></i><b></b>]]>&#13;&#13;",
+            ),
+            // Where the references and the sections' markup cost more than escaping: escaped.
+            ("<b>\r\n</b>\r\n", "&lt;b&gt;&#13;\n&lt;/b&gt;&#13;\n"),
+        ]);
+    }
+
+    #[test]
+    fn a_section_splits_every_end_marker_in_it() {
+        writes(&[
+            (
+                "]]><b>x</b><b>y</b>",
+                "<![CDATA[]]]]><![CDATA[><b>x</b><b>y</b>]]>",
+            ),
+            (
+                "<b>x</b><b>y</b>]]>",
+                "<![CDATA[<b>x</b><b>y</b>]]]]><![CDATA[>]]>",
+            ),
+            // Brackets that end the text stay in the section, before the one that ends it.
+            ("<b>x</b><b>y</b>]]", "<![CDATA[<b>x</b><b>y</b>]]]]>"),
+        ]);
+    }
+
+    #[test]
+    fn an_end_marker_across_segments_is_split_when_one_section_holds_it() {
+        // The first segment of a long text is SEGMENT bytes: `]]` ends it, or `]` does, and
+        // the next, in the same section, starts with the rest.
+        for brackets in ["]]", "]"] {
+            let s = format!(
+                "{}{brackets}{}{}",
+                dense(SEGMENT - brackets.len()),
+                &"]]>"[brackets.len()..],
+                dense(SEGMENT)
+            );
+            let out = text(&s).unwrap();
+            assert_eq!(read_back(&out), s);
+            assert!(out.contains("]]]]><![CDATA[>"), "{brackets}");
+            assert_eq!(
+                out.matches("<![CDATA[").count(),
+                2,
+                "one section, split once"
+            );
+        }
+    }
+
+    #[test]
+    fn an_end_marker_whose_brackets_are_escaped_is_not_split() {
+        // The first segment has too few escapes for a section: its brackets are text, and the
+        // next segment's section starts with the `>`.
+        let s = format!("{}]]>{}", "x".repeat(SEGMENT - 2), dense(SEGMENT));
+        let out = text(&s).unwrap();
+        assert_eq!(read_back(&out), s);
+        assert!(out.contains("]]<![CDATA[>"));
+        assert_eq!(out.matches("<![CDATA[").count(), 1);
+    }
+
+    #[test]
+    fn a_section_goes_on_across_segments_and_closes_where_escaping_is_shorter() {
+        let s = format!("{}{}", dense(2 * SEGMENT), "&".repeat(40));
+        let out = text(&s).unwrap();
+        assert_eq!(out.matches("<![CDATA[").count(), 1);
+        assert_eq!(read_back(&out), s);
+        // The second segment's CR costs a section more than escaping it.
+        let clean = "x".repeat(SEGMENT + 200 - 1);
+        let s = format!("{}\r{clean}", dense(SEGMENT));
+        assert_eq!(
+            text(&s).unwrap(),
+            format!("<![CDATA[{}]]>&#13;{clean}", dense(SEGMENT))
+        );
+    }
+
+    #[test]
+    fn text_refuses_what_xml_cannot_carry_as_escaping_does() {
+        for s in [
+            format!("{}\u{1}", dense(100)),
+            format!("{}\u{FFFF}{}", dense(SEGMENT + 10), dense(100)),
+            "a\u{0}b".to_string(),
+        ] {
+            let refused = reference(&s, Context::Text).map(drop);
+            assert!(refused.is_err());
+            assert_eq!(text(&s).map(drop), refused);
+        }
     }
 }

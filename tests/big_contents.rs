@@ -9,6 +9,7 @@ use base64_simd::STANDARD;
 use fastfeed_core::encode::{Compress, Scratch, IN_BLOCK};
 use fastfeed_core::record::{AclFormat, EncodeOptions, FeedKind};
 use fastfeed_core::{Content, FeedType, Options, Record};
+use quick_xml::events::Event;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 mod common;
@@ -98,8 +99,18 @@ fn decoded(xml: &[u8]) -> Vec<u8> {
     } else if open.contains("base64binary") {
         STANDARD.decode_to_vec(inner).unwrap()
     } else {
-        let unescaped = quick_xml::escape::unescape(inner).unwrap();
-        unescaped.into_owned().into_bytes()
+        // Escaped text and CDATA sections, as an XML parser reads them.
+        let element = format!("<content>{inner}</content>");
+        let mut reader = quick_xml::Reader::from_str(&element);
+        let mut text = Vec::new();
+        loop {
+            match reader.read_event().unwrap() {
+                Event::Text(t) => text.extend_from_slice(t.unescape().unwrap().as_bytes()),
+                Event::CData(t) => text.extend_from_slice(&t),
+                Event::Eof => return text,
+                _ => {}
+            }
+        }
     }
 }
 

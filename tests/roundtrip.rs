@@ -80,6 +80,14 @@ fn decode_feed(xml: &[u8]) -> Vec<Decoded> {
                     acc.extend_from_slice(t.unescape().unwrap().as_bytes());
                 }
             }
+            Event::CData(t) => {
+                let acc = text.as_mut().expect("CDATA only in content");
+                assert!(
+                    !t.as_ref().contains(&b'\r'),
+                    "raw CR in a CDATA section would become LF"
+                );
+                acc.extend_from_slice(&t);
+            }
             Event::End(e) if e.name().as_ref() == b"content" => {
                 let raw = text.take().unwrap();
                 let bytes = match encoding.as_deref() {

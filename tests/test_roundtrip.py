@@ -26,9 +26,27 @@ nonempty = text.filter(bool)
 metadata = st.dictionaries(
     nonempty, st.one_of(nonempty, st.lists(nonempty, min_size=1, max_size=3)), max_size=4
 )
+markup_piece = st.sampled_from(
+    ["<b>", "</b>", "&", "]]>", "]]", "]", ">", "\r", "\r\n", "\n", "x", "日本語", "  "]
+)
+
+
+def markup(repeats: int) -> st.SearchStrategy[str]:
+    """Text dense with markup, which goes in CDATA sections, now and then with what a section
+    must write apart (`]]>`, CR): a run of pieces repeated up to `repeats` times (a few hundred
+    cross the 4 KB segments of its writing at any offset), then hostile ones."""
+    return st.tuples(
+        st.lists(markup_piece, max_size=30).map("".join),
+        st.integers(1, repeats),
+        st.lists(st.one_of(markup_piece, nasty), max_size=8).map("".join),
+    ).map(lambda t: t[0] * t[1] + t[2])
+
+
 content = st.one_of(
     st.none(),
     text.map(lambda t: ("content", t)),
+    # Short enough for the feeds of 3,000 bytes the tests cut.
+    markup(20).map(lambda t: ("content", t)),
     st.binary(max_size=2000).map(lambda b: ("content", b)),
     st.binary(max_size=2000).map(lambda b: ("content_base64", base64.b64encode(b).decode())),
 )
@@ -93,6 +111,56 @@ def test_every_character_and_byte_round_trips(tmp_path_factory, batch, compress)
         assert f.attrs.get("displayurl") == rec.get("displayurl")
         assert f.metadata == expected_metadata(rec["metadata"])  # type: ignore[arg-type]
         assert f.content == expected_content(rec)
+
+
+def test_text_dense_with_markup_goes_in_cdata_sections_and_shrinks(tmp_path: Path) -> None:
+    """A section carries markup as it is; `]]>` is split across two, and a CR goes between two
+    as `&#13;` (a parser reads a raw CR as LF, in a section too)."""
+    words = "<b>content</b> & naïve " * 300
+    recs = [
+        {"url": "http://h.example.com/dense", "content": words + "]]>\r\n" + words},
+        {"url": "http://h.example.com/plain", "content": "no markup but one & in it"},
+    ]
+    with FeedWriter(tmp_path, "ds", compress="never") as w:
+        w.add_batch(recs)
+    feed = tmp_path / w.manifest[0].file
+    assert validate_file(feed) == []
+    xml = feed.read_bytes()
+    assert b"<![CDATA[<b>content</b> & " in xml
+    assert b"]]]]><![CDATA[>]]>&#13;<![CDATA[\n" in xml
+    assert b"<content>no markup but one &amp; in it</content>" in xml
+    escapes = {"<": 3, ">": 3, "&": 4, "\r": 4}
+    escaped = sum(
+        len(r["content"].encode()) + sum(n * r["content"].count(c) for c, n in escapes.items())
+        for r in recs
+    )
+    # Smaller than the escaped contents alone, the feed's own markup included.
+    assert len(xml) < escaped
+    assert [f.content for f in decode_set(tmp_path)] == [r["content"].encode() for r in recs]
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(contents=st.lists(markup(600), min_size=1, max_size=4))
+def test_markup_end_markers_and_crs_reach_the_index_as_given(
+    tmp_path_factory, emulator, push_settings, contents
+) -> None:  # type: ignore[no-untyped-def]
+    """Content in CDATA sections and escaped text, mixed, through a push to the emulator (lxml)."""
+    from fastfeed.gsa.push import push
+
+    out = Path(tmp_path_factory.mktemp("cdata"))
+    recs = [{"url": f"http://h.example.com/{i}", "content": c} for i, c in enumerate(contents)]
+    with FeedWriter(out, "ds", "full", compress="never") as w:
+        w.add_batch(recs)
+    for entry in w.manifest:
+        assert validate_file(out / entry.file) == []
+    assert push(out, push_settings(emulator)).ok
+    emulator.wait_idle()
+    documents = emulator.documents("ds")
+    assert {url: d.content for url, d in documents.items()} == {
+        r["url"]: r["content"].encode() for r in recs
+    }
 
 
 long_text = st.tuples(st.integers(0, 600), text).map(lambda t: "p" * t[0] + t[1])

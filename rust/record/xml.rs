@@ -2,9 +2,11 @@
 
 use std::borrow::Cow;
 
-use crate::encode::{base64_into, worth_deflating, Base64Stream, Compress, Deflater, Scratch};
+use crate::encode::{
+    base64_into, worth_deflating, Base64Stream, Compress, Deflater, Scratch, IN_BLOCK,
+};
 use crate::error::Result;
-use crate::escape::{attr, escape_into, first_unrepresentable, Context};
+use crate::escape::{attr, first_unrepresentable, text_into};
 use crate::spill::Sink;
 
 use super::content::{Source, Utf8Blocks};
@@ -208,23 +210,29 @@ fn write_deflated(
     Ok((n, text))
 }
 
-/// Writes the content as XML text; false (the element partly written) if it is not UTF-8 or
-/// holds a character XML cannot carry.
+/// Writes the content as XML text (escaped, or in CDATA sections where they are shorter); false
+/// (the element partly written) if it is not UTF-8 or holds a character XML cannot carry.
+///
+/// Text goes to `text_into` in the pieces a file's blocks make, each closing its own sections,
+/// from a file or from memory alike: where sections go depends on the pieces, and a file's
+/// record is the record of its bytes in memory.
 fn write_text(source: &mut Source<'_>, sink: &mut Sink<'_>) -> Result<bool> {
     sink.out.extend_from_slice(b"<content>");
     let escaped = match source {
-        Source::Memory { text, .. } => {
-            let text = text.expect("only text in memory is written as text");
+        // A block or less: one piece, and no need to check it as UTF-8 again.
+        Source::Memory {
+            text: Some(text), ..
+        } if text.len() <= IN_BLOCK => {
             sink.out.reserve(text.len() + text.len() / 8 + 32);
-            escape_into(sink.out, text, Context::Text).is_ok()
+            text_into(sink.out, text).is_ok()
         }
-        Source::File(_) => {
+        _ => {
             let mut utf8 = Utf8Blocks::default();
             let mut escaped = true;
             source.blocks(|block, last| {
                 escaped = utf8
                     .push(block, last, |piece| {
-                        escape_into(sink.out, piece, Context::Text).map_err(drop)
+                        text_into(sink.out, piece).map_err(drop)
                     })
                     .is_ok();
                 sink.relieve()?;

@@ -174,10 +174,10 @@ def test_run_does_not_let_the_builder_run_far_ahead_of_the_appliance(
     emulator: Emulator, tls: Any, tmp_path: Path
 ) -> None:
     """With the appliance's backlog stuck above the high mark the push stops, and the builder
-    stops too: it holds at most a few chunks of input (one encoding, one being taken, one
-    queued, one being written) besides the files waiting for the pusher, so it waits far from
-    the end."""
-    records, per_file = 20_000, 100
+    stops too: it holds at most a few chunks of input (one encoding, one being taken, the
+    writer's queue of up to 8, one being written: about 10,000 of these records) besides the
+    files waiting for the pusher, so it waits far from the end."""
+    records, per_file = 30_000, 100
     corpus = tmp_path / "docs.jsonl"
     corpus.write_bytes(
         b"".join(

@@ -485,40 +485,52 @@ pub struct FileBudget {
     /// The files of any size left: the plan holds each one's path and opening, in the heap of
     /// its thread, which keeps what it took.
     pub named: usize,
+    /// The files the round took so far, and their bytes, whatever the waves its plan came in:
+    /// until it took one, a file may pass what is left (a round takes one line at least), and
+    /// after, none may. Their mean guesses what the files being opened will take (`room_for`).
+    pub taken: (usize, u64),
 }
 
 impl FileBudget {
-    /// Whether a file of `size` bytes stays within what is left.
+    /// Whether a file of `size` bytes stays within what is left, or is the round's first.
     fn fits(&self, size: u64) -> bool {
-        match size < self.big {
+        let within = match size < self.big {
             true => size <= self.held,
             false => size <= self.bytes && self.files > 0,
-        }
+        };
+        within || self.taken.0 == 0
     }
 
-    /// Takes the sizes of files told in turn (in any order: what fits together fits in any
-    /// order) while they fit; false from the first that does not.
-    pub fn taking(mut self) -> impl FnMut(u64) -> bool {
-        move |size| {
-            let fits = self.fits(size);
-            self.take(size);
-            fits
-        }
-    }
-
-    fn take(&mut self, size: u64) {
+    /// Takes the size of a file (in any order: what fits together fits in any order); false
+    /// if it did not fit.
+    pub fn take(&mut self, size: u64) -> bool {
+        let fits = self.fits(size);
         if size < self.big {
             self.held = self.held.saturating_sub(size);
         } else {
             self.bytes = self.bytes.saturating_sub(size);
             self.files = self.files.saturating_sub(1);
         }
+        self.taken = (self.taken.0 + 1, self.taken.1 + size);
+        fits
+    }
+
+    /// Whether `count` more files, as big as the files taken so far on average, would fit:
+    /// how many files to open at once without opening those past the budget, whose sizes are
+    /// known only once they are open. Before any is taken, one only (it always fits).
+    pub fn room_for(&self, count: usize) -> bool {
+        let Some(mean) = self.taken.1.checked_div(self.taken.0 as u64) else {
+            return count <= 1;
+        };
+        let mut left = *self;
+        (0..count).all(|_| left.take(mean))
     }
 }
 
 /// As `cut_by_cost`, for the first lines of `lines` only when `budget` is given: those before
-/// the line whose file would pass what is left of it (one line at least), which they take
-/// from it, and before the first file `open` left out, if it gives only the first ones.
+/// the line whose file would pass what is left of it (one line at least if the budget took
+/// none yet), which they take from it, and before the first file `open` left out, if it gives
+/// only the first ones.
 /// Returns the parts, and where the lines left out start (`lines.end` when none is).
 pub fn cut_within<T>(
     chunk: &[u8],
@@ -530,12 +542,16 @@ pub fn cut_within<T>(
     let mut ends = Vec::new();
     let mut costs = Vec::new();
     let mut named = Vec::new();
-    let most = budget.as_deref().map_or(usize::MAX, |b| b.named);
+    // The round's first line is taken whatever it names.
+    let most = budget.as_deref().map_or(usize::MAX, |b| match b.taken.0 {
+        0 => b.named.max(1),
+        _ => b.named,
+    });
     let mut start = lines.start;
     while start < lines.end {
         let end = memchr::memchr(b'\n', &chunk[start..]).map_or(chunk.len(), |k| start + k + 1);
         if let Some(path) = content_path_of(&chunk[start..end]) {
-            if named.len() >= most && start > lines.start {
+            if named.len() >= most {
                 break;
             }
             named.push((costs.len(), start, path));
@@ -557,7 +573,7 @@ pub fn cut_within<T>(
         .map_or(start.min(lines.end), |(_, start, _)| *start);
     for ((line, start, _), (size, file)) in named.iter().zip(opened) {
         if let Some(b) = budget.as_deref_mut() {
-            if !b.fits(size) && *line > 0 {
+            if !b.fits(size) {
                 // This file and those after are closed, and opened again in their round.
                 taken = *start;
                 break;
@@ -587,7 +603,8 @@ pub fn cut_within<T>(
         }
         start = end;
     }
-    if from < taken || parts.is_empty() {
+    // None if it takes no line: a wave whose round the waves before filled.
+    if from < taken {
         parts.push((from..taken, sum));
     }
     let mut files = files.into_iter().peekable();

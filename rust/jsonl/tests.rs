@@ -332,6 +332,7 @@ fn a_round_takes_the_lines_before_the_big_file_past_its_budget_and_one_at_least(
         files,
         held: 100,
         named: 100,
+        taken: (0, 0),
     };
     let mut left = budget(10, 100);
     let (parts, taken) = cut_within(&chunk, 0..chunk.len(), 4, open, Some(&mut left));
@@ -360,6 +361,18 @@ fn a_round_takes_the_lines_before_the_big_file_past_its_budget_and_one_at_least(
     assert_eq!(taken, chunk.len());
 }
 
+/// A round's budget of `held` units of small files (under 3) and `named` files.
+fn small_files_budget(held: u64, named: usize) -> FileBudget {
+    FileBudget {
+        big: 3,
+        bytes: 100,
+        files: 100,
+        held,
+        named,
+        taken: (0, 0),
+    }
+}
+
 #[test]
 fn a_round_takes_small_files_up_to_its_held_bytes_and_names_up_to_its_count() {
     let (chunk, starts) = ten_lines_naming_files();
@@ -369,22 +382,38 @@ fn a_round_takes_small_files_up_to_its_held_bytes_and_names_up_to_its_count() {
         asked.set(paths.len());
         paths.iter().map(|p| (2, p.to_path_buf())).collect()
     };
-    let budget = |held, named| FileBudget {
-        big: 3,
-        bytes: 100,
-        files: 100,
-        held,
-        named,
-    };
-    let mut left = budget(7, 100);
+    let mut left = small_files_budget(7, 100);
     let (_, taken) = cut_within(&chunk, 0..chunk.len(), 4, open, Some(&mut left));
     assert_eq!(taken, starts[3]);
     assert_eq!(left.held, 1);
     // Only so many files are looked at, and opened, for a round.
-    let mut left = budget(100, 4);
+    let mut left = small_files_budget(100, 4);
     let (parts, taken) = cut_within(&chunk, 0..chunk.len(), 4, open, Some(&mut left));
     assert_eq!((taken, asked.get(), left.named), (starts[4], 4, 0));
     assert_eq!(parts.iter().map(|p| p.files.len()).sum::<usize>(), 4);
+}
+
+#[test]
+fn a_round_planned_in_waves_passes_its_budget_by_its_first_file_only() {
+    let (chunk, starts) = ten_lines_naming_files();
+    // Small files of 2 units, 7 of them held: the first wave takes three, and the second,
+    // whose first line would pass what is left, none.
+    let open = |paths: &[&std::path::Path]| paths.iter().map(|p| (2, p.to_path_buf())).collect();
+    let mut left = small_files_budget(7, 100);
+    let (_, taken) = cut_within(&chunk, 0..starts[3], 4, open, Some(&mut left));
+    assert_eq!((taken, left.held, left.taken), (starts[3], 1, (3, 6)));
+    let (parts, taken) = cut_within(&chunk, starts[3]..chunk.len(), 4, open, Some(&mut left));
+    assert_eq!((taken, parts.len(), left.held), (starts[3], 0, 1));
+    // So with the count of files: a wave after one that took them all takes none.
+    let mut left = small_files_budget(100, 3);
+    let (_, taken) = cut_within(&chunk, 0..starts[3], 4, open, Some(&mut left));
+    assert_eq!(taken, starts[3]);
+    let (parts, taken) = cut_within(&chunk, starts[3]..chunk.len(), 4, open, Some(&mut left));
+    assert_eq!((taken, parts.len()), (starts[3], 0));
+    // A round that took nothing yet takes its first file, whatever its size.
+    let mut left = small_files_budget(1, 100);
+    let (_, taken) = cut_within(&chunk, starts[3]..chunk.len(), 4, open, Some(&mut left));
+    assert_eq!((taken, left.held), (starts[4], 0));
 }
 
 #[test]

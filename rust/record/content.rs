@@ -4,13 +4,14 @@ use std::borrow::Cow;
 use std::fs::{File, Metadata};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock};
 
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::encode::{blocks, decode_base64_into, IN_BLOCK};
 use crate::error::{Error, RecordErrorKind, Result};
+use crate::jsonl::FileBudget;
 use crate::wide::Wide;
 
 use super::is_textual;
@@ -635,16 +636,24 @@ const READ_AHEAD_CHUNK: u64 = 256 << 20;
 /// Opens the files, many at a time, asks the kernel to read the start of each ahead, and
 /// returns each file's size (0 for what cannot be opened or is not a regular file: its read
 /// will say why) and the file opened, while the process holds few enough (see `max_held`).
-/// Its threads may wait for the disk. The files are taken in order, and no more once `more`,
-/// told each size, says no: the result is the first files only, those taken.
+/// Its threads may wait for the disk. The files are taken in order while they fit in `budget`
+/// (if given): the result is the first files only, those taken. A file is opened only while
+/// it and those being opened would likely fit, each guessed as big as the files taken on
+/// average (`FileBudget::room_for`); the round's first is always opened. A file opened past the
+/// budget is closed and opened again in the next round, a round trip more on a network file
+/// system: 16 threads opening the next file regardless opened 377 files for 300.
 pub(crate) fn read_ahead(
     paths: &[&Path],
-    more: impl FnMut(u64) -> bool + Send,
+    budget: Option<FileBudget>,
 ) -> Vec<(u64, Option<OpenedFile>)> {
-    let budget = AtomicU64::new(READ_AHEAD_CHUNK);
-    let next = AtomicUsize::new(0);
-    let more = Mutex::new(more);
-    let stopped = AtomicBool::new(false);
+    let ahead = AtomicU64::new(READ_AHEAD_CHUNK);
+    let state = Mutex::new(Ahead {
+        left: budget,
+        next: 0,
+        opening: 0,
+        stopped: false,
+    });
+    let done_one = Condvar::new();
     let opened: Vec<OnceLock<(u64, Option<OpenedFile>)>> =
         paths.iter().map(|_| OnceLock::new()).collect();
     let one = |path: &Path| {
@@ -653,7 +662,7 @@ pub(crate) fn read_ahead(
         };
         let size = opened.size;
         let len = size.min(READ_AHEAD_FILE);
-        let granted = budget
+        let granted = ahead
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
                 left.checked_sub(len)
             })
@@ -676,17 +685,32 @@ pub(crate) fn read_ahead(
     };
     // Each thread takes the next file not taken yet, until told to stop: every file before
     // one taken is taken.
-    let claim = || loop {
-        if stopped.load(Ordering::Relaxed) {
-            break;
+    let claim = || {
+        let mut plan = state.lock().unwrap_or_else(|e| e.into_inner());
+        while !plan.stopped && plan.next < paths.len() {
+            if !plan.room() {
+                // Once those being opened are taken, the guess may change; with none, the
+                // next file would likely pass the budget: it is left to the next round.
+                if plan.opening == 0 {
+                    plan.stopped = true;
+                    done_one.notify_all();
+                    break;
+                }
+                plan = done_one.wait(plan).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            let i = plan.next;
+            plan.next += 1;
+            plan.opening += 1;
+            drop(plan);
+            let done = one(paths[i]);
+            plan = state.lock().unwrap_or_else(|e| e.into_inner());
+            plan.opening -= 1;
+            let fits = plan.left.as_mut().is_none_or(|left| left.take(done.0));
+            plan.stopped |= !fits;
+            let _ = opened[i].set(done);
+            done_one.notify_all();
         }
-        let i = next.fetch_add(1, Ordering::Relaxed);
-        let Some(path) = paths.get(i) else { break };
-        let done = one(path);
-        if !(more.lock().unwrap_or_else(|e| e.into_inner()))(done.0) {
-            stopped.store(true, Ordering::Relaxed);
-        }
-        let _ = opened[i].set(done);
     };
     let threads = paths
         .len()
@@ -699,6 +723,22 @@ pub(crate) fn read_ahead(
         claim();
     });
     opened.into_iter().map_while(OnceLock::into_inner).collect()
+}
+
+/// What the threads of a `read_ahead` share: what the files taken leave of the budget, the
+/// next file to open, how many are being opened, and whether one did not fit.
+struct Ahead {
+    left: Option<FileBudget>,
+    next: usize,
+    opening: usize,
+    stopped: bool,
+}
+
+impl Ahead {
+    /// Whether another file may be opened beside those being opened.
+    fn room(&self) -> bool {
+        self.left.is_none_or(|left| left.room_for(self.opening + 1))
+    }
 }
 
 /// Starts reading the first `len` bytes of `file` into the page cache, without waiting for them.
@@ -885,7 +925,7 @@ mod tests {
     }
 
     fn open_ahead(path: &Path) -> OpenedFile {
-        let (size, opened) = read_ahead(&[path], |_| true).pop().unwrap();
+        let (size, opened) = read_ahead(&[path], None).pop().unwrap();
         assert_eq!(size, std::fs::metadata(path).unwrap().len());
         opened.expect("held open")
     }
@@ -965,15 +1005,41 @@ mod tests {
             })
             .collect();
         let borrowed: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
-        // Sizes 1, 2, 3: the third passes 5 bytes; it is opened, and none after it.
-        let mut left = 5;
-        let planned = read_ahead(&borrowed, |size| {
-            let fits = size <= left;
-            left = left.saturating_sub(size);
-            fits
-        });
+        // Sizes 1, 2, 3 growing past the guess (the mean of those taken): the third passes 5
+        // bytes; it is opened, and none after it.
+        let planned = read_ahead(&borrowed, Some(held_budget(5)));
         let sizes: Vec<u64> = planned.iter().map(|(size, _)| *size).collect();
         assert_eq!(sizes, [1, 2, 3]);
+    }
+
+    /// A budget of `held` bytes of small files, and nothing else.
+    fn held_budget(held: u64) -> FileBudget {
+        FileBudget {
+            big: u64::MAX,
+            bytes: 0,
+            files: 0,
+            held,
+            named: usize::MAX,
+            taken: (0, 0),
+        }
+    }
+
+    #[test]
+    fn reading_ahead_on_many_threads_opens_no_file_past_the_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        // Enough files for every thread: each opened file of 10 bytes is returned.
+        let paths: Vec<PathBuf> = (0..READ_THREADS * FILES_PER_THREAD)
+            .map(|n| {
+                let path = dir.path().join(n.to_string());
+                std::fs::write(&path, [b'x'; 10]).unwrap();
+                path
+            })
+            .collect();
+        let borrowed: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+        for _ in 0..20 {
+            let planned = read_ahead(&borrowed, Some(held_budget(100)));
+            assert_eq!(planned.len(), 10);
+        }
     }
 
     #[test]
@@ -987,7 +1053,7 @@ mod tests {
             })
             .collect();
         let borrowed: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
-        let planned = read_ahead(&borrowed, |_| true);
+        let planned = read_ahead(&borrowed, None);
         // Every size is known; no more than the bound is held (other tests may hold some).
         assert!(planned.iter().all(|(size, _)| *size == 1));
         let held = planned.iter().filter(|(_, f)| f.is_some()).count();

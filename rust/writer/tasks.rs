@@ -381,6 +381,11 @@ impl LineEncoding {
             encoded?;
             done.ended(index, &mut scratch.spill);
         }
+        // Room was made for what the lines' files weigh, and records deflate or move out to
+        // disk: what is left over goes back now, not once the writer is done with the piece.
+        // Held until then, it was 10 MB of peak RSS where two chunks wait in rounds (a tree's
+        // inline text before its files by path).
+        done.buf.shrink_to_fit();
         Ok((done, count))
     }
 }
@@ -403,6 +408,7 @@ const CHUNK_FILES: jsonl::FileBudget = jsonl::FileBudget {
     files: 128,
     held: 12 << 20,
     named: 4096,
+    taken: (0, 0),
 };
 
 /// Starts encoding the lines of a chunk of JSON Lines from `from` (a line start) on `pool`,
@@ -445,7 +451,7 @@ pub(super) fn start_chunk(
                 // only what it takes, not the rest of the chunk again and again.
                 let left = budget;
                 let open =
-                    |paths: &[&std::path::Path]| crate::record::read_ahead(paths, left.taking());
+                    |paths: &[&std::path::Path]| crate::record::read_ahead(paths, Some(left));
                 jsonl::cut_within(bytes, lines.clone(), pieces, open, Some(&mut budget))
             }))
             .unwrap_or_else(|_| (vec![by_bytes(lines.clone())], lines.end));

@@ -17,16 +17,16 @@ files, 92% of the bytes named by path), repeated until they name the size asked:
 read the same files again, from the page cache. Each input is read once before its builds, so
 that every size starts from a warm cache as far as memory allows, and the corpus just written
 is synced to the disk first, so that no build pays for writing it back. Each size is built
-`--rounds` times (the by-path sizes, which fit in memory together, in alternating rounds), each
-build in a process of its own (its output deleted before the next), and the table gives the
-fastest round's wall and CPU time: what other work on the machine does only adds to a build's
-time, so the fastest round is the build's own (builds of 1 GB by path, about 2 s, varied by up
-to 15% between rounds at a load of 2 to 6). Beside it, the build's own time (the `seconds` it
-reports) and what its process's start and exit took besides (the Python interpreter and the
-imports): a fixed cost of every build, which weighs more on a short one. The builds run as an
-installed fastfeed does, from compiled bytecode (pip compiles the modules when it installs them;
-PYTHONDONTWRITEBYTECODE, if set, would have every build compile them again). Targets: time
-linear within 10%, memory flat (and under 128 MB).
+`--rounds` times, the sizes given together in alternating rounds (give the largest alone where
+they do not fit in memory together), each build in a process of its own (its output deleted
+before the next), and the table gives the fastest round's wall and CPU time: what other work on
+the machine does only adds to a build's time, so the fastest round is the build's own (builds
+of 1 GB by path, about 2 s, varied by up to 15% between rounds at a load of 2 to 6). Beside it,
+the build's own time (the `seconds` it reports) and what its process's start and exit took
+besides (the Python interpreter and the imports): a fixed cost of every build, which weighs
+more on a short one. The builds run as an installed fastfeed does, from compiled bytecode (pip
+compiles the modules when it installs them; PYTHONDONTWRITEBYTECODE, if set, would have every
+build compile them again). Targets: time linear within 10%, memory flat (and under 128 MB).
 """
 
 from __future__ import annotations
@@ -180,18 +180,23 @@ def main() -> None:
         base = root / "base.jsonl"
         if jsonl_sizes:  # each corpus is made only when asked for: it takes tens of seconds
             made(base, lambda part: make_corpus(part, GB, seed=5))
-        for size in jsonl_sizes:
-            source = made(root / f"mixed-{size}.jsonl", functools.partial(repeat, base, times=size))
-            if args.make_only:
-                continue
-            read_once(source)
-            gb = source.stat().st_size / GB
-            (best,) = best_of(args.rounds, [source], root / "out", env)
-            rows.append(row("JSON Lines, mixed corpus", gb, *best))
-            print(rows[-1], flush=True)
-            if not args.keep:
-                source.unlink()
+        jsonl = [
+            made(root / f"mixed-{size}.jsonl", functools.partial(repeat, base, times=size))
+            for size in jsonl_sizes
+        ]
+        if jsonl and not args.make_only:
+            # The sizes given together alternate, as the by-path ones do: give them one at a
+            # time where they do not fit in memory together.
+            for source in jsonl:
+                read_once(source)
+            for source, best in zip(
+                jsonl, best_of(args.rounds, jsonl, root / "out", env), strict=True
+            ):
+                rows.append(row("JSON Lines, mixed corpus", source.stat().st_size / GB, *best))
+                print(rows[-1], flush=True)
         if not args.keep:
+            for source in jsonl:
+                source.unlink()
             base.unlink(missing_ok=True)
         tree = root / "tree"
         lines = root / "tree.jsonl"

@@ -1,7 +1,5 @@
 """`python -m fastfeed`: the `fastfeed` command."""
 
-import sys
+from fastfeed.cli import run
 
-from fastfeed.cli import main
-
-sys.exit(main())
+run()

@@ -3,7 +3,7 @@
 
 use std::fs::{self, File};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -201,9 +201,26 @@ impl Files {
         let mut f = File::create(&tmp).map_err(io)?;
         f.write_all(manifest.as_bytes()).map_err(io)?;
         f.sync_all().map_err(io)?;
+        // The files' names (their renames) on disk before the manifest names them: a crash must
+        // not leave a manifest naming files that are not there.
+        sync_dir(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
         fs::rename(&tmp, &path).map_err(io)?;
+        // And the manifest's name, before the build says it is done.
+        sync_dir(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
         Ok(finished)
     }
+}
+
+/// Syncs a directory's entries to the disk: names created or renamed in it survive a crash.
+#[cfg(unix)]
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Elsewhere a directory cannot be opened to sync it: its file system orders what it writes.
+#[cfg(not(unix))]
+fn sync_dir(_: &Path) -> std::io::Result<()> {
+    Ok(())
 }
 
 impl Drop for Files {

@@ -27,7 +27,6 @@ from fastfeed.gsa.writer import FeedOptions, FeedType
 from fastfeed.progress import Progress, human_bytes, plural
 from fastfeed.sets.build import OnError
 from fastfeed.sets.writer import DEFAULT_MAX_BYTES, HARD_MAX_BYTES, WriterOptions
-from fastfeed.thunderstone.build import build_thunderstone
 
 if TYPE_CHECKING:
     from fastfeed.gsa.validate import Problem
@@ -76,7 +75,9 @@ without a manifest).
 """
 
 
-@command("build", help=BUILD_HELP, short_help="build feed files from records")
+# What a build leaves when it returns is on disk, its threads ended: its process need not be
+# torn down (see `Command.quick_exit`).
+@command("build", help=BUILD_HELP, short_help="build feed files from records", quick_exit=True)
 @paths_argument("inputs", "INPUT", RECORDS)
 @option("--out", required=True, metavar="DIR", help="new or empty output directory")
 @record_options()
@@ -111,6 +112,8 @@ def build_command(
     progress = Progress()
     try:
         if format_ == "thunderstone":
+            from fastfeed.thunderstone.build import build_thunderstone
+
             assert profile is not None
             # Thunderstone data is not compressed, nor has it ACLs.
             for gsa_only in FeedOptions.__optional_keys__ - WriterOptions.__optional_keys__:

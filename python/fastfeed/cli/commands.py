@@ -4,9 +4,7 @@ become messages and exit statuses."""
 
 from __future__ import annotations
 
-import difflib
 import os
-import shlex
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -73,17 +71,29 @@ def _failed(command: str, exc: FastfeedError, as_json: bool) -> int:
     return failed(command, describe(exc), as_json)
 
 
+#: Set in the context's `meta` by a command with `quick_exit` once it has returned.
+QUICK_EXIT = "fastfeed.quick_exit"
+
+
 class Command(click.Command):
     """A fastfeed command: takes --config and FASTFEED_* settings (see `settings`), and turns
     the errors of its work into a message on stderr and an exit status: a `FastfeedError` as
     `errors` reports it (default: `failed`, status 1; the commands that push give `stopped`),
-    an `OSError` as `failed`."""
+    an `OSError` as `failed`.
 
-    def __init__(self, *args: Any, errors: Report = _failed, **kwargs: Any) -> None:
+    `quick_exit`: once the command has returned, the `fastfeed` program ends at once, without
+    the interpreter's teardown (see `cli.run`); only for a command that leaves nothing to
+    finish when it returns: no thread running, no file open, nothing buffered but stdout and
+    stderr."""
+
+    def __init__(
+        self, *args: Any, errors: Report = _failed, quick_exit: bool = False, **kwargs: Any
+    ) -> None:
         kwargs.setdefault("context_settings", CONTEXT)
         super().__init__(*args, **kwargs)
         self.params.append(settings.config_option())
         self.errors = errors
+        self.quick_exit = quick_exit
 
     def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         if self.help:
@@ -116,7 +126,9 @@ class Command(click.Command):
         command = " ".join(ctx.command_path.split()[1:])
         as_json = bool(ctx.params.get("as_json"))
         try:
-            return super().invoke(ctx)
+            status = super().invoke(ctx)
+            ctx.meta[QUICK_EXIT] = self.quick_exit
+            return status
         except FastfeedError as exc:
             return self.errors(command, exc, as_json)
         except OSError as exc:
@@ -153,6 +165,8 @@ class Group(click.Group):
         """As click resolves it; a mistyped command is told the one it is closest to."""
         name = args[0] if args else ""
         if name and self.get_command(ctx, name) is None and not ctx.resilient_parsing:
+            import difflib  # here: only a mistyped command needs it
+
             close = difflib.get_close_matches(name, self.list_commands(ctx), n=1)
             if close:
                 ctx.fail(f"No such command {name!r}. Did you mean {close[0]!r}?")
@@ -193,6 +207,8 @@ def _accepted(paths: list[str | os.PathLike[str]], target: str) -> tuple[int, in
 def _command_line(ctx: click.Context, rename: dict[str, str] | None = None) -> tuple[str, str]:
     """The command line again, to copy: the command word renamed as `rename` says, and secrets
     (passwords) left out, since the line is printed; returns it with a note on what was left."""
+    import shlex  # here: only an interrupted command prints its line again
+
     argv: list[str] = list(ctx.find_root().obj or [])
     word = ctx.command_path.split()[-1]
     if rename and word in rename and word in argv:

@@ -1,26 +1,21 @@
 """Reading a build's inputs: JSON Lines files through a guarded memory mapping, streams in
-newline-aligned chunks, directories of documents as batches of records; and running such a
-reader one item ahead on a thread of its own. The build pipeline (`build`) and a sync's
-snapshot (`snapshot`) read through here.
+newline-aligned chunks, directories of documents as batches of records. The build pipeline
+(`build`) and a sync's snapshot (`snapshot`) read through here.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
-import queue
 import stat
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TypeVar, cast
+from typing import IO
 
 from fastfeed import _core
 from fastfeed.errors import InputError
 from fastfeed.sets.writer import HARD_MAX_BYTES
-
-T = TypeVar("T")
 
 #: JSON Lines go to the core in chunks of about this size.
 CHUNK_BYTES = 4 * 1024 * 1024
@@ -186,50 +181,3 @@ def _identity(path: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return status.st_dev, status.st_ino
-
-
-@dataclass(frozen=True)
-class _Failed:
-    """What stopped an iterator running ahead, to raise where it is consumed."""
-
-    error: BaseException
-
-
-_DONE = object()
-
-
-def ahead(items: Iterator[T]) -> Iterator[T]:
-    """Runs `items` on a thread of its own, one item ahead: reading the next item (a table's
-    batch) then overlaps the encoding of the last one, which runs without the GIL, instead of
-    leaving the encoding threads idle."""
-    handoff: queue.Queue[object] = queue.Queue(maxsize=1)
-    stop = threading.Event()
-
-    def put(item: object) -> bool:
-        while not stop.is_set():
-            try:
-                handoff.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for item in items:
-                if not put(item):
-                    return
-            put(_DONE)
-        except BaseException as exc:  # raised again in the consuming thread
-            put(_Failed(exc))
-
-    thread = threading.Thread(target=produce, name="fastfeed-walk", daemon=True)
-    thread.start()
-    try:
-        while (item := handoff.get()) is not _DONE:
-            if isinstance(item, _Failed):
-                raise item.error
-            yield cast(T, item)
-    finally:
-        stop.set()
-        thread.join()

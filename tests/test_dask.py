@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import pydoc
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -37,6 +38,7 @@ from fastfeed.errors import PushError
 from fastfeed.gsa.partitions import PartitionedOptions
 from fastfeed.gsa.push import push
 from fastfeed.sets.partitions import STAGING
+from fastfeed.sets.writer import DEFAULT_MAX_BYTES
 from feeds import decode_set
 
 Settings = Callable[..., PushSettings]
@@ -399,6 +401,21 @@ def test_help_shows_each_option_with_what_it_does() -> None:
     assert build.__doc__ is not None
     assert "    on_error: 'stop' (default): the first refused record fails the job" in build.__doc__
     assert "    max_bytes: cap on each file, in bytes" in build.__doc__
+
+
+def test_help_shows_the_default_each_option_left_out_takes(
+    sync_scheduler: None, tmp_path: Path
+) -> None:
+    signature = inspect.signature(build)
+    call = signature.bind(dask.bag.from_sequence(records(3)), tmp_path / "feeds", "docs", "full")
+    call.apply_defaults()  # as a wrapper forwarding every parameter does
+    assert call.kwargs["workers"] == 1  # each partition's writer: the workers are the parallelism
+
+    assert build(*call.args, **call.kwargs).records == 3
+    help_text = pydoc.render_doc(build, renderer=pydoc.plaintext)
+    assert "allow_empty_full: bool = False" in help_text
+    assert f"max_bytes: int = {DEFAULT_MAX_BYTES}" in help_text
+    assert "on_error: Literal['stop', 'skip'] = 'stop'" in help_text
 
 
 def test_settings_are_checked_before_any_partition_is_sent(

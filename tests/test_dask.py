@@ -3,6 +3,7 @@ pushed to the emulator over HTTPS; the partition writer and merge behind it."""
 
 from __future__ import annotations
 
+import errno
 import inspect
 import json
 import os
@@ -18,6 +19,7 @@ import dask
 import dask.bag
 import dask.dataframe
 import distributed
+import fastfeed.sets.partitions
 import pandas
 import polars
 import pyarrow
@@ -37,6 +39,7 @@ from fastfeed.emulator import Emulator
 from fastfeed.errors import PushError
 from fastfeed.gsa.partitions import PartitionedOptions
 from fastfeed.gsa.push import push
+from fastfeed.sets.manifest import MANIFEST
 from fastfeed.sets.partitions import STAGING
 from fastfeed.sets.writer import DEFAULT_MAX_BYTES
 from feeds import decode_set
@@ -389,6 +392,40 @@ def test_a_frame_whose_graph_cannot_be_made_leaves_the_output_directory_as_it_wa
     with pytest.raises(InputError):
         build(frame.assign(url="not a url"), absent, "docs")
     assert not (tmp_path / "new").exists()
+
+
+def test_a_merge_that_fails_leaves_the_output_directory_as_it_was(
+    sync_scheduler: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = records(6)
+    rows[1]["content"] = os.urandom(20_000).hex()  # over the cap: a warning
+    rows[4]["url"] = "not a url"  # refused: OUT/rejected.jsonl
+    bag = dask.bag.from_sequence(rows, npartitions=2)
+    absent, empty = tmp_path / "new" / "feeds", tmp_path / "empty"
+    empty.mkdir()
+
+    def refuse(warning: str) -> None:
+        raise RuntimeError(f"stop on {warning[:20]}")
+
+    def disk_full(directory: Path, entries: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    for out in (absent, empty):
+        with pytest.raises(RuntimeError, match="stop on"):
+            build(bag, out, "docs", max_bytes=10_000, on_error="skip", on_warning=refuse)
+        with monkeypatch.context() as patch:
+            patch.setattr(fastfeed.sets.partitions, "_write_manifest", disk_full)
+            with pytest.raises(OSError, match="No space left"):
+                build(bag, out, "docs", max_bytes=10_000, on_error="skip", on_warning=print)
+    assert not (tmp_path / "new").exists()
+    assert os.listdir(empty) == []
+    # So the same build runs again into it.
+    for out in (absent, empty):
+        summary = build(bag, out, "docs", max_bytes=10_000, on_error="skip", on_warning=print)
+        assert (summary.records, summary.rejected, summary.warnings) == (5, 1, 1)
+        assert sorted(os.listdir(out)) == sorted(
+            [MANIFEST, "rejected.jsonl", "rejected.log", *(e.file for e in summary.manifest)]
+        )
 
 
 def test_help_shows_each_option_with_what_it_does() -> None:

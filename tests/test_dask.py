@@ -3,9 +3,11 @@ pushed to the emulator over HTTPS; the partition writer and merge behind it."""
 
 from __future__ import annotations
 
+import errno
 import inspect
 import json
 import os
+import pydoc
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -17,6 +19,7 @@ import dask
 import dask.bag
 import dask.dataframe
 import distributed
+import fastfeed.sets.partitions
 import pandas
 import polars
 import pyarrow
@@ -36,7 +39,9 @@ from fastfeed.emulator import Emulator
 from fastfeed.errors import PushError
 from fastfeed.gsa.partitions import PartitionedOptions
 from fastfeed.gsa.push import push
+from fastfeed.sets.manifest import MANIFEST
 from fastfeed.sets.partitions import STAGING
+from fastfeed.sets.writer import DEFAULT_MAX_BYTES
 from feeds import decode_set
 
 Settings = Callable[..., PushSettings]
@@ -389,6 +394,40 @@ def test_a_frame_whose_graph_cannot_be_made_leaves_the_output_directory_as_it_wa
     assert not (tmp_path / "new").exists()
 
 
+def test_a_merge_that_fails_leaves_the_output_directory_as_it_was(
+    sync_scheduler: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = records(6)
+    rows[1]["content"] = os.urandom(20_000).hex()  # over the cap: a warning
+    rows[4]["url"] = "not a url"  # refused: OUT/rejected.jsonl
+    bag = dask.bag.from_sequence(rows, npartitions=2)
+    absent, empty = tmp_path / "new" / "feeds", tmp_path / "empty"
+    empty.mkdir()
+
+    def refuse(warning: str) -> None:
+        raise RuntimeError(f"stop on {warning[:20]}")
+
+    def disk_full(directory: Path, entries: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    for out in (absent, empty):
+        with pytest.raises(RuntimeError, match="stop on"):
+            build(bag, out, "docs", max_bytes=10_000, on_error="skip", on_warning=refuse)
+        with monkeypatch.context() as patch:
+            patch.setattr(fastfeed.sets.partitions, "_write_manifest", disk_full)
+            with pytest.raises(OSError, match="No space left"):
+                build(bag, out, "docs", max_bytes=10_000, on_error="skip", on_warning=print)
+    assert not (tmp_path / "new").exists()
+    assert os.listdir(empty) == []
+    # So the same build runs again into it.
+    for out in (absent, empty):
+        summary = build(bag, out, "docs", max_bytes=10_000, on_error="skip", on_warning=print)
+        assert (summary.records, summary.rejected, summary.warnings) == (5, 1, 1)
+        assert sorted(os.listdir(out)) == sorted(
+            [MANIFEST, "rejected.jsonl", "rejected.log", *(e.file for e in summary.manifest)]
+        )
+
+
 def test_help_shows_each_option_with_what_it_does() -> None:
     signature = inspect.signature(build)
     options = [p for p in signature.parameters.values() if p.kind == p.KEYWORD_ONLY]
@@ -399,6 +438,21 @@ def test_help_shows_each_option_with_what_it_does() -> None:
     assert build.__doc__ is not None
     assert "    on_error: 'stop' (default): the first refused record fails the job" in build.__doc__
     assert "    max_bytes: cap on each file, in bytes" in build.__doc__
+
+
+def test_help_shows_the_default_each_option_left_out_takes(
+    sync_scheduler: None, tmp_path: Path
+) -> None:
+    signature = inspect.signature(build)
+    call = signature.bind(dask.bag.from_sequence(records(3)), tmp_path / "feeds", "docs", "full")
+    call.apply_defaults()  # as a wrapper forwarding every parameter does
+    assert call.kwargs["workers"] == 1  # each partition's writer: the workers are the parallelism
+
+    assert build(*call.args, **call.kwargs).records == 3
+    help_text = pydoc.render_doc(build, renderer=pydoc.plaintext)
+    assert "allow_empty_full: bool = False" in help_text
+    assert f"max_bytes: int = {DEFAULT_MAX_BYTES}" in help_text
+    assert "on_error: Literal['stop', 'skip'] = 'stop'" in help_text
 
 
 def test_settings_are_checked_before_any_partition_is_sent(

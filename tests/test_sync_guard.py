@@ -5,17 +5,22 @@ state, and abandoning a set that fails every time."""
 from __future__ import annotations
 
 import json
+import sqlite3
+import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import fastfeed.sets.state
+import orjson
 import pytest
-from fastfeed import FastfeedError, PushError, PushSettings, sync
+from fastfeed import FastfeedError, PushError, PushSettings, StateError, sync
 from fastfeed.cli import main
 from fastfeed.emulator import Emulator, Fault
 from fastfeed.sets.state import SyncState
 from fastfeed.sets.sync import locked
-from test_sync import doc, expected, index, received, write
+from test_sync import _CLI, doc, expected, index, received, write
 
 Settings = Callable[..., PushSettings]
 
@@ -101,6 +106,87 @@ def test_forget_all_takes_your_word_and_waits_for_a_running_sync(
 
     again = sync([src], state, "docs", push_settings(emulator), out_dir=tmp_path / "s2")
     assert (again.diff.new, again.diff.unchanged, again.diff.held) == (3, 0, 0)
+
+
+def test_forgotten_urls_leave_no_trace_in_the_state_file(
+    emulator: Emulator, push_settings: Settings, tmp_path: Path
+) -> None:
+    state = tmp_path / "docs.state"
+    records = [doc(n, url=f"http://docs.example.com/{n}.html") for n in range(3000)]
+    sync([write(tmp_path / "a.jsonl", records)], state, "docs", push_settings(emulator),
+         out_dir=tmp_path / "s1")  # fmt: skip
+
+    def held(n: int) -> int:
+        """How many times the state's file holds the URL of record n."""
+        return state.read_bytes().count(records[n]["url"].encode())
+
+    forgotten = [17, 1500, 2999]
+    argv = ["state", "forget", str(state)]
+    assert main([*argv, *(a for n in forgotten for a in ("--url", records[n]["url"]))]) == 0
+    assert [held(n) for n in forgotten] == [0, 0, 0]
+    assert held(18) == 1
+    assert main([*argv, "--all", "--yes"]) == 0
+    assert b"docs.example.com" not in state.read_bytes()
+    assert sorted(p.name for p in tmp_path.glob("docs.state*")) == ["docs.state", "docs.state.lock"]
+
+
+def _write_locked(state: Path) -> None:
+    """Waits until a sync holds the write lock of `state` (a first sync, from its read)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if state.exists():
+            probe = sqlite3.connect(state, timeout=0, isolation_level=None)
+            made = None
+            try:
+                made = probe.execute("SELECT 1 FROM meta WHERE key = 'schema'").fetchone()
+                probe.execute("BEGIN IMMEDIATE")  # fails while the sync holds the lock
+                probe.execute("ROLLBACK")
+            except sqlite3.OperationalError:
+                if made:  # the state made, then the lock taken again: the read
+                    return
+            finally:
+                probe.close()
+        time.sleep(0.05)
+    raise AssertionError(f"no sync took {state}")
+
+
+def test_the_state_answers_while_a_first_sync_reads_and_changes_to_it_wait(
+    emulator: Emulator,
+    tls: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    state = tmp_path / "docs.state"
+    argv = [*_argv(emulator, tls, "-", state), "--out", str(tmp_path / "s1")]
+    child = subprocess.Popen([*_CLI, *argv], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert child.stdin is not None
+    try:
+        # A first sync, held at its read of a slow input: its write lock held all the while.
+        child.stdin.write(b"".join(orjson.dumps(doc(n)) + b"\n" for n in range(50)))
+        child.stdin.flush()
+        _write_locked(state)
+
+        started = time.monotonic()
+        assert main(["state", "show", str(state), "--json"]) == 0
+        shown = json.loads(capsys.readouterr().out)
+        assert (shown["documents"], shown["pending_set"]) == (0, None)  # what it held before
+        assert main(["state", "export", str(state)]) == 0
+        assert capsys.readouterr().out == ""
+        assert time.monotonic() - started < 3  # not after SQLite's wait for the lock
+        for change in (["forget", str(state), "--all", "--yes"], ["abandon", str(state)]):
+            assert main(["state", *change]) == 1
+            assert f"another sync is using {state}; wait for it to end" in capsys.readouterr().err
+        # Any write to the state waits for it, then says so (not SQLite's "database is locked").
+        monkeypatch.setattr(fastfeed.sets.state, "WAIT", 0.1)
+        with SyncState(state, None) as st, pytest.raises(StateError) as busy:
+            st.forget(["http://docs.example.com/1"])
+        assert str(busy.value) == f"another sync is using {state}; wait for it to end"
+    finally:
+        _, err = child.communicate(timeout=60)  # the end of its input
+    assert child.returncode == 0, err.decode()
+    assert main(["state", "show", str(state), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["documents"] == 50
 
 
 def test_abandoning_a_set_that_fails_every_time_lets_the_next_sync_go_on(

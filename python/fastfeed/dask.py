@@ -15,7 +15,12 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Unpack
 
 from fastfeed.errors import FastfeedError
-from fastfeed.gsa.partitions import PartitionedBuild, PartitionedOptions, build_partitioned
+from fastfeed.gsa.partitions import (
+    PARTITION_DEFAULTS,
+    PartitionedBuild,
+    PartitionedOptions,
+    build_partitioned,
+)
 from fastfeed.gsa.writer import FeedType
 from fastfeed.sets.build import BuildSummary
 from fastfeed.sets.partitions import BATCH, Partition
@@ -25,7 +30,7 @@ from fastfeed.sets.writer import show_options
 __all__ = ["build"]
 
 
-@show_options(PartitionedOptions)
+@show_options(PartitionedOptions, build_partitioned, PARTITION_DEFAULTS)
 def build(
     collection: Any,
     out_dir: str | os.PathLike[str],

@@ -16,7 +16,12 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Unpack
 
 from fastfeed.errors import FastfeedError
-from fastfeed.gsa.partitions import PartitionedBuild, PartitionedOptions, build_partitioned
+from fastfeed.gsa.partitions import (
+    PARTITION_DEFAULTS,
+    PartitionedBuild,
+    PartitionedOptions,
+    build_partitioned,
+)
 from fastfeed.gsa.writer import FeedType
 from fastfeed.sets.build import BuildSummary
 from fastfeed.sets.partitions import Partition
@@ -29,7 +34,7 @@ __all__ = ["build"]
 _RESULT = "partition"
 
 
-@show_options(PartitionedOptions)
+@show_options(PartitionedOptions, build_partitioned, PARTITION_DEFAULTS)
 def build(
     data: Any,
     out_dir: str | os.PathLike[str],

@@ -137,7 +137,7 @@ def forget_command(path: str, url: tuple[str, ...], forget_all: bool, yes: bool)
             "--all forgets every URL: the next sync sends the whole snapshot again, and deletes "
             "nothing that vanished meanwhile; add --yes if that is what you want"
         )
-    with SyncState(path, None) as st, locked(path):
+    with locked(path), SyncState(path, None) as st:
         forgotten = st.forget(None if forget_all else url)
     given = "every URL" if forget_all else f"{forgotten:,} of {len(url):,} URLs"
     print(f"fastfeed state: forgot {given}; the next sync sends them again", file=sys.stderr)
@@ -155,7 +155,7 @@ def forget_command(path: str, url: tuple[str, ...], forget_all: bool, yes: bool)
 )
 @STATE_FILE
 def abandon_command(path: str) -> int:
-    with SyncState(path, None) as st, locked(path):
+    with locked(path), SyncState(path, None) as st:
         pending, left = st.pending_set, st.pending_count()
         st.clear_pending()
     if pending is None:

@@ -27,6 +27,11 @@ _HEAD = 64 * 1024
 _BLOCK = 1 << 20
 
 
+#: The options a partition's writer takes otherwise than a `FeedWriter`: it encodes on one
+#: thread, the scheduler's workers being the parallelism.
+PARTITION_DEFAULTS: FeedOptions = {"workers": 1}
+
+
 class PartitionedOptions(FeedOptions, total=False):
     """`FeedOptions` and how a set built in partitions ends, taken by keyword by the builds
     on a scheduler (`fastfeed.dask.build`, `fastfeed.spark.build`); see `PartitionedBuild`."""
@@ -83,7 +88,7 @@ class PartitionedBuild:
         self.feedtype = feedtype
         self.allow_empty_full = allow_empty_full
         self.on_error = on_error
-        self.options: FeedOptions = {"workers": 1, **options}
+        self.options: FeedOptions = {**PARTITION_DEFAULTS, **options}
         #: The outermost directory `start` made for `out_dir`, to remove after a failed job.
         self._made: str | None = None
 

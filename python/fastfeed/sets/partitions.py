@@ -221,19 +221,29 @@ def merge_partitions(
     if files and feedtype == "full" and files[0][1].feedtype != "full":
         first, entry = files[0]
         files[0] = (first, retype(staging / first.directory, entry, "full"))
-    manifest = []
-    for seq, (part, entry) in enumerate(files, 1):
-        name = _numbered(entry.file, seq)
-        os.rename(staging / part.directory / entry.file, out / name)
-        manifest.append(ManifestEntry(**{**entry.to_dict(), "file": name}))  # type: ignore[arg-type]
-    rejected_file = _merge_rejected(out, [staging / p.directory for p in parts])
     warnings = [w for p in parts for w in p.warnings]
+    # Told before anything moves into OUT: a callback that raises leaves nothing to take back.
     for warning in warnings:
         if on_warning is None:
             print(f"warning: {warning}", file=sys.stderr)
         else:
             on_warning(warning)
-    _write_manifest(out, manifest)
+    manifest = []
+    # What the merge puts into OUT, removed if it fails (the partitions go with the job): OUT
+    # as it was, not files without a manifest that a rerun would refuse as not empty.
+    moved = [out / REJECTED, out / REJECTED_LOG, out / f"{MANIFEST}.tmp"]
+    try:
+        for seq, (part, entry) in enumerate(files, 1):
+            name = _numbered(entry.file, seq)
+            moved.append(out / name)
+            os.rename(staging / part.directory / entry.file, out / name)
+            manifest.append(ManifestEntry(**{**entry.to_dict(), "file": name}))  # type: ignore[arg-type]
+        rejected_file = _merge_rejected(out, [staging / p.directory for p in parts])
+        _write_manifest(out, manifest)
+    except BaseException:
+        for path in moved:
+            path.unlink(missing_ok=True)
+        raise
     discard_partitions(out)
     return BuildSummary(
         out_dir=str(out),

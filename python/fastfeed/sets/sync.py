@@ -50,7 +50,7 @@ from fastfeed.sets.guard import AllowDeletes, check_deletes
 from fastfeed.sets.journal import Journal
 from fastfeed.sets.manifest import MANIFEST, ManifestEntry, read_manifest
 from fastfeed.sets.snapshot import Snapshot
-from fastfeed.sets.state import BATCH, FINGERPRINT_VERSION, Diff, SyncState
+from fastfeed.sets.state import BATCH, FINGERPRINT_VERSION, Diff, SyncState, in_use
 from fastfeed.sets.writer import FeedWarning, SetWriter
 
 
@@ -387,7 +387,7 @@ def locked(state: str | os.PathLike[str]) -> Iterator[None]:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise SettingsError(f"another sync is using {state}; wait for it to end") from None
+            raise SettingsError(in_use(state)) from None
         yield
 
 

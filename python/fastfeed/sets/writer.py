@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 import os
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Annotated, Protocol, Self, TypedDict, TypeVar, get_args, get_type_hints
 
 from fastfeed import _core
@@ -17,6 +17,13 @@ from fastfeed.sets.records import Record
 DEFAULT_MAX_BYTES: int = _core.DEFAULT_MAX_BYTES
 HARD_MAX_BYTES: int = _core.HARD_MAX_BYTES
 DEFAULT_LEVEL: int = _core.DEFAULT_LEVEL
+#: What the core takes for each writer option left out: the defaults of its signature, which
+#: apply them (`rust/bindings.rs`), but the two it names by constants, shown there as `...`.
+CORE_DEFAULTS: dict[str, object] = {
+    p.name: p.default
+    for p in inspect.signature(_core.FeedWriter).parameters.values()
+    if p.kind == p.KEYWORD_ONLY
+} | {"max_bytes": DEFAULT_MAX_BYTES, "level": DEFAULT_LEVEL}
 
 #: Called with each file's manifest entry as soon as the file is finished.
 OnFile = Callable[[ManifestEntry], None]
@@ -41,11 +48,26 @@ class WriterOptions(TypedDict, total=False):
 _Taking = TypeVar("_Taking", bound=Callable[..., object])
 
 
-def show_options(options: type) -> Callable[[_Taking], _Taking]:
+def show_options(
+    options: type, *applied_by: Callable[..., object] | Mapping[str, object]
+) -> Callable[[_Taking], _Taking]:
     """Shows the options a function takes as `**options` (a TypedDict of `Annotated[type,
     what it does]` fields, such as `WriterOptions`) in its help: each a keyword-only parameter
     of its signature in place of `**options`, what it does at the end of its docstring. Typing
-    is `Unpack[options]`'s, which checks the callers."""
+    is `Unpack[options]`'s, which checks the callers. Each option's default is that of the
+    first of `applied_by` (the functions the decorated one hands its options to, or defaults
+    they apply, as a mapping) that gives one, else the core's (`CORE_DEFAULTS`): read where
+    they are applied, they are the values a call leaving them out gets."""
+    defaults = dict(CORE_DEFAULTS)
+    for applier in reversed(applied_by):
+        if not isinstance(applier, Mapping):
+            parameters = inspect.signature(applier).parameters.values()
+            applier = {
+                p.name: p.default
+                for p in parameters
+                if p.kind == p.KEYWORD_ONLY and p.default is not p.empty
+            }
+        defaults |= applier
 
     def show(function: _Taking) -> _Taking:
         signature = inspect.signature(function, eval_str=True)
@@ -55,7 +77,7 @@ def show_options(options: type) -> Callable[[_Taking], _Taking]:
             kind, doc = get_args(hint)
             parameters.append(
                 inspect.Parameter(
-                    name, inspect.Parameter.KEYWORD_ONLY, default=_DEFAULT, annotation=kind
+                    name, inspect.Parameter.KEYWORD_ONLY, default=defaults[name], annotation=kind
                 )
             )
             lines.append(f"    {name}: {doc}")
@@ -71,16 +93,6 @@ def show_options(options: type) -> Callable[[_Taking], _Taking]:
         return function
 
     return show
-
-
-class _Default:
-    """An option's default in a signature `show_options` made: its documentation gives it."""
-
-    def __repr__(self) -> str:
-        return "<default>"
-
-
-_DEFAULT = _Default()
 
 
 class ArrowStream(Protocol):

@@ -344,8 +344,11 @@ fn listed<'f>(
     unsafe { &*(std::ptr::from_ref(&found[..n]) as *const [u16]) }
 }
 
-/// Appends `src[..real]` to `out` with the bytes at the positions `found` escaped by `codes`
-/// (see `escape_segment` for `src`, `bytes` and `base`).
+/// Appends `src[start..real]` to `out` with the bytes at the positions `found` escaped by
+/// `codes` (see `escape_segment` for `src`, `bytes` and `base`; `start` skips the end of a
+/// character a section before wrote, see `content_segment`).
+// Inlined into its two callers, where the arguments are locals: a struct would only name them.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn write_escaped(
     out: &mut Vec<u8>,

@@ -703,7 +703,12 @@ pub(crate) fn read_ahead(
             plan.next += 1;
             plan.opening += 1;
             drop(plan);
+            let opening = Opening {
+                state: &state,
+                done_one: &done_one,
+            };
             let done = one(paths[i]);
+            drop(opening);
             plan = state.lock().unwrap_or_else(|e| e.into_inner());
             plan.opening -= 1;
             let fits = plan.left.as_mut().is_none_or(|left| left.take(done.0));
@@ -723,6 +728,25 @@ pub(crate) fn read_ahead(
         claim();
     });
     opened.into_iter().map_while(OnceLock::into_inner).collect()
+}
+
+/// A file a `read_ahead` thread is opening: if opening it panics, the file is no longer being
+/// opened and the others stop, rather than wait for it forever (the panic then reaches the
+/// planner, which plans without reading ahead).
+struct Opening<'a> {
+    state: &'a Mutex<Ahead>,
+    done_one: &'a Condvar,
+}
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let mut plan = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            plan.opening -= 1;
+            plan.stopped = true;
+            self.done_one.notify_all();
+        }
+    }
 }
 
 /// What the threads of a `read_ahead` share: what the files taken leave of the budget, the

@@ -198,23 +198,48 @@ impl Files {
         let path = self.dir.join(MANIFEST);
         let tmp = self.dir.join(format!("{MANIFEST}.tmp"));
         let io = |e| Error::io(&path, e);
-        let mut f = File::create(&tmp).map_err(io)?;
-        f.write_all(manifest.as_bytes()).map_err(io)?;
-        f.sync_all().map_err(io)?;
-        // The files' names (their renames) on disk before the manifest names them: a crash must
-        // not leave a manifest naming files that are not there.
-        sync_dir(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
-        fs::rename(&tmp, &path).map_err(io)?;
-        // And the manifest's name, before the build says it is done.
-        sync_dir(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
+        let dir_io = |e| Error::io(&self.dir, e);
+        let publish = || {
+            let mut f = File::create(&tmp).map_err(io)?;
+            f.write_all(manifest.as_bytes()).map_err(io)?;
+            f.sync_all().map_err(io)?;
+            // The files' names (their renames) on disk before the manifest names them: a crash
+            // must not leave a manifest naming files that are not there.
+            sync_dir(&self.dir).map_err(dir_io)?;
+            fs::rename(&tmp, &path).map_err(io)?;
+            // And the manifest's name, before the build says it is done; if it cannot be made
+            // to last, no manifest is left, as the error says.
+            sync_dir(&self.dir).map_err(|e| {
+                let _ = fs::remove_file(&path);
+                dir_io(e)
+            })
+        };
+        if let Err(e) = publish() {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
         Ok(finished)
     }
 }
 
 /// Syncs a directory's entries to the disk: names created or renamed in it survive a crash.
+/// A file system that cannot sync a directory (EINVAL or ENOTSUP: some network and shared-folder
+/// ones) orders its names itself, as PostgreSQL assumes; other errors (EIO) are errors.
 #[cfg(unix)]
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
+    match File::open(dir)?.sync_all() {
+        Err(e) if cannot_sync_dirs(&e) => Ok(()),
+        done => done,
+    }
+}
+
+#[cfg(unix)]
+fn cannot_sync_dirs(e: &std::io::Error) -> bool {
+    // EINVAL and ENOTSUP, as std names them.
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::InvalidInput | std::io::ErrorKind::Unsupported
+    )
 }
 
 /// Elsewhere a directory cannot be opened to sync it: its file system orders what it writes.
@@ -462,5 +487,17 @@ mod tests {
         // A timeout, so that a caller left waiting fails the test rather than hangs it.
         let admitted = admitted.recv_timeout(Duration::from_secs(10));
         assert_eq!(admitted, Ok(()), "the waiting caller was released");
+    }
+
+    /// A set is published on a file system that cannot sync a directory (review: every build
+    /// into one failed, `Invalid argument`), and not on a disk that fails to.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn only_a_failing_disk_stops_a_directory_sync() {
+        let error = std::io::Error::from_raw_os_error;
+        assert!(cannot_sync_dirs(&error(libc::EINVAL)));
+        assert!(cannot_sync_dirs(&error(libc::ENOTSUP)));
+        assert!(!cannot_sync_dirs(&error(libc::EIO)));
+        assert!(!cannot_sync_dirs(&error(libc::ENOSPC)));
     }
 }

@@ -454,7 +454,14 @@ pub(super) fn start_chunk(
                     |paths: &[&std::path::Path]| crate::record::read_ahead(paths, Some(left));
                 jsonl::cut_within(bytes, lines.clone(), pieces, open, Some(&mut budget))
             }))
-            .unwrap_or_else(|_| (vec![by_bytes(lines.clone())], lines.end));
+            // A plan that panicked (no thread to read ahead on) takes the wave's first line
+            // alone, not the whole wave past the budget: the rest waits for a round whose plan
+            // may succeed.
+            .unwrap_or_else(|_| {
+                let one = memchr::memchr(b'\n', &bytes[lines.clone()])
+                    .map_or(lines.end, |k| lines.start + k + 1);
+                (vec![by_bytes(lines.start..one)], one)
+            });
             let first_piece = plan_results.expect(planned.len());
             spawn_pieces(
                 &plan_pool,

@@ -48,10 +48,9 @@ def build(
     into `out_dir`, and returns what was written, counters summed.
 
     The options, the set and its guarantees (a failed job leaves `out_dir` as it was) are
-    `fastfeed.dask.build`'s; a partition Spark
-    runs again (a failed or speculative attempt) is pushed once. With `on_error="stop"` a
-    refused record fails the job as any error of a task does: Spark raises its
-    `PythonException`, which names the record.
+    `fastfeed.dask.build`'s; a partition Spark runs again (a failed or speculative attempt) is
+    pushed once. With `on_error="stop"` a refused record fails the job as any error of a task
+    does: Spark raises its `PythonException`, which names the record.
     """
     dataframe, rdd = _import_pyspark()
     plan: Callable[[PartitionedBuild], Callable[[], list[Partition]]]

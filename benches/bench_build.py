@@ -329,7 +329,7 @@ def test_memory_flat_on_a_2_gb_corpus(tmp_path: Path) -> None:
     command += ["--datasource", "big", "--out", str(tmp_path / "o")]
     peak_mb = run_measuring_peak(command) / 1e6
     print(f"\nbuilding {src.stat().st_size / 1e9:.1f} GB of JSON Lines: peak RSS {peak_mb:.0f} MB")
-    assert peak_mb < 150
+    assert peak_mb < 128  # issue 14: every build benchmark
 
 
 def test_memory_flat_when_most_records_are_refused(tmp_path: Path) -> None:

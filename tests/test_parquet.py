@@ -190,7 +190,9 @@ def test_a_dataset_directory_builds_the_same_feed_as_its_rows_in_one_file(
     assert files(tmp_path / "ds") == files(tmp_path / "one")
 
 
-@pytest.mark.parametrize("problem", ["stray file", "partition", "empty", "still written"])
+@pytest.mark.parametrize(
+    "problem", ["stray file", "partition", "empty", "still written", "Delta Lake table"]
+)
 def test_a_dataset_directory_that_cannot_be_read_whole_stops_the_build_naming_why(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], problem: str
 ) -> None:
@@ -209,9 +211,12 @@ def test_a_dataset_directory_that_cannot_be_read_whole_stops_the_build_naming_wh
         for part in directory.glob("part-*"):
             part.unlink()
         named, why = directory, "is an empty dataset"
-    else:
+    elif problem == "still written":
         (directory / "_temporary").mkdir()
-        named, why = directory, "is still being written, or its job failed"
+        named, why = directory, "holds _temporary: it is still being written"
+    else:
+        (directory / "_delta_log").mkdir()
+        named, why = directory, "holds _delta_log: it is a Delta Lake table"
     assert build(str(directory), "--out", str(tmp_path / "out")) == 1
     assert f"{named} {why}" in capsys.readouterr().err
     assert not (tmp_path / "out" / "manifest.jsonl").exists()

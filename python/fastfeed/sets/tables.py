@@ -22,6 +22,15 @@ def is_table(name: str) -> bool:
 
 #: Files only a dataset's writer leaves in a directory.
 DATASET_MARKS = ("_SUCCESS", "_metadata", "_common_metadata")
+#: Bookkeeping that says the directory's files are not all rows of the dataset, and why.
+NOT_ALL_ROWS = {
+    "_temporary": "it is still being written, or its job failed (Spark and Hadoop move the "
+    "files out of _temporary when done): build from it once written",
+    "_delta_log": "it is a Delta Lake table, whose log says which of its files hold its rows "
+    "now (the others are older versions): export the table as plain Parquet files",
+    ".hoodie": "it is an Apache Hudi table, whose timeline says which of its files hold its rows "
+    "now: export the table as plain Parquet files",
+}
 
 
 def dataset_files(directory: str) -> list[str] | None:
@@ -30,21 +39,17 @@ def dataset_files(directory: str) -> list[str] | None:
     them gives them; None when `directory` is not named like a table and nothing in it looks
     like a dataset (a tree of documents). Bookkeeping left beside the files (names starting
     with `_` or `.`: `_SUCCESS`, `_metadata`, `.part-0.crc`) is no data and left out; anything
-    else is refused, naming it, rather than left out in silence: a stray file, a dataset still
-    being written (`_temporary`), a subdirectory (a partition, `year=2024/`, whose value is in
-    the directory's name, not in its files' rows), and a dataset with no file."""
+    else is refused, naming it, rather than left out in silence: a stray file, a subdirectory
+    (a partition, `year=2024/`, whose value is in the directory's name, not in its files'
+    rows), a dataset with no file, and one whose files are not all its rows (`NOT_ALL_ROWS`)."""
     found: list[str] = []
     other: list[str] = []
     subdirectories: list[str] = []
     marked = False  # a pipeline's marks of a dataset: its `_SUCCESS`, Parquet's summaries
     with os.scandir(directory) as entries:
         for entry in entries:
-            if entry.name == "_temporary" and entry.is_dir():
-                raise FastfeedError(
-                    f"{directory} is still being written, or its job failed ({entry.path} is "
-                    "there: Spark and Hadoop move the files out of it when done): build from "
-                    "it once written"
-                )
+            if entry.name in NOT_ALL_ROWS:
+                raise FastfeedError(f"{directory} holds {entry.name}: {NOT_ALL_ROWS[entry.name]}")
             if entry.name.startswith(("_", ".")):
                 marked = marked or entry.name in DATASET_MARKS
                 continue

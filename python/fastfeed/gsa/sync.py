@@ -37,8 +37,9 @@ def sync(
     **options: Unpack[FeedOptions],
 ) -> SyncSummary:
     """Makes the appliance's `datasource` equal to the snapshot `inputs` (JSON Lines files, `-`,
-    directories with `base_url`), sending only what differs from `state` (a file, made if
-    missing: one per appliance and datasource) as incremental feeds. `resend_all` sends every
+    Parquet or Arrow files or dataset directories, directories with `base_url`), sending only
+    what differs from `state` (a file, made if missing: one per appliance and datasource) as
+    incremental feeds. `resend_all` sends every
     record again (after an index reset); `dry_run` compares and sends nothing. Raises
     `MassDelete` before sending anything when the snapshot would delete too much (more than
     `allow_deletes`: a share of the datasource, or a number of documents; default 10%).

@@ -4,12 +4,16 @@ pushed to the emulator over HTTPS; the partition writer and merge behind it."""
 from __future__ import annotations
 
 import errno
+import glob
 import inspect
 import json
 import os
 import pydoc
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -40,7 +44,7 @@ from fastfeed.errors import PushError
 from fastfeed.gsa.partitions import PartitionedOptions
 from fastfeed.gsa.push import push
 from fastfeed.sets.manifest import MANIFEST
-from fastfeed.sets.partitions import STAGING
+from fastfeed.sets.partitions import BATCH, STAGING
 from fastfeed.sets.writer import DEFAULT_MAX_BYTES
 from feeds import decode_set
 
@@ -164,6 +168,70 @@ def test_a_partition_run_again_after_its_worker_is_killed_is_pushed_once(
     assert not (tmp_path / "feeds" / STAGING).exists()
     result = push(tmp_path / "feeds", push_settings(emulator))
     assert result.ok and result.records_sent == 120
+    assert index_of(emulator) == expected(rows)
+
+
+def test_a_worker_killed_while_it_writes_a_partition_leaves_none_of_its_files_in_the_set(
+    client: distributed.Client,
+    emulator: Emulator,
+    push_settings: Settings,
+    tmp_path: Path,
+) -> None:
+    """SIGKILL from outside, once the partition's first files are written and the writer is
+    still at it: Dask runs the partition again, and the merged set holds each record once."""
+    out, started, killed = tmp_path / "feeds", tmp_path / "started", tmp_path / "killed"
+    heavy = 3
+
+    def rows_of(partition: int) -> list[dict[str, Any]]:
+        return records(5 * BATCH if partition == heavy else 20, 10 * BATCH * partition)
+
+    def made(numbers: list[int]) -> Iterator[dict[str, Any]]:
+        (partition,) = numbers
+        with started.open("a") as f:
+            f.write(f"{partition} {os.getpid()}\n")
+        # The first attempt at the heavy partition takes its time after its first batch,
+        # written meanwhile: it is killed then (or, never killed, ends after about 4 s).
+        slow = partition == heavy and not killed.exists()
+        for n, row in enumerate(rows_of(partition)):
+            if slow and n >= BATCH and n % 100 == 0:
+                time.sleep(0.05)
+            yield row  # given to the writer as made: the task is fused
+
+    written: list[int] = []  # the killed attempt's files
+    built = threading.Event()
+
+    def kill_once_written() -> None:
+        while not built.is_set():
+            files = glob.glob(f"{out / STAGING}/{heavy:06d}-*.tmp/docs-*.xml")
+            if files:
+                written.append(len(os.listdir(Path(files[0]).parent)))
+                pids = [line.split()[1] for line in started.read_text().splitlines()
+                        if line.startswith(f"{heavy} ")]  # fmt: skip
+                killed.touch()
+                os.kill(int(pids[-1]), signal.SIGKILL)
+                return
+            time.sleep(0.005)
+
+    collection = dask.bag.from_sequence(range(6), npartitions=6).map_partitions(made)
+    killer = threading.Thread(target=kill_once_written)
+    killer.start()
+    try:
+        summary = build(collection, out, "docs", "full", max_records=500)
+    finally:
+        built.set()
+        killer.join()
+
+    # Killed with part of its files written (a whole partition makes 10), one of them perhaps
+    # half-written.
+    assert written and 0 < written[0] < 5 * BATCH // 500, written
+    runs = started.read_text().split()[::2]
+    assert runs.count(str(heavy)) >= 2  # killed, then run again
+    rows = [row for partition in range(6) for row in rows_of(partition)]
+    assert summary.records == sum(e.records for e in read_manifest(out)) == len(rows)
+    assert [r.url for r in decode_set(out)] == [r["url"] for r in rows]
+    assert not (out / STAGING).exists()  # the killed attempt's files with it
+    result = push(out, push_settings(emulator))
+    assert result.ok and result.records_sent == len(rows)
     assert index_of(emulator) == expected(rows)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.feather as feather
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
@@ -152,14 +153,85 @@ def test_a_column_that_is_no_record_field_stops_the_build_naming_file_and_column
     assert "t.parquet: unknown column 'tilte'" in capsys.readouterr().err
 
 
-def test_a_parquet_dataset_directory_is_not_indexed_as_documents(
+def dataset(directory: Path, rows: list[dict[str, Any]], per_file: int) -> Path:
+    """Writes `rows` as a pipeline writes a dataset: part files of `per_file` rows, in order,
+    beside the bookkeeping Spark and pyarrow leave (a success mark, summaries, checksums)."""
+    table = pa.Table.from_pylist(rows)
+    ds.write_dataset(
+        table,
+        directory,
+        format="parquet",
+        basename_template="part-{i}.snappy.parquet",
+        max_rows_per_file=per_file,
+        max_rows_per_group=per_file,
+        use_threads=False,
+        existing_data_behavior="overwrite_or_ignore",
+    )
+    (directory / "_SUCCESS").write_bytes(b"")
+    pq.write_metadata(table.schema, directory / "_common_metadata")
+    (directory / ".part-0.snappy.parquet.crc").write_bytes(b"crc")
+    return directory
+
+
+@pytest.mark.parametrize("name", ["docs.parquet", "export"])
+def test_a_dataset_directory_builds_the_same_feed_as_its_rows_in_one_file(
+    tmp_path: Path, name: str
+) -> None:
+    """Read as the glob of its part files would be (without --base-url, any directory holding
+    table files; a directory named like a table, whatever --base-url says), bookkeeping
+    passed over."""
+    rows = corpus(250)
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "one.parquet")
+    directory = dataset(tmp_path / name, rows, per_file=100)
+    assert len(list(directory.glob("part-*.parquet"))) == 3
+    base_url = ["--base-url", "http://files.example.com/"] if name.endswith(".parquet") else []
+    assert build(str(directory), *base_url, "--out", str(tmp_path / "ds")) == 0
+    assert build(str(tmp_path / "one.parquet"), "--out", str(tmp_path / "one")) == 0
+    assert files(tmp_path / "ds") == files(tmp_path / "one")
+
+
+@pytest.mark.parametrize(
+    "problem", ["stray file", "partition", "empty", "still written", "Delta Lake table"]
+)
+def test_a_dataset_directory_that_cannot_be_read_whole_stops_the_build_naming_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], problem: str
+) -> None:
+    """Never a feed of part of a dataset: a file that is no table is not passed over, nor a
+    partition whose value is only in its directory's name."""
+    directory = dataset(tmp_path / "docs.parquet", corpus(20), per_file=10)
+    if problem == "stray file":
+        named = directory / "notes.jsonl"
+        named.write_bytes(orjson.dumps(corpus(1, start=99)[0]) + b"\n")
+        why = "is not a Parquet or Arrow file"
+    elif problem == "partition":
+        named = directory / "year=2024"
+        ds.write_dataset(pa.Table.from_pylist(corpus(5, start=50)), named, format="parquet")
+        why = "is a subdirectory of the dataset"
+    elif problem == "empty":
+        for part in directory.glob("part-*"):
+            part.unlink()
+        named, why = directory, "is an empty dataset"
+    elif problem == "still written":
+        (directory / "_temporary").mkdir()
+        named, why = directory, "holds _temporary: it is still being written"
+    else:
+        (directory / "_delta_log").mkdir()
+        named, why = directory, "holds _delta_log: it is a Delta Lake table"
+    assert build(str(directory), "--out", str(tmp_path / "out")) == 1
+    assert f"{named} {why}" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
+
+
+def test_a_directory_without_dataset_files_is_still_a_tree_of_documents(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    dataset = tmp_path / "docs.parquet"
-    pq.write_to_dataset(pa.Table.from_pylist(corpus(10)), dataset)
-    assert build(str(dataset), "--out", str(tmp_path / "out")) == 1
-    assert f"give its files, as '{dataset}/*.parquet'" in capsys.readouterr().err
-    assert build(str(dataset / "*.parquet"), "--out", str(tmp_path / "ok")) == 0
+    (tmp_path / "share").mkdir()
+    (tmp_path / "share" / "a.txt").write_text("a document")
+    assert build(str(tmp_path / "share"), "--out", str(tmp_path / "out")) == 1
+    assert f"{tmp_path / 'share'} is a directory: give --base-url" in capsys.readouterr().err
+    built = ["--base-url", "http://files.example.com/", "--out", str(tmp_path / "ok")]
+    assert build(str(tmp_path / "share"), *built) == 0
+    assert b"http://files.example.com/a.txt" in b"".join(files(tmp_path / "ok").values())
 
 
 def test_parquet_needs_no_pyarrow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -329,6 +401,34 @@ def test_run_builds_and_pushes_a_parquet_file(
     assert status == 0, capsys.readouterr().err
     emulator.wait_idle()
     assert len(emulator.documents("docs")) == 300
+
+
+def test_run_and_sync_take_a_dataset_directory(
+    emulator: Emulator, tls: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`run` pushes a dataset's rows; `sync` compares them, then reads the changed ones again
+    in their part files."""
+    rows = [{"url": f"http://e.example.com/{n}", "content": f"doc {n}"} for n in range(300)]
+    directory = dataset(tmp_path / "docs.parquet", rows, per_file=100)
+    target = cli_target(emulator, tls)
+    run = ["run", str(directory), "--datasource", "docs", "--feedtype", "full"]
+    assert main([*run, "--out", str(tmp_path / "run"), *target]) == 0, capsys.readouterr().err
+    emulator.wait_idle()
+    assert len(emulator.documents("docs")) == 300
+
+    synced = ["sync", str(directory), "--datasource", "synced", "--json", *target]
+    synced += ["--state", str(tmp_path / "docs.state"), "--allow-deletes", "100"]
+    assert main([*synced, "--out", str(tmp_path / "s1")]) == 0
+    rows[150]["content"] = "changed"
+    dataset(directory, rows[:200], per_file=100)
+    (directory / "part-2.snappy.parquet").unlink()  # its rows are gone from the source
+    capsys.readouterr()
+    assert main([*synced, "--out", str(tmp_path / "s2")]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["new"], summary["changed"], summary["deleted"]) == (0, 1, 100)
+    emulator.wait_idle()
+    held = emulator.documents("synced")
+    assert len(held) == 200 and held["http://e.example.com/150"].content == b"changed"
 
 
 def test_a_parquet_snapshot_syncs_as_its_json_lines_would(

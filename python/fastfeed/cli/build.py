@@ -37,7 +37,8 @@ documents.
 
 Each INPUT is a JSON Lines file (one record per line, see the README for the fields), `-` for
 standard input, a Parquet (.parquet) or Arrow IPC (.arrow, .feather, .ipc; file or stream
-format) file whose columns are the record's fields, a quoted glob of files
+format) file whose columns are the record's fields, a dataset directory of such files (as
+Spark, Dask or pyarrow write one: docs.parquet/part-*.parquet), a quoted glob of files
 ('exports/*.parquet'), or a directory whose files become records (with --base-url). The output
 directory receives numbered feed files, each a complete, valid feed under --max-bytes, and
 manifest.jsonl, which lists them in the order they must be pushed.

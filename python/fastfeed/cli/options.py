@@ -56,8 +56,14 @@ def together(*decorators: Callable[[F], F]) -> Callable[[F], F]:
 
 
 #: What INPUT is, for the commands that build from records and for the syncs (a snapshot).
-RECORDS = "JSON Lines, Parquet or Arrow file, glob, - (stdin) or directory"
-SNAPSHOT = "the whole source: JSON Lines file, - (stdin), directory, Parquet or Arrow file"
+RECORDS = (
+    "JSON Lines, Parquet or Arrow file or dataset directory, glob, - (stdin), or directory of "
+    "documents (--base-url)"
+)
+SNAPSHOT = (
+    "the whole source: JSON Lines file, - (stdin), Parquet or Arrow file or dataset directory, "
+    "directory of documents (--base-url)"
+)
 
 
 def paths_argument(name: str, metavar: str, help: str) -> Callable[[F], F]:

@@ -23,12 +23,12 @@ from fastfeed.progress import Progress
 HELP = """\
 Make the appliance's datasource equal to a snapshot of the source, sending only what changed.
 
-INPUT is the WHOLE source as it is now (JSON Lines, -, a directory with --base-url, or Parquet or
-Arrow files). Each record's fingerprint (a hash of every field the feed carries) is compared
-with --state, which holds the fingerprint of each record the appliance accepted; new and
-changed records, and a delete for each URL the state holds that the snapshot has not, go as
-incremental feeds, built and pushed as `fastfeed run` does. An unchanged record is not sent;
-reordering records, JSON keys or metadata names changes nothing.
+INPUT is the WHOLE source as it is now (JSON Lines, -, a directory with --base-url, or Parquet
+or Arrow files or dataset directories). Each record's fingerprint (a hash of every field the
+feed carries) is compared with --state, which holds the fingerprint of each record the appliance
+accepted; new and changed records, and a delete for each URL the state holds that the snapshot
+has not, go as incremental feeds, built and pushed as `fastfeed run` does. An unchanged record
+is not sent; reordering records, JSON keys or metadata names changes nothing.
 
 The state (a SQLite file, made if missing; one per appliance and datasource) moves only when
 the appliance accepted the file carrying a change. A sync killed at any point is finished by

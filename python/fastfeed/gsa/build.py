@@ -8,7 +8,7 @@ from typing import Unpack
 
 from fastfeed.gsa.writer import FeedOptions, FeedType, FeedWriter
 from fastfeed.progress import Progress
-from fastfeed.sets.build import BuildSummary, OnError, check_directories, write_set
+from fastfeed.sets.build import BuildSummary, OnError, write_set
 from fastfeed.sets.writer import FeedWarning, OnFile, SetWriter
 
 
@@ -28,14 +28,14 @@ def build(
 ) -> BuildSummary:
     """Builds a feed set from `inputs` into `out_dir` and returns what was written.
 
-    Each input is a JSON Lines file, `-` for standard input, or a directory (with `base_url`).
+    Each input is a JSON Lines file, `-` for standard input, a Parquet or Arrow file, a glob,
+    a dataset directory of such files, or a directory of documents (with `base_url`).
     With `on_error="stop"` the first refused record raises `InputError` and no manifest is
     written. With `"skip"`, refused records are saved byte for byte to `rejected.jsonl` (with
     the reasons in `rejected.log`) so that they can be fixed and fed again; none is lost.
     A `full` set with no records raises `EmptyFullFeed` unless `allow_empty_full`. The
     `options` (`max_bytes`, `compress`...) are `FeedWriter`'s.
     """
-    check_directories(inputs, base_url)
 
     def writer(warn: Callable[[FeedWarning], None]) -> SetWriter:
         return FeedWriter(

@@ -37,15 +37,15 @@ def sync(
     **options: Unpack[FeedOptions],
 ) -> SyncSummary:
     """Makes the appliance's `datasource` equal to the snapshot `inputs` (JSON Lines files, `-`,
-    directories with `base_url`), sending only what differs from `state` (a file, made if
-    missing: one per appliance and datasource) as incremental feeds. `resend_all` sends every
-    record again (after an index reset); `dry_run` compares and sends nothing. Raises
-    `MassDelete` before sending anything when the snapshot would delete too much (more than
-    `allow_deletes`: a share of the datasource, or a number of documents; default 10%).
-    `confirm` waits, after the last file, until the appliance processed what it accepted and,
-    with its Administrative API, reports the files its feeder failed (`SyncSummary.confirmed`)
-    and undoes them in the state, so that the next sync sends them again. The `options`
-    (`max_bytes`, `compress`...) are `FeedWriter`'s."""
+    Parquet or Arrow files or dataset directories, directories with `base_url`), sending only what
+    differs from `state` (a file, made if missing: one per appliance and datasource) as incremental
+    feeds. `resend_all` sends every record again (after an index reset); `dry_run` compares and
+    sends nothing. Raises `MassDelete` before sending anything when the snapshot would delete too
+    much (more than `allow_deletes`: a share of the datasource, or a number of documents; default
+    10%). `confirm` waits, after the last file, until the appliance processed what it accepted and,
+    with its Administrative API, reports the files its feeder failed (`SyncSummary.confirmed`) and
+    undoes them in the state, so that the next sync sends them again. The `options` (`max_bytes`,
+    `compress`...) are `FeedWriter`'s."""
     problem = _core.datasource_problem(datasource)
     if problem:
         raise SettingsError(problem)

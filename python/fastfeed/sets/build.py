@@ -237,28 +237,32 @@ def input_bytes(inputs: Sequence[str]) -> int | None:
     return total
 
 
-def expand(inputs: Sequence[str]) -> list[str]:
+def expand(inputs: Sequence[str], base_url: str | None) -> list[str]:
     """The inputs with their globs (`data/*.parquet`, quoted from the shell) expanded, in name
-    order; a glob that matches nothing is an error, not an empty input."""
+    order, and each dataset directory (see `tables.dataset_files`) as its files: one named
+    like a table, and without `base_url` any directory, which is a tree of documents only with
+    one. A glob that matches nothing, or a directory that is neither, is an error, not an
+    empty input."""
     names = []
     for name in inputs:
         if name == "-" or os.path.lexists(name) or not glob.has_magic(name):
-            names.append(name)
-            continue
-        found = sorted(glob.glob(name))
-        if not found:
-            raise FastfeedError(f"{name} matches no file")
-        names.extend(found)
+            found = [name]
+        else:
+            found = sorted(glob.glob(name))
+            if not found:
+                raise FastfeedError(f"{name} matches no file")
+        for path in found:
+            if not os.path.isdir(path) or (base_url and not tables.is_table(path)):
+                names.append(path)
+                continue
+            dataset = tables.dataset_files(path)
+            if dataset is None:
+                raise FastfeedError(
+                    f"{path} is a directory: give --base-url to map its files to URLs "
+                    "(e.g. --base-url http://docs.example.com/share/)"
+                )
+            names.extend(dataset)
     return names
-
-
-def check_directories(inputs: Sequence[str], base_url: str | None) -> None:
-    for name in expand(inputs):
-        if name != "-" and Path(name).is_dir() and not base_url and not tables.is_table(name):
-            raise FastfeedError(
-                f"{name} is a directory: give --base-url to map its files to URLs "
-                "(e.g. --base-url http://docs.example.com/share/)"
-            )
 
 
 def check_out_dir(out: Path) -> None:
@@ -286,7 +290,7 @@ def write_set(
     out = Path(out_dir)
     warned = 0
     check_out_dir(out)
-    inputs = expand(inputs)
+    inputs = expand(inputs, base_url)
     total = input_bytes(inputs)
     # Input bytes when their total is known, else records, which show how far it went.
     with stage(progress, "build", total, unit="records" if total is None else "bytes") as line:

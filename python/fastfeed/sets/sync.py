@@ -45,7 +45,7 @@ import orjson
 from fastfeed.delivery.results import Outcome, PushSummary
 from fastfeed.errors import InputError, MassDelete, PushError, SettingsError
 from fastfeed.progress import Progress, plural
-from fastfeed.sets.build import check_out_dir, write_set
+from fastfeed.sets.build import check_out_dir, expand, write_set
 from fastfeed.sets.guard import AllowDeletes, check_deletes
 from fastfeed.sets.journal import Journal
 from fastfeed.sets.manifest import MANIFEST, ManifestEntry, read_manifest
@@ -213,6 +213,7 @@ def run_sync(
     started = time.monotonic()
     state_path = Path(state)
     out = Path(out_dir)
+    inputs = expand(inputs, base_url)
     for name in inputs:
         if (
             name != "-"

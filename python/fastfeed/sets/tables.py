@@ -12,12 +12,74 @@ from fastfeed import _core
 from fastfeed.errors import FastfeedError, FeedError, InputError, RecordError
 from fastfeed.sets.writer import RecordWriter
 
-#: The inputs read as tables, by the end of their name; a directory is a tree of documents.
+#: The inputs read as tables, by the end of their name (a directory too: see `dataset_files`).
 SUFFIXES = (".parquet", ".arrow", ".feather", ".ipc")
 
 
 def is_table(name: str) -> bool:
     return name.lower().endswith(SUFFIXES)
+
+
+#: Files only a dataset's writer leaves in a directory.
+DATASET_MARKS = ("_SUCCESS", "_metadata", "_common_metadata")
+#: Bookkeeping that says the directory's files are not all rows of the dataset, and why.
+NOT_ALL_ROWS = {
+    "_temporary": "it is still being written, or its job failed (Spark and Hadoop move the "
+    "files out of _temporary when done): build from it once written",
+    "_delta_log": "it is a Delta Lake table, whose log says which of its files hold its rows "
+    "now (the others are older versions): export the table as plain Parquet files",
+    ".hoodie": "it is an Apache Hudi table, whose timeline says which of its files hold its rows "
+    "now: export the table as plain Parquet files",
+}
+
+
+def dataset_files(directory: str) -> list[str] | None:
+    """The table files of a dataset written as a directory (by Spark, Dask, pyarrow's
+    `write_dataset`: `docs.parquet/part-00000-....snappy.parquet`), in path order as a glob of
+    them gives them; None when `directory` is not named like a table and nothing in it looks
+    like a dataset (a tree of documents). Bookkeeping left beside the files (names starting
+    with `_` or `.`: `_SUCCESS`, `_metadata`, `.part-0.crc`) is no data and left out; anything
+    else is refused, naming it, rather than left out in silence: a stray file, a subdirectory
+    (a partition, `year=2024/`, whose value is in the directory's name, not in its files'
+    rows), a dataset with no file, and one whose files are not all its rows (`NOT_ALL_ROWS`)."""
+    found: list[str] = []
+    other: list[str] = []
+    subdirectories: list[str] = []
+    marked = False  # a pipeline's marks of a dataset: its `_SUCCESS`, Parquet's summaries
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name in NOT_ALL_ROWS:
+                raise FastfeedError(f"{directory} holds {entry.name}: {NOT_ALL_ROWS[entry.name]}")
+            if entry.name.startswith(("_", ".")):
+                marked = marked or entry.name in DATASET_MARKS
+                continue
+            if entry.is_dir():
+                subdirectories.append(entry.path)
+            else:
+                (found if is_table(entry.name) else other).append(entry.path)
+    partitioned = any("=" in os.path.basename(path) for path in subdirectories)
+    if not (found or partitioned or marked or is_table(directory)):
+        return None
+    if subdirectories:
+        raise FastfeedError(
+            f"{min(subdirectories)} is a subdirectory of the dataset {directory}: a "
+            "partitioned dataset keeps each partition's value (year=2024) in the name of its "
+            "directory, not in its files' rows, and would lose it; write the dataset without "
+            "partitioning, or with the value in a column and give its files as a glob "
+            f"('{os.path.join(directory, '*', '*.parquet')}')"
+        )
+    if other:
+        raise FastfeedError(
+            f"{min(other)} is not a Parquet or Arrow file ({', '.join(SUFFIXES)}) but is in "
+            f"the dataset directory {directory}: remove it, or give the dataset's files as a glob "
+            f"('{os.path.join(directory, '*.parquet')}')"
+        )
+    if not found:
+        raise FastfeedError(
+            f"{directory} is an empty dataset (no Parquet or Arrow file in it): an empty export "
+            "is likelier than an empty source, so it is refused, never read as one"
+        )
+    return sorted(found)
 
 
 def _pyarrow() -> Any:
@@ -36,12 +98,6 @@ def batches(name: str) -> Iterator[Any]:
     before it is taken. Whatever stops the reading (a truncated or corrupt file, a column that
     is no record field) raises `InputError` naming the file: a file read in part would make a
     feed of part of it."""
-    if os.path.isdir(name):
-        raise InputError(
-            name,
-            "is a directory (a dataset of several files?): give its files, as "
-            f"'{os.path.join(name, '*' + os.path.splitext(name)[1])}'",
-        )
     # Read and decoded one batch ahead without the GIL (Parquet page checksums verified where
     # the writer put them); the messages say where the reading stopped.
     try:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Unpack
 
 from fastfeed.progress import Progress
-from fastfeed.sets.build import BuildSummary, OnError, check_directories, write_set
+from fastfeed.sets.build import BuildSummary, OnError, write_set
 from fastfeed.sets.writer import FeedWarning, OnFile, SetWriter, WriterOptions
 from fastfeed.thunderstone.writer import ThunderstoneWriter
 
@@ -25,7 +25,6 @@ def build_thunderstone(
     **options: Unpack[WriterOptions],
 ) -> BuildSummary:
     """Builds Thunderstone data for `profile` from the same inputs as `build`."""
-    check_directories(inputs, base_url)
 
     def writer(warn: Callable[[FeedWarning], None]) -> SetWriter:
         return ThunderstoneWriter(out_dir, profile, on_file=on_file, on_warning=warn, **options)

@@ -221,7 +221,7 @@ def test_a_worker_killed_while_it_writes_a_partition_leaves_none_of_its_files_in
         built.set()
         killer.join()
 
-    # Killed with part of its files written (a whole partition makes 10), one of them perhaps
+    # Killed with part of its files written (a whole partition makes 20), one of them perhaps
     # half-written.
     assert written and 0 < written[0] < 5 * BATCH // 500, written
     runs = started.read_text().split()[::2]

@@ -191,8 +191,10 @@ def test_a_dataset_directory_builds_the_same_feed_as_its_rows_in_one_file(
 
 
 @pytest.mark.parametrize(
-    "problem", ["stray file", "partition", "empty", "still written", "Delta Lake table"]
-)
+    "problem",
+    ["stray file", "partition", "empty", "still written", "Delta Lake table", "Spark streaming",
+     "Databricks commit"],
+)  # fmt: skip
 def test_a_dataset_directory_that_cannot_be_read_whole_stops_the_build_naming_why(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], problem: str
 ) -> None:
@@ -214,12 +216,50 @@ def test_a_dataset_directory_that_cannot_be_read_whole_stops_the_build_naming_wh
     elif problem == "still written":
         (directory / "_temporary").mkdir()
         named, why = directory, "holds _temporary: it is still being written"
-    else:
+    elif problem == "Delta Lake table":
         (directory / "_delta_log").mkdir()
         named, why = directory, "holds _delta_log: it is a Delta Lake table"
+    elif problem == "Spark streaming":  # its log names the committed files, not all of them
+        (directory / "_spark_metadata").mkdir()
+        named, why = directory, "holds _spark_metadata: it is the output of a Spark streaming"
+    else:
+        (directory / "_committed_8167").write_bytes(b'{"added":["part-0.snappy.parquet"]}')
+        named, why = directory, "holds _committed_8167: it was written by Databricks'"
     assert build(str(directory), "--out", str(tmp_path / "out")) == 1
     assert f"{named} {why}" in capsys.readouterr().err
     assert not (tmp_path / "out" / "manifest.jsonl").exists()
+
+
+def test_a_dataset_named_with_a_slash_is_read_as_its_part_files_in_their_writer_order(
+    tmp_path: Path,
+) -> None:
+    """As the shell completes it (`docs.parquet/`), whatever --base-url says; Dask numbers its
+    parts without padding, and `part.10` holds rows after `part.2`'s."""
+    rows = corpus(120)
+    directory = tmp_path / "docs.parquet"
+    directory.mkdir()
+    for part in range(12):
+        pq.write_table(pa.Table.from_pylist(rows[part * 10 : part * 10 + 10]),
+                       directory / f"part.{part}.parquet")  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "one.parquet")
+    url = ["--base-url", "http://files.example.com/"]
+    assert build(f"{directory}{os.sep}", *url, "--out", str(tmp_path / "ds")) == 0
+    assert build(str(tmp_path / "one.parquet"), "--out", str(tmp_path / "one")) == 0
+    assert files(tmp_path / "ds") == files(tmp_path / "one")
+
+
+def test_a_sync_state_inside_a_dataset_is_refused_before_it_is_made(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It would go with the dataset when its writer overwrites it (a sync then resends all
+    and never deletes what left the source), and be refused as a stray file next time."""
+    directory = dataset(tmp_path / "docs.parquet", corpus(20), per_file=10)
+    state = directory / "docs.state"
+    argv = ["sync", str(directory), "--datasource", "docs", "--state", str(state), "--dry-run"]
+    argv += ["--host", "appliance.example.com"]
+    assert main(argv) != 0
+    assert f"the state {state} is inside the directory {directory}" in capsys.readouterr().err
+    assert sorted(p.name for p in directory.glob("docs.state*")) == []
 
 
 def test_a_directory_without_dataset_files_is_still_a_tree_of_documents(
@@ -417,13 +457,17 @@ def test_run_and_sync_take_a_dataset_directory(
     assert len(emulator.documents("docs")) == 300
 
     synced = ["sync", str(directory), "--datasource", "synced", "--json", *target]
-    synced += ["--state", str(tmp_path / "docs.state"), "--allow-deletes", "100"]
+    synced += ["--state", str(tmp_path / "docs.state")]
     assert main([*synced, "--out", str(tmp_path / "s1")]) == 0
     rows[150]["content"] = "changed"
     dataset(directory, rows[:200], per_file=100)
     (directory / "part-2.snappy.parquet").unlink()  # its rows are gone from the source
     capsys.readouterr()
-    assert main([*synced, "--out", str(tmp_path / "s2")]) == 0
+    # A third of the documents gone: a dataset read while written looks the same, so it takes
+    # the user's word.
+    assert main([*synced, "--out", str(tmp_path / "refused")]) != 0
+    assert "--allow-deletes" in capsys.readouterr().err
+    assert main([*synced, "--out", str(tmp_path / "s2"), "--allow-deletes", "100"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert (summary["new"], summary["changed"], summary["deleted"]) == (0, 1, 100)
     emulator.wait_idle()

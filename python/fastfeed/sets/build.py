@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Literal, TextIO, TypeVar
 
-from fastfeed.errors import FastfeedError, FeedError, InputError, RecordError
+from fastfeed.errors import FastfeedError, FeedError, InputError, RecordError, SettingsError
 from fastfeed.progress import Progress, Stage, human_bytes, plural, stage
 from fastfeed.sets import tables
 from fastfeed.sets.inputs import MappedInput, directory_batches, mappable, stream_chunks
@@ -237,12 +237,13 @@ def input_bytes(inputs: Sequence[str]) -> int | None:
     return total
 
 
-def expand(inputs: Sequence[str], base_url: str | None) -> list[str]:
+def expand(inputs: Sequence[str], base_url: str | None, state: Path | None = None) -> list[str]:
     """The inputs with their globs (`data/*.parquet`, quoted from the shell) expanded, in name
     order, and each dataset directory (see `tables.dataset_files`) as its files: one named
     like a table, and without `base_url` any directory, which is a tree of documents only with
     one. A glob that matches nothing, or a directory that is neither, is an error, not an
-    empty input."""
+    empty input; so is a sync's `state` inside a directory read, where it would be read as a
+    document (changed at every sync) or a stray file, and go with a dataset written again."""
     names = []
     for name in inputs:
         if name == "-" or os.path.lexists(name) or not glob.has_magic(name):
@@ -252,6 +253,12 @@ def expand(inputs: Sequence[str], base_url: str | None) -> list[str]:
             if not found:
                 raise FastfeedError(f"{name} matches no file")
         for path in found:
+            inside = state and state.resolve().is_relative_to(Path(path).resolve())
+            if inside and os.path.isdir(path):
+                raise SettingsError(
+                    f"the state {state} is inside the directory {path} being synced: keep it "
+                    "outside"
+                )
             if not os.path.isdir(path) or (base_url and not tables.is_table(path)):
                 names.append(path)
                 continue

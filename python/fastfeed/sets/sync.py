@@ -213,18 +213,7 @@ def run_sync(
     started = time.monotonic()
     state_path = Path(state)
     out = Path(out_dir)
-    inputs = expand(inputs, base_url)
-    for name in inputs:
-        if (
-            name != "-"
-            and Path(name).is_dir()
-            and state_path.resolve().is_relative_to(Path(name).resolve())
-        ):
-            # It would be read as one of the source's documents, and change at every sync.
-            raise SettingsError(
-                f"the state {state_path} is inside the directory {name} being synced: keep it "
-                "outside"
-            )
+    inputs = expand(inputs, base_url, state=state_path)
     with locked(state_path), SyncState(state_path, receiver.target) as st:
         resumed = 0 if dry_run else _finish_pending(st, receiver, progress)
         # A sync killed before cleaning up left its work (a copy of standard input, maybe

@@ -5,6 +5,7 @@ the file's size; the rows go to `RecordWriter.add_arrow`."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,7 +18,8 @@ SUFFIXES = (".parquet", ".arrow", ".feather", ".ipc")
 
 
 def is_table(name: str) -> bool:
-    return name.lower().endswith(SUFFIXES)
+    # A directory named with a slash (as the shell completes it) is named like one without.
+    return name.rstrip("/" + os.sep).lower().endswith(SUFFIXES)
 
 
 #: Files only a dataset's writer leaves in a directory.
@@ -30,13 +32,34 @@ NOT_ALL_ROWS = {
     "now (the others are older versions): export the table as plain Parquet files",
     ".hoodie": "it is an Apache Hudi table, whose timeline says which of its files hold its rows "
     "now: export the table as plain Parquet files",
+    "_spark_metadata": "it is the output of a Spark streaming query, whose log says which of its "
+    "files are committed (the others, a failed batch's): export it as plain Parquet files",
 }
+#: The starts of the names of Databricks' transactional commit markers, which say which of the
+#: directory's files are committed.
+COMMIT_MARKS = ("_started_", "_committed_")
+
+
+def _not_all_rows(name: str) -> str | None:
+    """Why a directory holding `name` has files that are not all rows of its dataset, if so."""
+    if name.startswith(COMMIT_MARKS):
+        return (
+            "it was written by Databricks' transactional commit, whose markers say which of its "
+            "files are committed (the others, a failed job's): export it as plain Parquet files"
+        )
+    return NOT_ALL_ROWS.get(name)
+
+
+def _in_writer_order(path: str) -> tuple[str | int, ...]:
+    """Sorts part files as their writer numbered them: Dask's `part.10.parquet` after
+    `part.2.parquet` (Spark pads its numbers; names compare as they are there)."""
+    return tuple(int(piece) if piece.isdigit() else piece for piece in re.split(r"(\d+)", path))
 
 
 def dataset_files(directory: str) -> list[str] | None:
     """The table files of a dataset written as a directory (by Spark, Dask, pyarrow's
-    `write_dataset`: `docs.parquet/part-00000-....snappy.parquet`), in path order as a glob of
-    them gives them; None when `directory` is not named like a table and nothing in it looks
+    `write_dataset`: `docs.parquet/part-00000-....snappy.parquet`), in the order their writer
+    numbered them; None when `directory` is not named like a table and nothing in it looks
     like a dataset (a tree of documents). Bookkeeping left beside the files (names starting
     with `_` or `.`: `_SUCCESS`, `_metadata`, `.part-0.crc`) is no data and left out; anything
     else is refused, naming it, rather than left out in silence: a stray file, a subdirectory
@@ -48,8 +71,8 @@ def dataset_files(directory: str) -> list[str] | None:
     marked = False  # a pipeline's marks of a dataset: its `_SUCCESS`, Parquet's summaries
     with os.scandir(directory) as entries:
         for entry in entries:
-            if entry.name in NOT_ALL_ROWS:
-                raise FastfeedError(f"{directory} holds {entry.name}: {NOT_ALL_ROWS[entry.name]}")
+            if why := _not_all_rows(entry.name):
+                raise FastfeedError(f"{directory} holds {entry.name}: {why}")
             if entry.name.startswith(("_", ".")):
                 marked = marked or entry.name in DATASET_MARKS
                 continue
@@ -69,17 +92,18 @@ def dataset_files(directory: str) -> list[str] | None:
             f"('{os.path.join(directory, '*', '*.parquet')}')"
         )
     if other:
+        tree = "" if is_table(directory) else "; or, if it is a tree of documents, give --base-url"
         raise FastfeedError(
             f"{min(other)} is not a Parquet or Arrow file ({', '.join(SUFFIXES)}) but is in "
-            f"the dataset directory {directory}: remove it, or give the dataset's files as a glob "
-            f"('{os.path.join(directory, '*.parquet')}')"
+            f"the dataset directory {directory}: move it out, or give the dataset's files as a "
+            f"glob ('{os.path.join(directory, '*.parquet')}'){tree}"
         )
     if not found:
         raise FastfeedError(
             f"{directory} is an empty dataset (no Parquet or Arrow file in it): an empty export "
             "is likelier than an empty source, so it is refused, never read as one"
         )
-    return sorted(found)
+    return sorted(found, key=_in_writer_order)
 
 
 def _pyarrow() -> Any:

@@ -66,6 +66,11 @@ pub struct FeedWriter {
     fingerprints: bool,
     /// Fingerprints of the records taken since `take_fingerprints` was last called.
     found: Fingerprints,
+    /// Whether a refused line of JSON Lines is set aside rather than failing its chunk
+    /// (`skip_refused`).
+    skip: bool,
+    /// The lines set aside since `take_refused` was last called.
+    refused: Vec<Error>,
     /// The lines of the last chunk of JSON Lines that failed which were written before it
     /// failed (`written_before_error`).
     written: usize,
@@ -166,6 +171,8 @@ impl FeedWriter {
             taken: (0, 0),
             started: Mutex::default(),
             fingerprints: false,
+            skip: false,
+            refused: Vec::new(),
             found: Fingerprints::default(),
             written: 0,
             unreported: Vec::new(),
@@ -200,6 +207,20 @@ impl FeedWriter {
         }
         self.fingerprints = on;
         Ok(())
+    }
+
+    /// From now on (`on`), or no longer, a refused line of a chunk of JSON Lines is set aside
+    /// (`take_refused` hands it over) and the chunk's other lines are taken, in one pass;
+    /// otherwise the chunk fails at its first refused line. Chunks already started keep their
+    /// setting.
+    pub fn skip_refused(&mut self, on: bool) {
+        self.skip = on;
+    }
+
+    /// The refusals (`Error::Record`) of the lines set aside since last asked, in input order,
+    /// each indexed by its line in its chunk (take them after each chunk).
+    pub fn take_refused(&mut self) -> Vec<Error> {
+        std::mem::take(&mut self.refused)
     }
 
     /// The fingerprints of the records taken since last asked, in input order; each names its
@@ -401,7 +422,8 @@ impl FeedWriter {
 
     /// Parses, checks, encodes and takes a chunk of JSON Lines (whole lines only), ahead of any
     /// chunk started and not yet waited for; on error nothing of the chunk is written, and the
-    /// error's index is the line's position in the chunk, counting blank lines. The report's
+    /// error's index is the line's position in the chunk, counting blank lines (a refused line
+    /// is no error while `skip_refused`: see `take_refused`). The report's
     /// `lines` counts the chunk's lines.
     pub fn add_jsonl(&mut self, chunk: SharedChunk) -> Result<BatchReport> {
         let started = self.launch(chunk);
@@ -425,6 +447,7 @@ impl FeedWriter {
             enc: self.encode_options(),
             level: self.opts.level,
             fingerprints: self.fingerprints,
+            skip: self.skip.then_some(self.limits.overhead),
         };
         start_chunk(&self.pool, chunk, from, how)
     }
@@ -475,6 +498,8 @@ impl FeedWriter {
             let (mut done, count) = result.map_err(|e: Error| e.shifted(lines))?;
             done.indices.iter_mut().for_each(|i| *i += lines);
             done.found.shift(lines);
+            let refused = done.refused.drain(..).map(|e| e.shifted(lines));
+            self.refused.extend(refused);
             encoded.push(done);
             lines += count;
         }

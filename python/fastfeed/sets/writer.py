@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Annotated, Protocol, Self, TypedDict, TypeVar, get_args, get_type_hints
 
 from fastfeed import _core
-from fastfeed.errors import EmptyFullFeed
+from fastfeed.errors import EmptyFullFeed, RecordError
 from fastfeed.sets.manifest import ManifestEntry
 from fastfeed.sets.records import Record
 
@@ -145,12 +145,12 @@ class SetWriter:
 
     def add_jsonl(self, chunk: bytes | memoryview) -> int:
         """Adds the items of a chunk of JSON Lines (whole lines only), parsed in Rust on the
-        worker threads, and returns how many lines the chunk held. A bad line raises
-        `RecordError` whose `.index` is its line in the chunk (blank lines counted); nothing of
-        the chunk is written then but its first `.written` lines (none, unless the chunk named
-        more big files by content_path than one round of encoding takes: its rounds are written
-        one by one, so that the records waiting to be written stay few). The chunk goes ahead
-        of those started and not yet waited for."""
+        worker threads, and returns how many lines the chunk held. A bad line (unless
+        `skip_refused`) raises `RecordError` whose `.index` is its line in the chunk (blank
+        lines counted); nothing of the chunk is written then but its first `.written` lines
+        (none, unless the chunk named more big files by content_path than one round of encoding
+        takes: its rounds are written one by one, so that the records waiting to be written
+        stay few). The chunk goes ahead of those started and not yet waited for."""
         problems, finished, lines = self._core.add_jsonl(chunk)
         self._report(problems, finished)
         return lines
@@ -168,6 +168,18 @@ class SetWriter:
         problems, finished, lines = self._core.wait_jsonl()
         self._report(problems, finished)
         return lines
+
+    def skip_refused(self, on: bool = True) -> None:
+        """From now on (`on`), or no longer, a bad line of JSON Lines raises nothing: the
+        chunk's other lines are added, in one pass, and `take_refused` hands over the
+        `RecordError` of each bad one. Off by default: the first bad line raises."""
+        self._core.skip_refused(on)
+
+    def take_refused(self) -> list[RecordError]:
+        """The `RecordError`s of the lines set aside since last asked (see `skip_refused`), in
+        input order, each `.index` its line in its chunk (blank lines counted). Take them
+        after each chunk."""
+        return self._core.take_refused()
 
     def fingerprint_records(self, on: bool = True) -> None:
         """From now on (`on`), or no longer, reads each record added as JSON Lines as a sync's

@@ -519,10 +519,10 @@ impl PyFeedWriter {
         Ok(())
     }
 
-    /// The `RecordError`s of the lines set aside since last asked, in input order, each indexed
-    /// by its line in its chunk.
-    fn take_refused(&mut self, py: Python<'_>) -> PyResult<Vec<PyObject>> {
-        let refused = self.writer()?.take_refused();
+    /// The `RecordError`s of up to `most` of the lines set aside and not yet handed over, in
+    /// input order, each indexed by its line in its chunk.
+    fn take_refused(&mut self, py: Python<'_>, most: usize) -> PyResult<Vec<PyObject>> {
+        let refused = self.writer()?.take_refused(most);
         Ok(refused
             .into_iter()
             .map(|e| PyErr::from(e).into_value(py).into_any())

@@ -61,6 +61,17 @@ fn numbers_written(out: &std::path::Path) -> Vec<usize> {
         .collect()
 }
 
+/// The lines that refusals name.
+fn indices(refused: Vec<fastfeed_core::Error>) -> Vec<usize> {
+    refused
+        .into_iter()
+        .map(|e| match e {
+            fastfeed_core::Error::Record { index, .. } => index,
+            other => panic!("{other}"),
+        })
+        .collect()
+}
+
 /// A Python buffer may only be released on the thread that holds the GIL: the encoding threads
 /// must never drop the last reference to a chunk, even when the caller waits for it at once.
 #[test]
@@ -191,19 +202,63 @@ fn a_writer_skipping_refused_lines_takes_the_rest_of_the_chunk_in_one_pass() {
         w.add_jsonl(Arc::new(chunk.into_bytes())).unwrap().lines,
         300
     );
-    let found: Vec<usize> = w
-        .take_refused()
-        .into_iter()
-        .map(|e| match e {
-            fastfeed_core::Error::Record { index, .. } => index,
-            other => panic!("{other}"),
-        })
-        .collect();
+    // Handed over a few at a time, each once.
+    let mut found = indices(w.take_refused(2));
+    found.extend(indices(w.take_refused(100)));
     assert_eq!(found, refused);
-    assert!(w.take_refused().is_empty());
+    assert!(w.take_refused(100).is_empty());
     assert_eq!(w.records(), 295);
     w.finish().unwrap();
     let urls = numbers_written(out.path());
     let good: Vec<usize> = (0..300).filter(|i| !refused.contains(i)).collect();
     assert_eq!(urls, good);
+}
+
+/// Skipping, a chunk that fails for another reason than a bad line (here its big record cannot
+/// be moved out to disk) sets none of its lines aside: taken again, each is refused once.
+#[test]
+fn a_chunk_that_fails_sets_no_line_aside_and_taken_again_refuses_each_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // Incompressible (xorshift), so that its record is big enough to be moved out to disk.
+    let big = dir.path().join("noise");
+    let mut x = 0x2545_f491_4f6c_dd1d_u64;
+    let noise: Vec<u8> = (0..5 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(&big, noise).unwrap();
+    // The bad line leads the chunk, the big file ends it: in pieces of their own.
+    let mut chunk = b"{\"url\": \"h.example.com/0\", \"content\": \"x\"}\n".to_vec();
+    for i in 1..2000 {
+        let text = "t".repeat(1000);
+        chunk.extend(
+            format!("{{\"url\": \"http://h.example.com/{i}\", \"content\": \"{text}\"}}\n").bytes(),
+        );
+    }
+    chunk.extend(
+        format!("{{\"url\": \"http://h.example.com/2000\", \"content_path\": {big:?}}}\n").bytes(),
+    );
+    let chunk: SharedChunk = Arc::new(chunk);
+    let opts = Options {
+        workers: 2,
+        ..Options::default()
+    };
+    let (out, mut w) = common::docs_writer(opts);
+    w.skip_refused(true);
+    std::fs::remove_dir(out.path()).unwrap();
+    match w.add_jsonl(Arc::clone(&chunk)) {
+        Err(fastfeed_core::Error::Io { .. }) => {}
+        other => panic!("{:?}", other.map(|r| r.lines)),
+    }
+    assert!(w.take_refused(100).is_empty());
+    std::fs::create_dir(out.path()).unwrap();
+    assert_eq!(w.add_jsonl(chunk).unwrap().lines, 2001);
+    assert_eq!(indices(w.take_refused(100)), [0]);
+    assert_eq!(w.records(), 2000);
+    w.finish().unwrap();
+    assert_eq!(numbers_written(out.path()), (1..=2000).collect::<Vec<_>>());
 }

@@ -8,6 +8,7 @@
 //! this module the writer that drives them.
 
 mod files;
+mod refused;
 mod set;
 mod tasks;
 
@@ -26,6 +27,7 @@ use crate::groups::Membership;
 use crate::record::{EncodeOptions, FeedKind, FeedType, Record};
 
 use files::{write_files, Backlog, Files, Job};
+use refused::Refused;
 use tasks::{
     check_sizes, prepare_thread, run_tasks, runs, start_chunk, start_runs, Encoded, Limits,
     LineEncoding, Recycled, Started,
@@ -69,8 +71,8 @@ pub struct FeedWriter {
     /// Whether a refused line of JSON Lines is set aside rather than failing its chunk
     /// (`skip_refused`).
     skip: bool,
-    /// The lines set aside since `take_refused` was last called.
-    refused: Vec<Error>,
+    /// The lines set aside and not yet handed over by `take_refused`.
+    refused: Refused,
     /// The lines of the last chunk of JSON Lines that failed which were written before it
     /// failed (`written_before_error`).
     written: usize,
@@ -172,7 +174,7 @@ impl FeedWriter {
             started: Mutex::default(),
             fingerprints: false,
             skip: false,
-            refused: Vec::new(),
+            refused: Refused::default(),
             found: Fingerprints::default(),
             written: 0,
             unreported: Vec::new(),
@@ -217,10 +219,11 @@ impl FeedWriter {
         self.skip = on;
     }
 
-    /// The refusals (`Error::Record`) of the lines set aside since last asked, in input order,
-    /// each indexed by its line in its chunk (take them after each chunk).
-    pub fn take_refused(&mut self) -> Vec<Error> {
-        std::mem::take(&mut self.refused)
+    /// The refusals (`Error::Record`) of up to `most` of the lines set aside and not yet
+    /// handed over, in input order, each indexed by its line in its chunk (take them after
+    /// each chunk, until none is left). The lines of a chunk that failed are not among them.
+    pub fn take_refused(&mut self, most: usize) -> Vec<Error> {
+        self.refused.take(most)
     }
 
     /// The fingerprints of the records taken since last asked, in input order; each names its
@@ -493,17 +496,21 @@ impl FeedWriter {
     /// numbers are counted from each piece's first line, then shifted; the report's `lines`
     /// counts the chunk's lines up to the round's end.
     fn land_round(&mut self, pieces: Vec<tasks::Piece>, mut lines: usize) -> Result<BatchReport> {
-        let mut encoded = Vec::new();
+        let (mut encoded, mut refused) = (Vec::new(), Vec::new());
         for result in pieces {
             let (mut done, count) = result.map_err(|e: Error| e.shifted(lines))?;
             done.indices.iter_mut().for_each(|i| *i += lines);
             done.found.shift(lines);
-            let refused = done.refused.drain(..).map(|e| e.shifted(lines));
-            self.refused.extend(refused);
+            refused.push((lines, std::mem::take(&mut done.refused)));
             encoded.push(done);
             lines += count;
         }
         let mut report = self.take(encoded)?;
+        // Only once the round is taken: one that failed wrote none of its lines, and sets none
+        // aside (taken again, it would report them again).
+        for (first, piece) in refused {
+            self.refused.push(first, piece);
+        }
         report.lines = lines;
         Ok(report)
     }

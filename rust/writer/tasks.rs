@@ -14,6 +14,7 @@ use crate::jsonl;
 use crate::record::{EncodeOptions, FeedKind, OpenedFile};
 use crate::spill::{Spill, Spilled};
 
+use super::refused::Refusals;
 use super::set::SetKind;
 use super::HARD_MAX_BYTES;
 
@@ -145,7 +146,7 @@ pub(super) struct Encoded {
     pub(super) found: Fingerprints,
     /// The lines refused, in line order, when the writer skips them (see
     /// `FeedWriter::skip_refused`); taken off before the records are written.
-    pub(super) refused: Vec<Error>,
+    pub(super) refused: Refusals,
     /// Whether `buf` goes back to the encoding threads once written (see `Recycled`).
     recycle: bool,
 }
@@ -192,7 +193,7 @@ impl Encoded {
             indices: Vec::new(),
             spilled: Vec::new(),
             found: Fingerprints::default(),
-            refused: Vec::new(),
+            refused: Refusals::default(),
         }
     }
 
@@ -402,8 +403,8 @@ impl LineEncoding {
                     )
                 }
                 (Ok(found), None) => (found, None),
-                (Err(e @ Error::Record { .. }), Some(_)) => (None, Some(e)),
-                (Err(e), _) => return Err(e),
+                (Err(e), Some(_)) => (None, Some(e)),
+                (Err(e), None) => return Err(e),
             };
             match refused {
                 None => {
@@ -416,7 +417,7 @@ impl LineEncoding {
                     // Nothing of the refused record stays: its bytes, its file moved out.
                     done.buf.truncate(start);
                     drop(scratch.spill.take());
-                    done.refused.push(e);
+                    done.refused.set_aside(e)?;
                 }
             }
         }

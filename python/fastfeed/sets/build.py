@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import glob
+import itertools
 import json
 import os
 import stat
@@ -180,18 +181,19 @@ class _Builder:
             # aside and writes the others, in one pass over the chunk.)
             self._refuse_lines(chunk, [exc])
             raise
-        refused = self.writer.take_refused()
-        if refused:
-            self._refuse_lines(chunk, refused)
+        # A batch at a time, each written out before the next is made (see `take_refused`).
+        self._refuse_lines(chunk, itertools.chain.from_iterable(iter(self.writer.take_refused, [])))
         return lines
 
-    def _refuse_lines(self, chunk: Chunk, refused: list[RecordError]) -> None:
+    def _refuse_lines(self, chunk: Chunk, refused: Iterable[RecordError]) -> None:
         """Refuses the lines of `chunk` (just taken) at the indices of `refused`, in line order."""
-        # A line read past the end of a file that shrank is no line of it.
-        self._changed()
-        data = bytes(chunk)  # a copy, to search it: once a chunk with refusals
+        data = None
         start = line = 0
         for exc in refused:
+            if data is None:
+                # A line read past the end of a file that shrank is no line of it.
+                self._changed()
+                data = bytes(chunk)  # a copy, to search it: once a chunk with refusals
             for _ in range(exc.index - line):
                 start = data.index(b"\n", start) + 1
             line = exc.index

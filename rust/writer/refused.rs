@@ -12,7 +12,7 @@ const RECENT: usize = 8;
 
 /// The lines of a piece of a chunk set aside, in line order: 8 bytes each, and each reason
 /// once, unless more than `RECENT` others came between (a reason naming its line's value, such
-/// as a missing file, is about the size of its line).
+/// as a missing file, takes about its line's size and 24 bytes).
 #[derive(Default)]
 pub(super) struct Refusals {
     /// Each line's index, from the piece's first line, and its reason's place in `reasons`.
@@ -26,7 +26,7 @@ struct Reason {
     kind: RecordErrorKind,
     field: Option<&'static str>,
     /// Where its message ends in `text`; it starts where the reason before ends.
-    end: usize,
+    end: u32,
 }
 
 impl Refusals {
@@ -35,9 +35,9 @@ impl Refusals {
     }
 
     /// Sets aside the line a refusal names, after those set aside before it. Gives back what it
-    /// cannot hold: an error that is no refusal of a record, or a refusal of a line past the
-    /// 4 billionth of its piece (4 GB of blank lines: no chunk a build reads), which then fails
-    /// the piece as it would without skipping.
+    /// cannot hold: an error that is no refusal of a record, or a refusal past 4 G lines or 4 GB
+    /// of reasons into its piece (no chunk a build reads: 4 MB), which then fails the piece as
+    /// it would without skipping.
     pub(super) fn set_aside(&mut self, e: Error) -> Result<(), Error> {
         let Error::Record {
             index,
@@ -59,11 +59,14 @@ impl Refusals {
         let at = match known {
             Some(at) => at,
             None => {
+                let Ok(end) = u32::try_from(self.text.len() + message.len()) else {
+                    return Err(e);
+                };
                 self.text.push_str(message);
                 self.reasons.push(Reason {
                     kind: *kind,
                     field: *field,
-                    end: self.text.len(),
+                    end,
                 });
                 self.reasons.len() - 1
             }
@@ -73,11 +76,19 @@ impl Refusals {
         Ok(())
     }
 
+    /// Gives back the room its vectors grew into beyond what they hold: it waits until its chunk
+    /// is taken, while the chunk after is encoded.
+    pub(super) fn shrink_to_fit(&mut self) {
+        self.lines.shrink_to_fit();
+        self.reasons.shrink_to_fit();
+        self.text.shrink_to_fit();
+    }
+
     fn message(&self, at: usize) -> &str {
         let start = at
             .checked_sub(1)
             .map_or(0, |before| self.reasons[before].end);
-        &self.text[start..self.reasons[at].end]
+        &self.text[start as usize..self.reasons[at].end as usize]
     }
 }
 

@@ -426,6 +426,7 @@ impl LineEncoding {
         // Held until then, it was 10 MB of peak RSS where two chunks wait in rounds (a tree's
         // inline text before its files by path).
         done.buf.shrink_to_fit();
+        done.refused.shrink_to_fit();
         Ok((done, count))
     }
 }

@@ -366,7 +366,7 @@ def test_memory_flat_when_a_chunk_refuses_millions_of_tiny_lines(
     """`--on-error skip` over 2,000,000 tiny refused lines: each chunk's refusals are set aside
     in one pass, held compact (8 bytes a line; a reason once, or about its line's size where it
     names the line's value), and written out a batch at a time, never made into errors all at
-    once (970 MB when they were)."""
+    once (1.5 GB when they were)."""
     src = tmp_path / "tiny.jsonl"
     src.write_bytes(b"".join(line.replace(b"%d", b"%d" % i) + b"\n" for i in range(TINY_REFUSED)))
     command = [sys.executable, "-m", "fastfeed", "build", str(src), "--on-error", "skip"]

@@ -219,18 +219,10 @@ fn a_writer_skipping_refused_lines_takes_the_rest_of_the_chunk_in_one_pass() {
 #[test]
 fn a_chunk_that_fails_sets_no_line_aside_and_taken_again_refuses_each_once() {
     let dir = tempfile::tempdir().unwrap();
-    // Incompressible (xorshift), so that its record is big enough to be moved out to disk.
+    // Incompressible, so that its record is big enough to be moved out to disk.
     let big = dir.path().join("noise");
-    let mut x = 0x2545_f491_4f6c_dd1d_u64;
-    let noise: Vec<u8> = (0..5 << 20)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
-    std::fs::write(&big, noise).unwrap();
+    let mut noise = std::io::Read::take(std::fs::File::open("/dev/urandom").unwrap(), 5 << 20);
+    std::io::copy(&mut noise, &mut std::fs::File::create(&big).unwrap()).unwrap();
     // The bad line leads the chunk, the big file ends it: in pieces of their own.
     let mut chunk = b"{\"url\": \"h.example.com/0\", \"content\": \"x\"}\n".to_vec();
     for i in 1..2000 {

@@ -351,3 +351,33 @@ def test_memory_flat_when_most_records_are_refused(tmp_path: Path) -> None:
     print(f"\n{refused:,} records refused of {size_gb:.1f} GB: peak RSS {peak_mb:.0f} MB")
     assert refused == 9 * repeats
     assert peak_mb < 128
+
+
+#: Lines of `test_memory_flat_when_a_chunk_refuses_millions_of_tiny_lines`: 4 MB, one chunk.
+TINY_REFUSED = 2_000_000
+
+
+@pytest.mark.parametrize(
+    "line", [b"1", b'{"url":"%d"}'], ids=["one reason", "a reason for each line"]
+)
+def test_memory_flat_when_a_chunk_refuses_millions_of_tiny_lines(
+    tmp_path: Path, line: bytes
+) -> None:
+    """`--on-error skip` over 2,000,000 tiny refused lines: each chunk's refusals are set aside
+    in one pass, held compact (8 bytes a line; a reason once, or about its line's size where it
+    names the line's value), and written out a batch at a time, never made into errors all at
+    once (1.5 GB when they were)."""
+    src = tmp_path / "tiny.jsonl"
+    src.write_bytes(b"".join(line.replace(b"%d", b"%d" % i) + b"\n" for i in range(TINY_REFUSED)))
+    command = [sys.executable, "-m", "fastfeed", "build", str(src), "--on-error", "skip"]
+    command += ["--datasource", "tiny", "--out", str(tmp_path / "o")]
+    start = time.perf_counter()
+    peak_mb = run_measuring_peak(command, status=1) / 1e6
+    took = time.perf_counter() - start
+    refused = sum(1 for _ in (tmp_path / "o" / "rejected.jsonl").open("rb"))
+    print(
+        f"\n{refused:,} tiny lines refused ({src.stat().st_size / 1e6:.0f} MB): "
+        f"peak RSS {peak_mb:.0f} MB, {took:.1f} s; {os.getloadavg()[0]:.1f} load"
+    )
+    assert refused == TINY_REFUSED
+    assert peak_mb < 128

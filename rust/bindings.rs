@@ -512,6 +512,23 @@ impl PyFeedWriter {
         Ok(self.writer()?.fingerprint_records(on)?)
     }
 
+    /// From now on (`on`), or no longer, a refused line of JSON Lines is set aside and the
+    /// chunk's other lines are written, in one pass: `take_refused` hands the refusals over.
+    fn skip_refused(&mut self, on: bool) -> PyResult<()> {
+        self.writer()?.skip_refused(on);
+        Ok(())
+    }
+
+    /// The `RecordError`s of up to `most` of the lines set aside and not yet handed over, in
+    /// input order, each indexed by its line in its chunk.
+    fn take_refused(&mut self, py: Python<'_>, most: usize) -> PyResult<Vec<PyObject>> {
+        let refused = self.writer()?.take_refused(most);
+        Ok(refused
+            .into_iter()
+            .map(|e| PyErr::from(e).into_value(py).into_any())
+            .collect())
+    }
+
     /// The fingerprints of the records taken since last asked, as `fingerprint_jsonl` gives
     /// them; `source` and `base` (the chunk's offset in it) place their spans.
     #[pyo3(signature = (*, source=0, base=0))]

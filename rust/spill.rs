@@ -57,6 +57,11 @@ impl Spill {
         self.done.take()
     }
 
+    /// The size of the record just encoded, if it was moved out.
+    pub(crate) fn done_len(&self) -> Option<u64> {
+        self.done.as_ref().map(Spilled::len)
+    }
+
     /// The file a new record is moved into, and where it starts there. A file none of whose
     /// records waits any more is emptied and used from its start again.
     fn start_record(&mut self) -> Result<(Arc<File>, u64)> {

@@ -33,6 +33,45 @@ fn lines(first: usize, count: usize) -> Vec<u8> {
         .into_bytes()
 }
 
+/// A file big by its size (3 MB or more): sparse, it takes no disk and deflates to little.
+fn big_file(dir: &std::path::Path) -> std::path::PathBuf {
+    let big = dir.join("big");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(3_200_000)
+        .unwrap();
+    big
+}
+
+/// The numbers `i` of the URLs `http://h.example.com/{i}` in the feed files of `out`, in order.
+fn numbers_written(out: &std::path::Path) -> Vec<usize> {
+    let mut files: Vec<_> = std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "xml"))
+        .collect();
+    files.sort();
+    let feed: String = files
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
+    feed.split("url=\"http://h.example.com/")
+        .skip(1)
+        .map(|s| s[..s.find('"').unwrap()].parse().unwrap())
+        .collect()
+}
+
+/// The lines that refusals name.
+fn indices(refused: Vec<fastfeed_core::Error>) -> Vec<usize> {
+    refused
+        .into_iter()
+        .map(|e| match e {
+            fastfeed_core::Error::Record { index, .. } => index,
+            other => panic!("{other}"),
+        })
+        .collect()
+}
+
 /// A Python buffer may only be released on the thread that holds the GIL: the encoding threads
 /// must never drop the last reference to a chunk, even when the caller waits for it at once.
 #[test]
@@ -84,12 +123,7 @@ fn waiting_with_nothing_started_or_finishing_with_chunks_started_is_refused() {
 #[test]
 fn a_chunk_naming_many_big_files_is_written_in_rounds() {
     let dir = tempfile::tempdir().unwrap();
-    // Big by their size (3 MB or more): sparse, they take no disk and deflate to little.
-    let big = dir.path().join("big");
-    std::fs::File::create(&big)
-        .unwrap()
-        .set_len(3_200_000)
-        .unwrap();
+    let big = big_file(dir.path());
     let line = |i: usize, path: &std::path::Path| {
         format!(
             "{{\"url\": \"http://h.example.com/{i}\", \"content_path\": {:?}}}\n",
@@ -110,17 +144,7 @@ fn a_chunk_naming_many_big_files_is_written_in_rounds() {
     );
     assert_eq!(w.records(), 300);
     w.finish().unwrap();
-    let feed: String = std::fs::read_dir(out.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "xml"))
-        .map(|p| std::fs::read_to_string(p).unwrap())
-        .collect();
-    let urls: Vec<usize> = feed
-        .split("url=\"http://h.example.com/")
-        .skip(1)
-        .map(|s| s[..s.find('"').unwrap()].parse().unwrap())
-        .collect();
+    let urls = numbers_written(out.path());
     assert_eq!(urls, (0..300).collect::<Vec<_>>());
 
     // Line 250 names a file that is not there: the first round (128 big files) was written.
@@ -144,4 +168,89 @@ fn a_chunk_naming_many_big_files_is_written_in_rounds() {
     let written = w.written_before_error();
     assert!(written > 0 && written < 250, "{written}");
     assert_eq!(w.records(), written as u64);
+}
+
+/// Skipping, a chunk's refused lines are set aside in one pass, each named by its line in the
+/// chunk, whatever its piece or round, and the other lines are written in order.
+#[test]
+fn a_writer_skipping_refused_lines_takes_the_rest_of_the_chunk_in_one_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = big_file(dir.path());
+    let refused = [0, 1, 130, 250, 299];
+    let chunk: String = (0..300)
+        .map(|i| match i {
+            0 => "{\"url\": \"http://h.example.com/0\",\n".to_owned(),
+            1 => "[1]\n".to_owned(),
+            130 => "{\"url\": \"h.example.com/130\", \"content\": \"x\"}\n".to_owned(),
+            _ => format!(
+                "{{\"url\": \"http://h.example.com/{i}\", \"content_path\": {:?}}}\n",
+                if refused.contains(&i) {
+                    std::path::Path::new("/no/such")
+                } else {
+                    &big
+                }
+            ),
+        })
+        .collect();
+    let opts = Options {
+        workers: 2,
+        ..Options::default()
+    };
+    let (out, mut w) = common::docs_writer(opts);
+    w.skip_refused(true);
+    assert_eq!(
+        w.add_jsonl(Arc::new(chunk.into_bytes())).unwrap().lines,
+        300
+    );
+    // Handed over a few at a time, each once.
+    let mut found = indices(w.take_refused(2));
+    found.extend(indices(w.take_refused(100)));
+    assert_eq!(found, refused);
+    assert!(w.take_refused(100).is_empty());
+    assert_eq!(w.records(), 295);
+    w.finish().unwrap();
+    let urls = numbers_written(out.path());
+    let good: Vec<usize> = (0..300).filter(|i| !refused.contains(i)).collect();
+    assert_eq!(urls, good);
+}
+
+/// Skipping, a chunk that fails for another reason than a bad line (here its big record cannot
+/// be moved out to disk) sets none of its lines aside: taken again, each is refused once.
+#[test]
+fn a_chunk_that_fails_sets_no_line_aside_and_taken_again_refuses_each_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // Incompressible, so that its record is big enough to be moved out to disk.
+    let big = dir.path().join("noise");
+    let mut noise = std::io::Read::take(std::fs::File::open("/dev/urandom").unwrap(), 5 << 20);
+    std::io::copy(&mut noise, &mut std::fs::File::create(&big).unwrap()).unwrap();
+    // The bad line leads the chunk, the big file ends it: in pieces of their own.
+    let mut chunk = b"{\"url\": \"h.example.com/0\", \"content\": \"x\"}\n".to_vec();
+    for i in 1..2000 {
+        let text = "t".repeat(1000);
+        chunk.extend(
+            format!("{{\"url\": \"http://h.example.com/{i}\", \"content\": \"{text}\"}}\n").bytes(),
+        );
+    }
+    chunk.extend(
+        format!("{{\"url\": \"http://h.example.com/2000\", \"content_path\": {big:?}}}\n").bytes(),
+    );
+    let chunk: SharedChunk = Arc::new(chunk);
+    let opts = Options {
+        workers: 2,
+        ..Options::default()
+    };
+    let (out, mut w) = common::docs_writer(opts);
+    w.skip_refused(true);
+    std::fs::remove_dir(out.path()).unwrap();
+    match w.add_jsonl(Arc::clone(&chunk)) {
+        Err(fastfeed_core::Error::Io { .. }) => {}
+        other => panic!("{:?}", other.map(|r| r.lines)),
+    }
+    assert!(w.take_refused(100).is_empty());
+    std::fs::create_dir(out.path()).unwrap();
+    assert_eq!(w.add_jsonl(chunk).unwrap().lines, 2001);
+    assert_eq!(indices(w.take_refused(100)), [0]);
+    assert_eq!(w.records(), 2000);
+    w.finish().unwrap();
+    assert_eq!(numbers_written(out.path()), (1..=2000).collect::<Vec<_>>());
 }

@@ -135,6 +135,119 @@ def test_skip_mode_keeps_every_good_record_in_order(tmp_path: Path) -> None:
     assert len((tmp_path / "out" / "rejected.jsonl").read_bytes().splitlines()) == 10
 
 
+def test_skip_mode_takes_a_chunk_of_many_refused_lines_in_one_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """5,000 of 20,000 lines name missing files: each chunk is taken by one call of the core,
+    not one more per refused line (each re-planned the rest of the chunk: 9-41 s a chunk), and
+    the feed and the rejected files are those of the lines taken one by one."""
+    from fastfeed.sets.writer import SetWriter
+
+    files = []
+    for i in range(20):
+        files.append(tmp_path / f"{i}.txt")
+        files[-1].write_text(f"document {i} " * (i + 1))
+    lines = [
+        orjson.dumps(
+            {
+                "url": f"http://files.example.com/{i}",
+                "content_path": str(
+                    tmp_path / "gone" / f"{i}.txt" if i % 4 == 3 else files[i % 20]
+                ),
+            }
+        )
+        for i in range(20_000)
+    ]
+    bad = [i for i in range(len(lines)) if i % 4 == 3]
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b"".join(line + b"\n" for line in lines))
+    good = tmp_path / "good.jsonl"
+    good.write_bytes(b"".join(line + b"\n" for i, line in enumerate(lines) if i % 4 != 3))
+    calls = {"add_jsonl": 0, "wait_jsonl": 0}
+    for name in calls:
+
+        def counted(self: SetWriter, *args: object, _name: str = name) -> int:
+            calls[_name] += 1
+            return getattr(SetWriter, f"_{_name}")(self, *args)  # type: ignore[no-any-return]
+
+        monkeypatch.setattr(SetWriter, f"_{name}", getattr(SetWriter, name), raising=False)
+        monkeypatch.setattr(SetWriter, name, counted)
+    argv = ["build", "--datasource", "d", "--feedtype", "full", "--on-error", "skip"]
+    assert main([*argv, str(src), "--out", str(tmp_path / "o")]) == 1
+    assert calls["add_jsonl"] == 0 and calls["wait_jsonl"] <= len(src.read_bytes()) // 65536 + 1
+    assert main([*argv, str(good), "--out", str(tmp_path / "g")]) == 0
+    assert (tmp_path / "o" / "d-000001.xml").read_bytes() == (
+        tmp_path / "g" / "d-000001.xml"
+    ).read_bytes()
+    assert (tmp_path / "o" / "rejected.jsonl").read_bytes() == b"".join(
+        lines[i] + b"\n" for i in bad
+    )
+    log = (tmp_path / "o" / "rejected.log").read_text().splitlines()
+    assert len(log) == len(bad)
+    for i, entry in zip(bad, log, strict=True):
+        gone = tmp_path / "gone" / f"{i}.txt"
+        assert entry.startswith(f"{src}:{i + 1}: content_path: cannot read {gone}: "), entry
+
+
+@pytest.mark.parametrize("chunk_bytes", [64, 4 * 1024 * 1024])
+def test_skip_mode_sets_aside_bad_lines_of_every_kind_first_and_last_in_a_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk_bytes: int
+) -> None:
+    """Invalid JSON, a bad URL, a missing file, a line that is no object: each set aside with
+    its line and reason, first and last of the input (and, with chunks smaller
+    than a line, of every chunk); the good lines are written in order."""
+    import fastfeed.sets.inputs
+
+    monkeypatch.setattr(fastfeed.sets.inputs, "CHUNK_BYTES", chunk_bytes)
+    bad = {
+        0: b'{"url": "http://docs.example.com/0", ',
+        3: b'{"url": "docs.example.com/3", "content": "x"}',
+        4: orjson.dumps({"url": "http://docs.example.com/4", "content_path": "/no/such/file"}),
+        7: b"[7]",
+        9: b'{"url": "http://localhost/9", "content": "x"}',
+    }
+    lines = [bad.get(i, orjson.dumps(doc(i))) for i in range(10)]
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b"\n".join(lines))  # the last line without its newline
+    argv = ["build", str(src), "--datasource", "d", "--out", str(tmp_path / "o")]
+    assert main([*argv, "--on-error", "skip"]) == 1
+    assert [f.url for f in decode_set(tmp_path / "o")] == [
+        f"http://docs.example.com/{i}" for i in range(10) if i not in bad
+    ]
+    assert (tmp_path / "o" / "rejected.jsonl").read_bytes() == b"".join(
+        line + b"\n" for i, line in bad.items()
+    )
+    log = (tmp_path / "o" / "rejected.log").read_text().splitlines()
+    assert [entry.split(": ")[0] for entry in log] == [f"{src}:{i + 1}" for i in bad]
+    assert "is not an absolute URL" in log[1] and "content_path: cannot read" in log[2]
+    assert "url: host 'localhost' is not fully qualified" in log[4]
+
+
+def test_a_writer_skipping_refused_lines_reports_each_with_its_index_in_order(
+    tmp_path: Path,
+) -> None:
+    lines = [orjson.dumps(doc(i)) for i in range(6)]
+    lines[0], lines[2], lines[5] = b"{", b'{"url": "x"}', orjson.dumps(doc(5, pagerank=1))
+    with FeedWriter(tmp_path / "o", "d") as w:
+        w.skip_refused()
+        assert w.add_jsonl(b"\n".join(lines) + b"\n") == 6
+        refused = w.take_refused(2)
+        refused += w.take_refused()
+        assert [(e.index, e.field, e.kind) for e in refused] == [
+            (0, None, "not_json"),
+            (2, "url", "invalid"),
+            (5, "pagerank", "invalid"),
+        ]
+        assert w.take_refused() == []
+        w.skip_refused(False)
+        with pytest.raises(RecordError) as exc:
+            w.add_jsonl(b"\n".join(lines) + b"\n")
+        assert exc.value.index == 0
+    assert [f.url for f in decode_set(tmp_path / "o")] == [
+        f"http://docs.example.com/{i}" for i in (1, 3, 4)
+    ]
+
+
 def test_files_stay_under_the_cap_and_every_record_appears_once_in_order(tmp_path: Path) -> None:
     records = [doc(i, content="é<&>" * (i % 50), metadata={"n": str(i)}) for i in range(2000)]
     assert build(tmp_path, records, "--max-bytes", "20KB", "--feedtype", "full") == 0

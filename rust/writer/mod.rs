@@ -8,6 +8,7 @@
 //! this module the writer that drives them.
 
 mod files;
+mod refused;
 mod set;
 mod tasks;
 
@@ -26,6 +27,7 @@ use crate::groups::Membership;
 use crate::record::{EncodeOptions, FeedKind, FeedType, Record};
 
 use files::{write_files, Backlog, Files, Job};
+use refused::Refused;
 use tasks::{
     check_sizes, prepare_thread, run_tasks, runs, start_chunk, start_runs, Encoded, Limits,
     LineEncoding, Recycled, Started,
@@ -66,6 +68,11 @@ pub struct FeedWriter {
     fingerprints: bool,
     /// Fingerprints of the records taken since `take_fingerprints` was last called.
     found: Fingerprints,
+    /// Whether a refused line of JSON Lines is set aside rather than failing its chunk
+    /// (`skip_refused`).
+    skip: bool,
+    /// The lines set aside and not yet handed over by `take_refused`.
+    refused: Refused,
     /// The lines of the last chunk of JSON Lines that failed which were written before it
     /// failed (`written_before_error`).
     written: usize,
@@ -166,6 +173,8 @@ impl FeedWriter {
             taken: (0, 0),
             started: Mutex::default(),
             fingerprints: false,
+            skip: false,
+            refused: Refused::default(),
             found: Fingerprints::default(),
             written: 0,
             unreported: Vec::new(),
@@ -200,6 +209,21 @@ impl FeedWriter {
         }
         self.fingerprints = on;
         Ok(())
+    }
+
+    /// From now on (`on`), or no longer, a refused line of a chunk of JSON Lines is set aside
+    /// (`take_refused` hands it over) and the chunk's other lines are taken, in one pass;
+    /// otherwise the chunk fails at its first refused line. Chunks already started keep their
+    /// setting.
+    pub fn skip_refused(&mut self, on: bool) {
+        self.skip = on;
+    }
+
+    /// The refusals (`Error::Record`) of up to `most` of the lines set aside and not yet
+    /// handed over, in input order, each indexed by its line in its chunk (take them after
+    /// each chunk, until none is left). The lines of a chunk that failed are not among them.
+    pub fn take_refused(&mut self, most: usize) -> Vec<Error> {
+        self.refused.take(most)
     }
 
     /// The fingerprints of the records taken since last asked, in input order; each names its
@@ -401,7 +425,8 @@ impl FeedWriter {
 
     /// Parses, checks, encodes and takes a chunk of JSON Lines (whole lines only), ahead of any
     /// chunk started and not yet waited for; on error nothing of the chunk is written, and the
-    /// error's index is the line's position in the chunk, counting blank lines. The report's
+    /// error's index is the line's position in the chunk, counting blank lines (a refused line
+    /// is no error while `skip_refused`: see `take_refused`). The report's
     /// `lines` counts the chunk's lines.
     pub fn add_jsonl(&mut self, chunk: SharedChunk) -> Result<BatchReport> {
         let started = self.launch(chunk);
@@ -425,6 +450,7 @@ impl FeedWriter {
             enc: self.encode_options(),
             level: self.opts.level,
             fingerprints: self.fingerprints,
+            skip: self.skip.then_some(self.limits.overhead),
         };
         start_chunk(&self.pool, chunk, from, how)
     }
@@ -470,15 +496,21 @@ impl FeedWriter {
     /// numbers are counted from each piece's first line, then shifted; the report's `lines`
     /// counts the chunk's lines up to the round's end.
     fn land_round(&mut self, pieces: Vec<tasks::Piece>, mut lines: usize) -> Result<BatchReport> {
-        let mut encoded = Vec::new();
+        let (mut encoded, mut refused) = (Vec::new(), Vec::new());
         for result in pieces {
             let (mut done, count) = result.map_err(|e: Error| e.shifted(lines))?;
             done.indices.iter_mut().for_each(|i| *i += lines);
             done.found.shift(lines);
+            refused.push((lines, std::mem::take(&mut done.refused)));
             encoded.push(done);
             lines += count;
         }
         let mut report = self.take(encoded)?;
+        // Only once the round is taken: one that failed wrote none of its lines, and sets none
+        // aside (taken again, it would report them again).
+        for (first, piece) in refused {
+            self.refused.push(first, piece);
+        }
         report.lines = lines;
         Ok(report)
     }

@@ -14,6 +14,7 @@ use crate::jsonl;
 use crate::record::{EncodeOptions, FeedKind, OpenedFile};
 use crate::spill::{Spill, Spilled};
 
+use super::refused::Refusals;
 use super::set::SetKind;
 use super::HARD_MAX_BYTES;
 
@@ -143,6 +144,9 @@ pub(super) struct Encoded {
     /// The records' fingerprints, when the writer fingerprints them (see
     /// `FeedWriter::fingerprint_records`); taken off before the records are written.
     pub(super) found: Fingerprints,
+    /// The lines refused, in line order, when the writer skips them (see
+    /// `FeedWriter::skip_refused`); taken off before the records are written.
+    pub(super) refused: Refusals,
     /// Whether `buf` goes back to the encoding threads once written (see `Recycled`).
     recycle: bool,
 }
@@ -189,6 +193,7 @@ impl Encoded {
             indices: Vec::new(),
             spilled: Vec::new(),
             found: Fingerprints::default(),
+            refused: Refusals::default(),
         }
     }
 
@@ -342,6 +347,10 @@ pub(super) struct LineEncoding {
     /// Each line is a snapshot's record (see `snapshot_record`), fingerprinted from the record
     /// the encoding parsed.
     pub(super) fingerprints: bool,
+    /// A refused line is set aside in its piece's `refused` and the others are encoded, rather
+    /// than the piece failing; then a record no feed can hold is refused here too, with the
+    /// files' overhead given (see `check_sizes`), so that none of the chunk fails later.
+    pub(super) skip: Option<u64>,
 }
 
 impl LineEncoding {
@@ -366,26 +375,58 @@ impl LineEncoding {
             scratch.opened = opened
                 .next_if(|(start, _)| *start == at)
                 .and_then(|(_, f)| f);
+            let start = done.buf.len();
             let out = &mut done.buf;
+            // The record's fingerprint, when fingerprinting, is kept once the record is.
             let encoded = match fingerprinting {
-                None => self.set.encode_line(index, line, kind, enc, scratch, out),
+                None => self
+                    .set
+                    .encode_line(index, line, kind, enc, scratch, out)
+                    .map(|()| None),
                 Some(encode) => snapshot_record(index, line).and_then(|record| {
                     let opened = scratch.opened.as_ref().and_then(OpenedFile::try_clone);
                     let fp = fingerprint_opened(index, &record, opened)?;
                     encode(index, &record, kind, enc, scratch, out)?;
-                    done.found.push(chunk, index, line, &record.url, &fp);
-                    Ok(())
+                    Ok(Some((record, fp)))
                 }),
             };
             scratch.opened = None;
-            encoded?;
-            done.ended(index, &mut scratch.spill);
+            let (found, refused) = match (encoded, self.skip) {
+                (Ok(found), Some(overhead)) => {
+                    let len = scratch
+                        .spill
+                        .done_len()
+                        .unwrap_or((done.buf.len() - start) as u64);
+                    (
+                        found,
+                        (len + overhead > HARD_MAX_BYTES).then(|| too_large(index, len)),
+                    )
+                }
+                (Ok(found), None) => (found, None),
+                (Err(e), Some(_)) => (None, Some(e)),
+                (Err(e), None) => return Err(e),
+            };
+            match refused {
+                None => {
+                    if let Some((record, fp)) = found {
+                        done.found.push(chunk, index, line, &record.url, &fp);
+                    }
+                    done.ended(index, &mut scratch.spill);
+                }
+                Some(e) => {
+                    // Nothing of the refused record stays: its bytes, its file moved out.
+                    done.buf.truncate(start);
+                    drop(scratch.spill.take());
+                    done.refused.set_aside(e)?;
+                }
+            }
         }
         // Room was made for what the lines' files weigh, and records deflate or move out to
         // disk: what is left over goes back now, not once the writer is done with the piece.
         // Held until then, it was 10 MB of peak RSS where two chunks wait in rounds (a tree's
         // inline text before its files by path).
         done.buf.shrink_to_fit();
+        done.refused.shrink_to_fit();
         Ok((done, count))
     }
 }
@@ -658,16 +699,7 @@ pub(super) fn check_sizes(encoded: &[Encoded], limits: Limits) -> Result<Vec<(us
         let len = record.len();
         let alone = len + limits.overhead;
         if alone > HARD_MAX_BYTES {
-            return Err(Error::refused(
-                RecordErrorKind::TooLarge,
-                index,
-                None,
-                format!(
-                    "the record is {len} bytes once encoded, which no feed under the protocol's \
-                     1 GB limit can hold (ceiling {HARD_MAX_BYTES} bytes); send it as a web feed \
-                     URL instead"
-                ),
-            ));
+            return Err(too_large(index, len));
         }
         if alone > limits.max_bytes {
             warnings.push((
@@ -681,4 +713,17 @@ pub(super) fn check_sizes(encoded: &[Encoded], limits: Limits) -> Result<Vec<(us
         }
     }
     Ok(warnings)
+}
+
+/// The refusal of record `index`, `len` bytes once encoded: more than any feed holds.
+fn too_large(index: usize, len: u64) -> Error {
+    Error::refused(
+        RecordErrorKind::TooLarge,
+        index,
+        None,
+        format!(
+            "the record is {len} bytes once encoded, which no feed under the protocol's 1 GB \
+             limit can hold (ceiling {HARD_MAX_BYTES} bytes); send it as a web feed URL instead"
+        ),
+    )
 }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import glob
+import itertools
 import json
 import os
 import stat
@@ -81,6 +82,7 @@ class _Builder:
 
     def start(self, writer: SetWriter) -> None:
         self.writer = writer
+        writer.skip_refused(self.on_error == "skip")
 
     def refuse(self, location: str, raw: bytes, reason: str) -> None:
         if self.on_error == "stop":
@@ -172,34 +174,33 @@ class _Builder:
         """Takes the oldest chunk started, whose line `i` is named by `locate(i)`; returns how
         many lines it held."""
         self._locate, self._done = locate, 0
-        take = self.writer.wait_jsonl
-        while True:
-            try:
-                return self._done + take()
-            except RecordError as exc:
+        try:
+            lines = self.writer.wait_jsonl()
+        except RecordError as exc:
+            # Stopping: its first bad line stops the build. (Skipping, the core sets bad lines
+            # aside and writes the others, in one pass over the chunk.)
+            self._refuse_lines(chunk, [exc])
+            raise
+        # A batch at a time, each written out before the next is made (see `take_refused`).
+        self._refuse_lines(chunk, itertools.chain.from_iterable(iter(self.writer.take_refused, [])))
+        return lines
+
+    def _refuse_lines(self, chunk: Chunk, refused: Iterable[RecordError]) -> None:
+        """Refuses the lines of `chunk` (just taken) at the indices of `refused`, in line order."""
+        data = None
+        start = line = 0
+        for exc in refused:
+            if data is None:
                 # A line read past the end of a file that shrank is no line of it.
                 self._changed()
-                # Nothing of the chunk was written but its first `exc.written` lines, and the
-                # lines before the bad one are good: write the others, set the bad line aside,
-                # and go on after it, ahead of the chunk already started. (A copy, to search
-                # it: refusals are rare.)
-                chunk = bytes(chunk)
-                start = written = 0
-                for i in range(exc.index):
-                    start = chunk.index(b"\n", start) + 1
-                    if i + 1 == exc.written:
-                        written = start
-                end = chunk.find(b"\n", start)
-                end = len(chunk) if end < 0 else end + 1
-                reason = f"{exc.field}: {exc.reason}" if exc.field else exc.reason
-                self.refuse(self.where(exc.index), chunk[start:end], reason)
-                if start > written:
-                    self.writer.add_jsonl(chunk[written:start])
-                chunk = chunk[end:]
-                self._done += exc.index + 1
-                if not chunk:
-                    return self._done
-                take = functools.partial(self.writer.add_jsonl, chunk)
+                data = bytes(chunk)  # a copy, to search it: once a chunk with refusals
+            for _ in range(exc.index - line):
+                start = data.index(b"\n", start) + 1
+            line = exc.index
+            end = data.find(b"\n", start)
+            end = len(data) if end < 0 else end + 1
+            reason = f"{exc.field}: {exc.reason}" if exc.field else exc.reason
+            self.refuse(self.where(exc.index), data[start:end], reason)
 
     def show(self, built: list[ManifestEntry] | None = None) -> None:
         """Updates the line with the writer's counts, or those of the set `built` (the

@@ -10,9 +10,12 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Annotated, Protocol, Self, TypedDict, TypeVar, get_args, get_type_hints
 
 from fastfeed import _core
-from fastfeed.errors import EmptyFullFeed
+from fastfeed.errors import EmptyFullFeed, RecordError
 from fastfeed.sets.manifest import ManifestEntry
 from fastfeed.sets.records import Record
+
+#: The refused lines `take_refused` makes into `RecordError`s at a time.
+REFUSED_BATCH = 1024
 
 DEFAULT_MAX_BYTES: int = _core.DEFAULT_MAX_BYTES
 HARD_MAX_BYTES: int = _core.HARD_MAX_BYTES
@@ -145,12 +148,12 @@ class SetWriter:
 
     def add_jsonl(self, chunk: bytes | memoryview) -> int:
         """Adds the items of a chunk of JSON Lines (whole lines only), parsed in Rust on the
-        worker threads, and returns how many lines the chunk held. A bad line raises
-        `RecordError` whose `.index` is its line in the chunk (blank lines counted); nothing of
-        the chunk is written then but its first `.written` lines (none, unless the chunk named
-        more big files by content_path than one round of encoding takes: its rounds are written
-        one by one, so that the records waiting to be written stay few). The chunk goes ahead
-        of those started and not yet waited for."""
+        worker threads, and returns how many lines the chunk held. A bad line (unless
+        `skip_refused`) raises `RecordError` whose `.index` is its line in the chunk (blank
+        lines counted); nothing of the chunk is written then but its first `.written` lines
+        (none, unless the chunk named more big files by content_path than one round of encoding
+        takes: its rounds are written one by one, so that the records waiting to be written
+        stay few). The chunk goes ahead of those started and not yet waited for."""
         problems, finished, lines = self._core.add_jsonl(chunk)
         self._report(problems, finished)
         return lines
@@ -168,6 +171,21 @@ class SetWriter:
         problems, finished, lines = self._core.wait_jsonl()
         self._report(problems, finished)
         return lines
+
+    def skip_refused(self, on: bool = True) -> None:
+        """From now on (`on`), or no longer, a bad line of JSON Lines raises nothing: the
+        chunk's other lines are added, in one pass, and `take_refused` hands over the
+        `RecordError` of each bad one. Off by default: the first bad line raises. It does not
+        apply to `add_batch` and `add_arrow`, whose first bad record always raises."""
+        self._core.skip_refused(on)
+
+    def take_refused(self, most: int = REFUSED_BATCH) -> list[RecordError]:
+        """The `RecordError`s of up to `most` of the lines set aside (see `skip_refused`) and
+        not yet taken, in input order, each `.index` its line in its chunk (blank lines
+        counted). Take them after each chunk, until none is left: the writer holds them
+        compact, and makes `most` at a time, so that memory stays flat however many lines a
+        chunk refuses."""
+        return self._core.take_refused(most)
 
     def fingerprint_records(self, on: bool = True) -> None:
         """From now on (`on`), or no longer, reads each record added as JSON Lines as a sync's
@@ -244,7 +262,8 @@ class RecordWriter(SetWriter):
         self.add_batch((record,))
 
     def add_batch(self, records: Iterable[Record]) -> None:
-        """Adds records in order; nothing of the batch is written if one of them is refused."""
+        """Adds records in order; nothing of the batch is written if one of them is refused: its
+        `RecordError` is raised, `skip_refused` or not."""
         batch = records if isinstance(records, (list, tuple)) else list(records)
         problems, finished = self._core.add_batch(batch)
         self._report(problems, finished)
@@ -256,7 +275,8 @@ class RecordWriter(SetWriter):
         DataFrame...). A bad row raises `RecordError` whose `.index` counts rows across the
         whole input: the rows before it are written, none after it, so
         `add_arrow(table.slice(error.index + 1))` goes on after it. A column of an unknown name
-        or of a type that cannot hold its field raises `FeedError` before any row is written."""
+        or of a type that cannot hold its field raises `FeedError` before any row is written.
+        `skip_refused` does not apply: the first bad row raises."""
         problems, finished, error = self._core.add_arrow(data)
         self._report(problems, finished)
         if error is not None:

@@ -19,8 +19,9 @@
 //! a segment goes as a section when its escapes would add more than the section's 12 bytes of
 //! markup (with what a section writes apart: each CR outside it as `&#13;`, since a parser turns
 //! a raw CR into LF even in a section, and each `]]>` split across two sections). Markup-dense
-//! text shrinks by a tenth or more, and segments that stay escaped cost one more pass over their
-//! list of escapes. Attribute values, and the elements of other formats, are only escaped.
+//! text shrinks by a tenth or more. Both ways are weighed by counting the bits of each kind of
+//! byte a block at a time (`weigh`); the escapes are listed only for a segment that stays
+//! escaped. Attribute values, and the elements of other formats, are only escaped.
 
 /// Where the escaped text goes, which decides what must be escaped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,6 +107,16 @@ trait Mask: Copy {
     fn mask(self, block: &[u8; BLOCK], ctx: Context) -> u64;
     /// What `content_segment` weighs of a block of element content.
     fn text_bits(self, block: &[u8; BLOCK]) -> TextBits;
+    /// `weigh` with this scan, where its `text_bits` inline.
+    #[inline(always)]
+    fn weigh(
+        self,
+        segment: &Segment<'_>,
+        open: bool,
+        bits: &mut Bits,
+    ) -> Result<Weighed, Unrepresentable> {
+        weigh(self, segment, open, bits)
+    }
 }
 
 /// The bytes of a block of element content by what they cost each way (`content_segment`), one
@@ -240,6 +251,33 @@ impl Mask for Avx2 {
         // SAFETY: as in `mask`.
         unsafe { avx2_text_bits(block) }
     }
+
+    #[inline(always)]
+    fn weigh(
+        self,
+        segment: &Segment<'_>,
+        open: bool,
+        bits: &mut Bits,
+    ) -> Result<Weighed, Unrepresentable> {
+        // SAFETY: as in `mask`.
+        unsafe { avx2_weigh(segment, open, bits) }
+    }
+}
+
+/// `weigh` compiled for AVX2, its blocks' `text_bits` inlined: called from the closure
+/// `text_with` hands `by_segments`, which is compiled without, a block at a time they were a
+/// call each (a sixth of the CPU of `add_arrow` of markup-dense text).
+///
+/// # Safety
+/// The CPU must have AVX2, BMI1 and POPCNT.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,bmi1,popcnt")]
+unsafe fn avx2_weigh(
+    segment: &Segment<'_>,
+    open: bool,
+    bits: &mut Bits,
+) -> Result<Weighed, Unrepresentable> {
+    weigh(Avx2, segment, open, bits)
 }
 
 /// # Safety
@@ -527,31 +565,44 @@ const SECTION_CR: usize = SECTION_CLOSE.len() + CR.len() + SECTION_OPEN.len() - 
 /// it) and another opened (`]]]]><![CDATA[>`).
 const SECTION_SPLIT: usize = SECTION_CLOSE.len() + SECTION_OPEN.len();
 
-/// Appends `src[..real]` as element content (see `escape_segment` for `src`, `bytes` and
-/// `base`): escaped, or as a CDATA section where that is shorter, its 12 bytes of markup and
-/// what it writes for CRs and `]]>` against what escaping adds. `open`: whether the segment
-/// before left a section open, which this one goes on or closes. Returns whether a section is
-/// open after it.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn content_segment(
-    out: &mut Vec<u8>,
-    src: &[u8],
+/// A segment to weigh (see `escape_segment` for `src`, `len`, `bytes` and `base`).
+struct Segment<'a> {
+    src: &'a [u8],
     len: usize,
-    real: usize,
-    bytes: &[u8],
+    bytes: &'a [u8],
     base: usize,
-    open: bool,
+}
+
+/// A segment's blocks' flags, one `u64` a block: the bytes escaping flags (`needs_care`), and
+/// what a section writes apart (its CRs and the `>` of each `]]>` whose brackets are in it).
+struct Bits {
+    care: [u64; SEGMENT / BLOCK],
+    apart: [u64; SEGMENT / BLOCK],
+}
+
+/// What escaping a segment adds, and what a section would write apart: CRs, and bytes in all.
+struct Weighed {
+    escaping: usize,
+    crs: usize,
+    apart: usize,
+}
+
+/// Weighs `segment` as element content, its blocks' flags into `bits`; refuses what XML cannot
+/// carry. `open`: whether a section goes on into it, which brings the `]]` before it in.
+#[inline(always)]
+fn weigh(
     scan: impl Mask,
-) -> Result<bool, Unrepresentable> {
-    debug_assert!(
-        len.is_multiple_of(BLOCK) && real <= len && len <= SEGMENT && src.len() >= len + BLOCK
-    );
-    // By block: the bytes escaping flags (`needs_care`), and what a section writes apart: its
-    // CRs and the `>` of each `]]>` whose brackets are in it (those before the segment only
-    // when its section goes on).
-    let (mut care, mut apart) = ([0u64; SEGMENT / BLOCK], [0u64; SEGMENT / BLOCK]);
-    let (mut n, mut crs, mut escaping) = (0, 0, 0);
+    segment: &Segment<'_>,
+    open: bool,
+    bits: &mut Bits,
+) -> Result<Weighed, Unrepresentable> {
+    let &Segment {
+        src,
+        len,
+        bytes,
+        base,
+    } = segment;
+    let (mut apart, mut crs, mut escaping) = (0, 0, 0);
     // The `]`s of the two bytes before a block, as its top bits: a `>` at 0 or 1 ends a `]]>`
     // with them.
     let mut brackets = if open && base >= 2 {
@@ -572,11 +623,53 @@ fn content_segment(
         escaping += 3 * t.escaped.count_ones() as usize + t.longer.count_ones() as usize;
         let split = t.gt & (t.bracket << 1 | brackets >> 63) & (t.bracket << 2 | brackets >> 62);
         brackets = t.bracket;
-        apart[k] = split | t.cr;
-        care[k] = t.escaped | t.odd;
-        n += apart[k].count_ones() as usize;
+        bits.apart[k] = split | t.cr;
+        bits.care[k] = t.escaped | t.odd;
+        apart += bits.apart[k].count_ones() as usize;
         crs += t.cr.count_ones() as usize;
     }
+    Ok(Weighed {
+        escaping,
+        crs,
+        apart,
+    })
+}
+
+/// Appends `src[..real]` as element content (see `escape_segment` for `src`, `bytes` and
+/// `base`): escaped, or as a CDATA section where that is shorter, its 12 bytes of markup and
+/// what it writes for CRs and `]]>` against what escaping adds. `open`: whether the segment
+/// before left a section open, which this one goes on or closes. Returns whether a section is
+/// open after it.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn content_segment(
+    out: &mut Vec<u8>,
+    src: &[u8],
+    len: usize,
+    real: usize,
+    bytes: &[u8],
+    base: usize,
+    open: bool,
+    scan: impl Mask,
+) -> Result<bool, Unrepresentable> {
+    debug_assert!(
+        len.is_multiple_of(BLOCK) && real <= len && len <= SEGMENT && src.len() >= len + BLOCK
+    );
+    let mut bits = Bits {
+        care: [0; SEGMENT / BLOCK],
+        apart: [0; SEGMENT / BLOCK],
+    };
+    let segment = Segment {
+        src,
+        len,
+        bytes,
+        base,
+    };
+    let Weighed {
+        escaping,
+        crs,
+        apart: n,
+    } = scan.weigh(&segment, open, &mut bits)?;
     let section = (n - crs) * SECTION_SPLIT + crs * SECTION_CR;
     // An open section is closed once whichever way, so closing it is not weighed: it goes on
     // through a segment that costs it no more than escaping, and no text is longer than escaped.
@@ -601,7 +694,7 @@ fn content_segment(
         }
         let start = if open { lead } else { 0 };
         let mut found = [MaybeUninit::uninit(); SEGMENT + 8];
-        let found = listed(len, |at| care[at / BLOCK], &mut found);
+        let found = listed(len, |at| bits.care[at / BLOCK], &mut found);
         // Every byte was checked above: this cannot fail.
         write_escaped(out, src, start, real, bytes, base, found, &TEXT_CODES)?;
         return Ok(false);
@@ -616,7 +709,7 @@ fn content_segment(
         out.extend_from_slice(&src[..lead]);
         from = lead;
     }
-    let apart = apart[..len / BLOCK]
+    let apart = bits.apart[..len / BLOCK]
         .iter()
         .enumerate()
         .flat_map(|(k, &bits)| {

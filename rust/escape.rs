@@ -580,11 +580,13 @@ struct Bits {
     apart: [u64; SEGMENT / BLOCK],
 }
 
-/// What escaping a segment adds, and what a section would write apart: CRs, and bytes in all.
+/// What escaping a segment adds, and what a section would write apart: CRs, and bytes in all;
+/// whether escaping flags any byte of it.
 struct Weighed {
     escaping: usize,
     crs: usize,
     apart: usize,
+    flagged: bool,
 }
 
 /// Weighs `segment` as element content, its blocks' flags into `bits`; refuses what XML cannot
@@ -602,7 +604,7 @@ fn weigh(
         bytes,
         base,
     } = segment;
-    let (mut apart, mut crs, mut escaping) = (0, 0, 0);
+    let (mut apart, mut crs, mut escaping, mut flagged) = (0, 0, 0, false);
     // The `]`s of the two bytes before a block, as its top bits: a `>` at 0 or 1 ends a `]]>`
     // with them.
     let mut brackets = if open && base >= 2 {
@@ -611,7 +613,17 @@ fn weigh(
         0
     };
     for (k, at) in (0..len).step_by(BLOCK).enumerate() {
-        let t = scan.text_bits(block_at(src, at));
+        let block = block_at(src, at);
+        // Clean text (most blocks of most text) is only scanned, as escaping scans it; only its
+        // last two `]`s matter, to the next block.
+        if scan.mask(block, Context::Text) == 0 {
+            (bits.care[k], bits.apart[k]) = (0, 0);
+            brackets = u64::from(block[BLOCK - 1] == b']') << 63
+                | u64::from(block[BLOCK - 2] == b']') << 62;
+            continue;
+        }
+        let t = scan.text_bits(block);
+        flagged = true;
         let mut odd = t.odd;
         while odd != 0 {
             let j = base + at + odd.trailing_zeros() as usize;
@@ -632,6 +644,7 @@ fn weigh(
         escaping,
         crs,
         apart,
+        flagged,
     })
 }
 
@@ -669,6 +682,7 @@ fn content_segment(
         escaping,
         crs,
         apart: n,
+        flagged,
     } = scan.weigh(&segment, open, &mut bits)?;
     let section = (n - crs) * SECTION_SPLIT + crs * SECTION_CR;
     // An open section is closed once whichever way, so closing it is not weighed: it goes on
@@ -694,7 +708,11 @@ fn content_segment(
         }
         let start = if open { lead } else { 0 };
         let mut found = [MaybeUninit::uninit(); SEGMENT + 8];
-        let found = listed(len, |at| bits.care[at / BLOCK], &mut found);
+        let found = if flagged {
+            listed(len, |at| bits.care[at / BLOCK], &mut found)
+        } else {
+            &[]
+        };
         // Every byte was checked above: this cannot fail.
         write_escaped(out, src, start, real, bytes, base, found, &TEXT_CODES)?;
         return Ok(false);

@@ -137,6 +137,28 @@ struct TextBits {
     odd: u64,
 }
 
+/// Adds the `TextBits` of the vector `v` (a part of a block, which `bits` places) to `t`, with
+/// the compares of one vector width (SSE2's or AVX2's: the same steps either way).
+#[cfg(target_arch = "x86_64")]
+macro_rules! text_bits_of {
+    ($t:ident, $v:ident, $bits:ident, $cmpeq:ident, $set1:ident, $min:ident, $or:ident, $andnot:ident) => {
+        let is = |b: u8| $cmpeq($v, $set1(b as i8));
+        // Below 0x20, unsigned: min(v, 0x1F) is v.
+        let control = $cmpeq($min($v, $set1(0x1F)), $v);
+        let (cr, gt) = (is(b'\r'), is(b'>'));
+        let longer = $or(is(b'&'), cr);
+        let escaped = $or(longer, $or(is(b'<'), gt));
+        let spaces = $or($or(is(b'\t'), is(b'\n')), cr);
+        let odd = $or($andnot(spaces, control), is(0xEF));
+        $t.escaped |= $bits(escaped);
+        $t.longer |= $bits(longer);
+        $t.cr |= $bits(cr);
+        $t.gt |= $bits(gt);
+        $t.bracket |= $bits(is(b']'));
+        $t.odd |= $bits(odd);
+    };
+}
+
 /// `TextBits` a byte at a time.
 #[cfg(any(test, not(target_arch = "x86_64")))]
 fn portable_text_bits(block: &[u8; BLOCK]) -> TextBits {
@@ -211,20 +233,17 @@ impl Mask for Baseline {
             // SAFETY: as in `mask`.
             unsafe {
                 let v = _mm_loadu_si128(block.as_ptr().add(16 * part).cast());
-                let is = |b: u8| _mm_cmpeq_epi8(v, _mm_set1_epi8(b as i8));
-                let control = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1F)), v);
-                let (cr, gt) = (is(b'\r'), is(b'>'));
-                let longer = _mm_or_si128(is(b'&'), cr);
-                let escaped = _mm_or_si128(longer, _mm_or_si128(is(b'<'), gt));
-                let spaces = _mm_or_si128(_mm_or_si128(is(b'\t'), is(b'\n')), cr);
-                let odd = _mm_or_si128(_mm_andnot_si128(spaces, control), is(0xEF));
                 let bits = |v| u64::from(_mm_movemask_epi8(v) as u16) << (16 * part);
-                t.escaped |= bits(escaped);
-                t.longer |= bits(longer);
-                t.cr |= bits(cr);
-                t.gt |= bits(gt);
-                t.bracket |= bits(is(b']'));
-                t.odd |= bits(odd);
+                text_bits_of!(
+                    t,
+                    v,
+                    bits,
+                    _mm_cmpeq_epi8,
+                    _mm_set1_epi8,
+                    _mm_min_epu8,
+                    _mm_or_si128,
+                    _mm_andnot_si128
+                );
             }
         }
         t
@@ -294,20 +313,17 @@ unsafe fn avx2_text_bits(block: &[u8; BLOCK]) -> TextBits {
     for part in 0..BLOCK / 32 {
         // The load reads 32 bytes of the 64-byte block, unaligned.
         let v = _mm256_loadu_si256(block.as_ptr().add(32 * part).cast());
-        let is = |b: u8| _mm256_cmpeq_epi8(v, _mm256_set1_epi8(b as i8));
-        let control = _mm256_cmpeq_epi8(_mm256_min_epu8(v, _mm256_set1_epi8(0x1F)), v);
-        let (cr, gt) = (is(b'\r'), is(b'>'));
-        let longer = _mm256_or_si256(is(b'&'), cr);
-        let escaped = _mm256_or_si256(longer, _mm256_or_si256(is(b'<'), gt));
-        let spaces = _mm256_or_si256(_mm256_or_si256(is(b'\t'), is(b'\n')), cr);
-        let odd = _mm256_or_si256(_mm256_andnot_si256(spaces, control), is(0xEF));
         let bits = |v| u64::from(_mm256_movemask_epi8(v) as u32) << (32 * part);
-        t.escaped |= bits(escaped);
-        t.longer |= bits(longer);
-        t.cr |= bits(cr);
-        t.gt |= bits(gt);
-        t.bracket |= bits(is(b']'));
-        t.odd |= bits(odd);
+        text_bits_of!(
+            t,
+            v,
+            bits,
+            _mm256_cmpeq_epi8,
+            _mm256_set1_epi8,
+            _mm256_min_epu8,
+            _mm256_or_si256,
+            _mm256_andnot_si256
+        );
     }
     t
 }

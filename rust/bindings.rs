@@ -689,6 +689,29 @@ impl PyBlake3 {
     }
 }
 
+/// An XXH3-128 hash, given its bytes a piece at a time (the digest of feed files, checked at
+/// push; see `file_digest`): each piece is hashed without the GIL.
+#[pyclass(module = "fastfeed._core", name = "Xxh3")]
+struct PyXxh3(xxhash_rust::xxh3::Xxh3Default);
+
+#[pymethods]
+impl PyXxh3 {
+    #[new]
+    fn new() -> Self {
+        Self(xxhash_rust::xxh3::Xxh3Default::new())
+    }
+
+    fn update(&mut self, py: Python<'_>, data: &[u8]) {
+        let hasher = &mut self.0;
+        py.allow_threads(|| hasher.update(data));
+    }
+
+    /// The hash in the canonical form `xxhsum -H2` prints.
+    fn hexdigest(&self) -> String {
+        format!("{:032x}", self.0.digest128())
+    }
+}
+
 #[pymodule]
 #[pyo3(name = "_core")]
 fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -696,6 +719,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyFeedWriter>()?;
     m.add_class::<PyMappingGuard>()?;
     m.add_class::<PyBlake3>()?;
+    m.add_class::<PyXxh3>()?;
     m.add_class::<PyDirectoryWalk>()?;
     m.add_function(wrap_pyfunction!(url_problem, m)?)?;
     m.add_function(wrap_pyfunction!(parse_last_modified, m)?)?;

@@ -19,8 +19,9 @@
 //! a segment goes as a section when its escapes would add more than the section's 12 bytes of
 //! markup (with what a section writes apart: each CR outside it as `&#13;`, since a parser turns
 //! a raw CR into LF even in a section, and each `]]>` split across two sections). Markup-dense
-//! text shrinks by a tenth or more, and segments that stay escaped cost one more pass over their
-//! list of escapes. Attribute values, and the elements of other formats, are only escaped.
+//! text shrinks by a tenth or more. Both ways are weighed by counting the bits of each kind of
+//! byte a block at a time (`weigh`); the escapes are listed only for a segment that stays
+//! escaped. Attribute values, and the elements of other formats, are only escaped.
 
 /// Where the escaped text goes, which decides what must be escaped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,6 +105,74 @@ impl Scan {
 /// A way to flag the bytes of a block that need a look (`needs_care`), one bit each.
 trait Mask: Copy {
     fn mask(self, block: &[u8; BLOCK], ctx: Context) -> u64;
+    /// What `content_segment` weighs of a block of element content.
+    fn text_bits(self, block: &[u8; BLOCK]) -> TextBits;
+    /// `weigh` with this scan, where its `text_bits` inline.
+    #[inline(always)]
+    fn weigh(
+        self,
+        segment: &Segment<'_>,
+        open: bool,
+        bits: &mut Bits,
+    ) -> Result<Weighed, Unrepresentable> {
+        weigh(self, segment, open, bits)
+    }
+}
+
+/// The bytes of a block of element content by what they cost each way (`content_segment`), one
+/// bit each: a segment's escapes and what a section writes apart are counted from them, a
+/// block at a time, instead of flagged byte by flagged byte (markup-dense text has 50 in a KB).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct TextBits {
+    /// `&`, `<`, `>` and CR, which escaping writes as references 3 bytes longer (`&lt;`)...
+    escaped: u64,
+    /// ...or 4 (`&amp;`, `&#13;`).
+    longer: u64,
+    cr: u64,
+    /// `>` and `]`, which make the `]]>` a section must split.
+    gt: u64,
+    bracket: u64,
+    /// Controls other than TAB, LF and CR, and 0xEF: what may start a character XML cannot
+    /// carry (`refused`). With `escaped`, the bytes `needs_care` flags in text.
+    odd: u64,
+}
+
+/// Adds the `TextBits` of the vector `v` (a part of a block, which `bits` places) to `t`, with
+/// the compares of one vector width (SSE2's or AVX2's: the same steps either way).
+#[cfg(target_arch = "x86_64")]
+macro_rules! text_bits_of {
+    ($t:ident, $v:ident, $bits:ident, $cmpeq:ident, $set1:ident, $min:ident, $or:ident, $andnot:ident) => {
+        let is = |b: u8| $cmpeq($v, $set1(b as i8));
+        // Below 0x20, unsigned: min(v, 0x1F) is v.
+        let control = $cmpeq($min($v, $set1(0x1F)), $v);
+        let (cr, gt) = (is(b'\r'), is(b'>'));
+        let longer = $or(is(b'&'), cr);
+        let escaped = $or(longer, $or(is(b'<'), gt));
+        let spaces = $or($or(is(b'\t'), is(b'\n')), cr);
+        let odd = $or($andnot(spaces, control), is(0xEF));
+        $t.escaped |= $bits(escaped);
+        $t.longer |= $bits(longer);
+        $t.cr |= $bits(cr);
+        $t.gt |= $bits(gt);
+        $t.bracket |= $bits(is(b']'));
+        $t.odd |= $bits(odd);
+    };
+}
+
+/// `TextBits` a byte at a time.
+#[cfg(any(test, not(target_arch = "x86_64")))]
+fn portable_text_bits(block: &[u8; BLOCK]) -> TextBits {
+    let mut t = TextBits::default();
+    for (j, &b) in block.iter().enumerate() {
+        let bit = |on: bool| u64::from(on) << j;
+        t.escaped |= bit(matches!(b, b'&' | b'<' | b'>' | b'\r'));
+        t.longer |= bit(matches!(b, b'&' | b'\r'));
+        t.cr |= bit(b == b'\r');
+        t.gt |= bit(b == b'>');
+        t.bracket |= bit(b == b']');
+        t.odd |= bit((b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r')) || b == 0xEF);
+    }
+    t
 }
 
 #[derive(Clone, Copy)]
@@ -114,6 +183,10 @@ impl Mask for Baseline {
     #[inline(always)]
     fn mask(self, block: &[u8; BLOCK], ctx: Context) -> u64 {
         portable_mask(block, ctx)
+    }
+
+    fn text_bits(self, block: &[u8; BLOCK]) -> TextBits {
+        portable_text_bits(block)
     }
 }
 
@@ -148,6 +221,33 @@ impl Mask for Baseline {
         }
         mask
     }
+
+    #[inline(always)]
+    fn text_bits(self, block: &[u8; BLOCK]) -> TextBits {
+        use std::arch::x86_64::{
+            _mm_andnot_si128, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8,
+            _mm_or_si128, _mm_set1_epi8,
+        };
+        let mut t = TextBits::default();
+        for part in 0..BLOCK / 16 {
+            // SAFETY: as in `mask`.
+            unsafe {
+                let v = _mm_loadu_si128(block.as_ptr().add(16 * part).cast());
+                let bits = |v| u64::from(_mm_movemask_epi8(v) as u16) << (16 * part);
+                text_bits_of!(
+                    t,
+                    v,
+                    bits,
+                    _mm_cmpeq_epi8,
+                    _mm_set1_epi8,
+                    _mm_min_epu8,
+                    _mm_or_si128,
+                    _mm_andnot_si128
+                );
+            }
+        }
+        t
+    }
 }
 
 /// AVX2's scan: a block in two compares of 32 bytes (only built into code that runs where the
@@ -160,10 +260,72 @@ struct Avx2;
 impl Mask for Avx2 {
     #[inline(always)]
     fn mask(self, block: &[u8; BLOCK], ctx: Context) -> u64 {
-        // SAFETY: an `Avx2` is only used by `escape_avx2` and `find_avx2`, which run only where
-        // the CPU has AVX2.
+        // SAFETY: an `Avx2` is only used by `escape_avx2`, `text_avx2` and `find_avx2`, which
+        // run only where the CPU has AVX2.
         unsafe { avx2_mask(block, ctx) }
     }
+
+    #[inline(always)]
+    fn text_bits(self, block: &[u8; BLOCK]) -> TextBits {
+        // SAFETY: as in `mask`.
+        unsafe { avx2_text_bits(block) }
+    }
+
+    #[inline(always)]
+    fn weigh(
+        self,
+        segment: &Segment<'_>,
+        open: bool,
+        bits: &mut Bits,
+    ) -> Result<Weighed, Unrepresentable> {
+        // SAFETY: as in `mask`.
+        unsafe { avx2_weigh(segment, open, bits) }
+    }
+}
+
+/// `weigh` compiled for AVX2, its blocks' `text_bits` inlined: called from the closure
+/// `text_with` hands `by_segments`, which is compiled without, a block at a time they were a
+/// call each (a sixth of the CPU of `add_arrow` of markup-dense text).
+///
+/// # Safety
+/// The CPU must have AVX2, BMI1 and POPCNT.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,bmi1,popcnt")]
+unsafe fn avx2_weigh(
+    segment: &Segment<'_>,
+    open: bool,
+    bits: &mut Bits,
+) -> Result<Weighed, Unrepresentable> {
+    weigh(Avx2, segment, open, bits)
+}
+
+/// # Safety
+/// The CPU must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn avx2_text_bits(block: &[u8; BLOCK]) -> TextBits {
+    use std::arch::x86_64::{
+        _mm256_andnot_si256, _mm256_cmpeq_epi8, _mm256_loadu_si256, _mm256_min_epu8,
+        _mm256_movemask_epi8, _mm256_or_si256, _mm256_set1_epi8,
+    };
+    let mut t = TextBits::default();
+    for part in 0..BLOCK / 32 {
+        // The load reads 32 bytes of the 64-byte block, unaligned.
+        let v = _mm256_loadu_si256(block.as_ptr().add(32 * part).cast());
+        let bits = |v| u64::from(_mm256_movemask_epi8(v) as u32) << (32 * part);
+        text_bits_of!(
+            t,
+            v,
+            bits,
+            _mm256_cmpeq_epi8,
+            _mm256_set1_epi8,
+            _mm256_min_epu8,
+            _mm256_or_si256,
+            _mm256_andnot_si256
+        );
+    }
+    t
 }
 
 /// # Safety
@@ -206,6 +368,10 @@ unsafe fn avx2_mask(block: &[u8; BLOCK], ctx: Context) -> u64 {
 #[cfg(not(target_arch = "x86_64"))]
 impl Mask for Avx2 {
     fn mask(self, _: &[u8; BLOCK], _: Context) -> u64 {
+        unreachable!("AVX2 is only offered on x86_64")
+    }
+
+    fn text_bits(self, _: &[u8; BLOCK]) -> TextBits {
         unreachable!("AVX2 is only offered on x86_64")
     }
 }
@@ -265,22 +431,19 @@ fn refused(bytes: &[u8], i: usize) -> bool {
         || (bytes.get(i + 1) == Some(&0xBF) && matches!(bytes.get(i + 2), Some(0xBE | 0xBF)))
 }
 
-/// The positions of the bytes flagged in the blocks of `src[..len]` (`len` a multiple of
-/// `BLOCK`), into `found`; returns how many. Four positions of a block are written whatever its
-/// count, without a branch: most blocks of text have no more, and those past the count are
-/// overwritten or never read.
+/// The positions of the bytes flagged in the blocks of a segment of `len` bytes (a multiple of
+/// `BLOCK`), into `found`, given each block's flags by its start (`flags`); returns how many.
+/// Four positions of a block are written whatever its count, without a branch: most blocks of
+/// text have no more, and those past the count are overwritten or never read.
 #[inline(always)]
 fn flagged(
-    src: &[u8],
     len: usize,
-    ctx: Context,
-    scan: impl Mask,
+    mut flags: impl FnMut(usize) -> u64,
     found: &mut [MaybeUninit<u16>; SEGMENT + 8],
 ) -> usize {
     let mut n = 0;
     for base in (0..len).step_by(BLOCK) {
-        let block = src[base..base + BLOCK].try_into().expect("a block");
-        let mut mask = scan.mask(block, ctx);
+        let mut mask = flags(base);
         let count = mask.count_ones() as usize;
         // A block's positions lie within it, so `n` is at most `base` here: the writes stay
         // within `found`.
@@ -301,6 +464,12 @@ fn flagged(
     n
 }
 
+/// The block of `src` that starts at `at`.
+#[inline(always)]
+fn block_at(src: &[u8], at: usize) -> &[u8; BLOCK] {
+    src[at..at + BLOCK].try_into().expect("a block")
+}
+
 /// Appends the escaped form of `src[..real]` to `out`. `src` holds `BLOCK` bytes to read past
 /// `len`, the length scanned (`real` rounded up to a block: past `real`, spaces, which need no
 /// care); it is the input `bytes` from `base` on, or a copy of its last bytes.
@@ -316,9 +485,12 @@ fn escape_segment(
     ctx: Context,
     scan: impl Mask,
 ) -> Result<(), Unrepresentable> {
+    debug_assert!(
+        len.is_multiple_of(BLOCK) && real <= len && len <= SEGMENT && src.len() >= len + BLOCK
+    );
     // Not zeroed: as big as a segment, it would cost more than most segments' escaping.
     let mut found = [MaybeUninit::uninit(); SEGMENT + 8];
-    let found = listed(src, len, real, ctx, scan, &mut found);
+    let found = listed(len, |at| scan.mask(block_at(src, at), ctx), &mut found);
     let codes = match ctx {
         Context::Text => &TEXT_CODES,
         Context::Attribute => &ATTRIBUTE_CODES,
@@ -326,20 +498,14 @@ fn escape_segment(
     write_escaped(out, src, 0, real, bytes, base, found, codes)
 }
 
-/// The positions `flagged` lists in `src[..len]`, as a slice of `found`.
+/// The positions `flagged` lists, as a slice of `found`.
 #[inline(always)]
-fn listed<'f>(
-    src: &[u8],
+fn listed(
     len: usize,
-    real: usize,
-    ctx: Context,
-    scan: impl Mask,
-    found: &'f mut [MaybeUninit<u16>; SEGMENT + 8],
-) -> &'f [u16] {
-    debug_assert!(
-        len.is_multiple_of(BLOCK) && real <= len && len <= SEGMENT && src.len() >= len + BLOCK
-    );
-    let n = flagged(src, len, ctx, scan, found);
+    flags: impl FnMut(usize) -> u64,
+    found: &mut [MaybeUninit<u16>; SEGMENT + 8],
+) -> &[u16] {
+    let n = flagged(len, flags, found);
     // SAFETY: `flagged` wrote the first `n` positions.
     unsafe { &*(std::ptr::from_ref(&found[..n]) as *const [u16]) }
 }
@@ -415,19 +581,88 @@ const SECTION_CR: usize = SECTION_CLOSE.len() + CR.len() + SECTION_OPEN.len() - 
 /// it) and another opened (`]]]]><![CDATA[>`).
 const SECTION_SPLIT: usize = SECTION_CLOSE.len() + SECTION_OPEN.len();
 
-/// What escaping each byte adds to it in text (`&lt;` 3 bytes), 0 for a byte that stays itself.
-static TEXT_GROWTH: [u8; 256] = {
-    let mut growth = [0; 256];
-    let mut b = 0;
-    while b < 256 {
-        let code = TEXT_CODES[b] as usize;
-        if code != 0 {
-            growth[b] = ESCAPES[code].1 as u8 - 1;
+/// A segment to weigh (see `escape_segment` for `src`, `len`, `bytes` and `base`).
+struct Segment<'a> {
+    src: &'a [u8],
+    len: usize,
+    bytes: &'a [u8],
+    base: usize,
+}
+
+/// A segment's blocks' flags, one `u64` a block: the bytes escaping flags (`needs_care`), and
+/// what a section writes apart (its CRs and the `>` of each `]]>` whose brackets are in it).
+struct Bits {
+    care: [u64; SEGMENT / BLOCK],
+    apart: [u64; SEGMENT / BLOCK],
+}
+
+/// What escaping a segment adds, and what a section would write apart: CRs, and bytes in all;
+/// whether escaping flags any byte of it.
+struct Weighed {
+    escaping: usize,
+    crs: usize,
+    apart: usize,
+    flagged: bool,
+}
+
+/// Weighs `segment` as element content, its blocks' flags into `bits`; refuses what XML cannot
+/// carry. `open`: whether a section goes on into it, which brings the `]]` before it in.
+#[inline(always)]
+fn weigh(
+    scan: impl Mask,
+    segment: &Segment<'_>,
+    open: bool,
+    bits: &mut Bits,
+) -> Result<Weighed, Unrepresentable> {
+    let &Segment {
+        src,
+        len,
+        bytes,
+        base,
+    } = segment;
+    let (mut apart, mut crs, mut escaping, mut flagged) = (0, 0, 0, false);
+    // The `]`s of the two bytes before a block, as its top bits: a `>` at 0 or 1 ends a `]]>`
+    // with them.
+    let mut brackets = if open && base >= 2 {
+        u64::from(bytes[base - 1] == b']') << 63 | u64::from(bytes[base - 2] == b']') << 62
+    } else {
+        0
+    };
+    for (k, at) in (0..len).step_by(BLOCK).enumerate() {
+        let block = block_at(src, at);
+        // Clean text (most blocks of most text) is only scanned, as escaping scans it; only its
+        // last two `]`s matter, to the next block.
+        if scan.mask(block, Context::Text) == 0 {
+            (bits.care[k], bits.apart[k]) = (0, 0);
+            brackets = u64::from(block[BLOCK - 1] == b']') << 63
+                | u64::from(block[BLOCK - 2] == b']') << 62;
+            continue;
         }
-        b += 1;
+        let t = scan.text_bits(block);
+        flagged = true;
+        let mut odd = t.odd;
+        while odd != 0 {
+            let j = base + at + odd.trailing_zeros() as usize;
+            if refused(bytes, j) {
+                return Err(Unrepresentable { offset: j });
+            }
+            odd &= odd - 1;
+        }
+        escaping += 3 * t.escaped.count_ones() as usize + t.longer.count_ones() as usize;
+        let split = t.gt & (t.bracket << 1 | brackets >> 63) & (t.bracket << 2 | brackets >> 62);
+        brackets = t.bracket;
+        bits.apart[k] = split | t.cr;
+        bits.care[k] = t.escaped | t.odd;
+        apart += bits.apart[k].count_ones() as usize;
+        crs += t.cr.count_ones() as usize;
     }
-    growth
-};
+    Ok(Weighed {
+        escaping,
+        crs,
+        apart,
+        flagged,
+    })
+}
 
 /// Appends `src[..real]` as element content (see `escape_segment` for `src`, `bytes` and
 /// `base`): escaped, or as a CDATA section where that is shorter, its 12 bytes of markup and
@@ -446,29 +681,25 @@ fn content_segment(
     open: bool,
     scan: impl Mask,
 ) -> Result<bool, Unrepresentable> {
-    let mut found = [MaybeUninit::uninit(); SEGMENT + 8];
-    let found = listed(src, len, real, Context::Text, scan, &mut found);
-    // What a section writes apart: its CRs and the `>` of each `]]>` whose brackets are in it
-    // (those before the segment only when its section goes on). Listed as they are met, no
-    // branch: one that is not is overwritten by the next.
-    let mut apart = [MaybeUninit::uninit(); SEGMENT];
-    let (mut n, mut crs, mut escaping) = (0, 0, 0);
-    for &j in found {
-        let j = usize::from(j);
-        let (b, at) = (src[j], base + j);
-        if TEXT_CODES[usize::from(b)] == 0 && refused(bytes, at) {
-            return Err(Unrepresentable { offset: at });
-        }
-        escaping += usize::from(TEXT_GROWTH[usize::from(b)]);
-        // `open` or `j >= 2`: `at >= 2`.
-        let split = b == b'>' && (open || j >= 2) && bytes[at - 2..at] == *b"]]";
-        let cr = b == b'\r';
-        apart[n].write(j as u16);
-        n += usize::from(split | cr);
-        crs += usize::from(cr);
-    }
-    // SAFETY: the first `n` positions were written.
-    let apart: &[u16] = unsafe { &*(std::ptr::from_ref(&apart[..n]) as *const [u16]) };
+    debug_assert!(
+        len.is_multiple_of(BLOCK) && real <= len && len <= SEGMENT && src.len() >= len + BLOCK
+    );
+    let mut bits = Bits {
+        care: [0; SEGMENT / BLOCK],
+        apart: [0; SEGMENT / BLOCK],
+    };
+    let segment = Segment {
+        src,
+        len,
+        bytes,
+        base,
+    };
+    let Weighed {
+        escaping,
+        crs,
+        apart: n,
+        flagged,
+    } = scan.weigh(&segment, open, &mut bits)?;
     let section = (n - crs) * SECTION_SPLIT + crs * SECTION_CR;
     // An open section is closed once whichever way, so closing it is not weighed: it goes on
     // through a segment that costs it no more than escaping, and no text is longer than escaped.
@@ -492,6 +723,12 @@ fn content_segment(
             out.extend_from_slice(SECTION_CLOSE);
         }
         let start = if open { lead } else { 0 };
+        let mut found = [MaybeUninit::uninit(); SEGMENT + 8];
+        let found = if flagged {
+            listed(len, |at| bits.care[at / BLOCK], &mut found)
+        } else {
+            &[]
+        };
         // Every byte was checked above: this cannot fail.
         write_escaped(out, src, start, real, bytes, base, found, &TEXT_CODES)?;
         return Ok(false);
@@ -506,8 +743,15 @@ fn content_segment(
         out.extend_from_slice(&src[..lead]);
         from = lead;
     }
-    for &j in apart {
-        let j = usize::from(j);
+    let apart = bits.apart[..len / BLOCK]
+        .iter()
+        .enumerate()
+        .flat_map(|(k, &bits)| {
+            std::iter::successors(Some(bits), |b| Some(b & b.wrapping_sub(1)))
+                .take_while(|&b| b != 0)
+                .map(move |b| k * BLOCK + b.trailing_zeros() as usize)
+        });
+    for j in apart {
         if from < j {
             if !open {
                 out.extend_from_slice(SECTION_OPEN);
@@ -854,6 +1098,27 @@ mod tests {
                     prop_assert_eq!(Avx2.mask(block, ctx), portable);
                 }
             }
+            let text = portable_text_bits(block);
+            prop_assert_eq!(text.escaped | text.odd, portable_mask(block, Context::Text));
+            prop_assert_eq!(Baseline.text_bits(block), text);
+            if Scan::available().contains(&Scan::Avx2) {
+                prop_assert_eq!(Avx2.text_bits(block), text);
+            }
+        }
+    }
+
+    /// `content_segment` weighs escaping as 3 bytes more for each byte of `TextBits::escaped`
+    /// and one more for each of `longer`: what the escapes add.
+    #[test]
+    fn text_bits_weigh_escapes_as_they_are_written() {
+        for b in 0..=255u8 {
+            let t = portable_text_bits(&[b; BLOCK]);
+            let weighed = (3 * t.escaped.count_ones() + t.longer.count_ones()) / BLOCK as u32;
+            let grown = match ESCAPES[usize::from(TEXT_CODES[usize::from(b)])].1 {
+                0 => 0,
+                len => len as u32 - 1,
+            };
+            assert_eq!(weighed, grown, "byte {b:#x}");
         }
     }
 

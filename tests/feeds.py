@@ -17,7 +17,7 @@ from lxml import etree
 
 def sha256s(feed_set: Path) -> list[str]:
     """The SHA-256 of each file of a set, in manifest order: what the emulator records of each
-    file it receives (the manifest's own digests are BLAKE3)."""
+    file it receives (the manifest's own digests are XXH3)."""
     return [
         hashlib.sha256((feed_set / e.file).read_bytes()).hexdigest()
         for e in read_manifest(feed_set)

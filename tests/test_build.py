@@ -15,7 +15,7 @@ from pathlib import Path
 import orjson
 import pytest
 from fastfeed import FeedError, FeedWarning, FeedWriter, RecordError, read_manifest
-from fastfeed._core import Blake3
+from fastfeed._core import Blake3, Xxh3
 from fastfeed.cli import main
 from fastfeed.errors import FastfeedError
 from fastfeed.gsa.validate import validate_file
@@ -277,12 +277,12 @@ def test_manifest_describes_each_file(tmp_path: Path) -> None:
     assert build(tmp_path, [doc(i) for i in range(5)], "--max-records", "2") == 0
     for e in read_manifest(tmp_path / "out"):
         data = (tmp_path / "out" / e.file).read_bytes()
-        hashed = Blake3()
+        hashed = Xxh3()
         hashed.update(data)
         assert (e.datasource, e.bytes, e.digest) == (
             "docs",
             len(data),
-            f"blake3:{hashed.hexdigest()}",
+            f"xxh3:{hashed.hexdigest()}",
         )
         assert data.startswith(
             b'<?xml version="1.0" encoding="UTF-8"?>\n'
@@ -291,16 +291,23 @@ def test_manifest_describes_each_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("length", "digest"),
+    ("hash", "length", "digest"),
     [
-        (0, "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"),
-        (102_400, "bc3e3d41a1146b069abffad3c0d44860cf664390afce4d9661f7902e7943e085"),
+        # xxhsum -H2 (xxHash 0.8.1) of the same bytes.
+        (Xxh3, 0, "99aa06d3014798d86001c324468d497f"),
+        (Xxh3, 102_400, "ecd387d36185351b1428e17f1cac2837"),
+        # The BLAKE3 authors' test vectors: the digest of manifests of earlier versions.
+        (Blake3, 0, "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"),
+        (Blake3, 102_400, "bc3e3d41a1146b069abffad3c0d44860cf664390afce4d9661f7902e7943e085"),
     ],
 )
-def test_the_digest_is_blake3_given_in_pieces_as_a_push_gives_it(length: int, digest: str) -> None:
-    """The BLAKE3 authors' test vectors (bytes 0 to 250, repeated), fed in uneven pieces."""
+def test_the_digests_are_standard_given_in_pieces_as_a_push_gives_them(
+    hash: type[Xxh3 | Blake3], length: int, digest: str
+) -> None:
+    """Bytes 0 to 250, repeated, fed in uneven pieces: a digest anyone can check with the
+    standard tools."""
     data = bytes(i % 251 for i in range(length))
-    hashed = Blake3()
+    hashed = hash()
     for at in range(0, length, 1000):
         hashed.update(data[at : at + 1000])
     assert hashed.hexdigest() == digest
@@ -326,7 +333,7 @@ def test_a_manifest_of_an_earlier_version_reads_with_its_sha256_digests(tmp_path
     del line["sha256"]
     line["digest"] = "sha3:00"
     (out / "manifest.jsonl").write_bytes(orjson.dumps(line) + b"\n")
-    with pytest.raises(FastfeedError, match="its digest is not one of blake3, sha256"):
+    with pytest.raises(FastfeedError, match="its digest is not one of xxh3, blake3, sha256"):
         read_manifest(out)
 
 

@@ -8,6 +8,7 @@ __all__ = [
     "FeedWriter",
     "MappingGuard",
     "Blake3",
+    "Xxh3",
     "DirectoryWalk",
     "url_problem",
     "parse_last_modified",
@@ -114,6 +115,12 @@ class MappingGuard:
 
 @final
 class Blake3:
+    def __new__(cls) -> Self: ...
+    def update(self, data: bytes) -> None: ...
+    def hexdigest(self) -> str: ...
+
+@final
+class Xxh3:
     def __new__(cls) -> Self: ...
     def update(self, data: bytes) -> None: ...
     def hexdigest(self) -> str: ...

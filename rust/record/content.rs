@@ -567,12 +567,11 @@ impl OpenedFile {
     /// out of descriptors (that read opens the file itself).
     pub(crate) fn try_clone(&self) -> Option<OpenedFile> {
         let file = self.file.try_clone().ok()?;
-        HELD.fetch_add(1, Ordering::Relaxed);
         Some(OpenedFile {
             path: self.path.clone(),
             file,
             opened: self.opened,
-            _held: Held,
+            _held: self._held.another(),
         })
     }
 
@@ -583,12 +582,20 @@ impl OpenedFile {
     }
 }
 
-/// One of the files counted in `HELD`, until dropped.
-struct Held;
+/// One of the files counted in a count of held files (`HELD`), until dropped.
+struct Held(&'static AtomicUsize);
+
+impl Held {
+    /// One more file counted with this one.
+    fn another(&self) -> Held {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Held(self.0)
+    }
+}
 
 impl Drop for Held {
     fn drop(&mut self) {
-        HELD.fetch_sub(1, Ordering::Relaxed);
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -646,6 +653,16 @@ pub(crate) fn read_ahead(
     paths: &[&Path],
     budget: Option<FileBudget>,
 ) -> Vec<(u64, Option<OpenedFile>)> {
+    read_ahead_counted(paths, budget, &HELD)
+}
+
+/// `read_ahead`, with the files held counted in `held` (a test's own count: the process's is
+/// shared by every test running beside it).
+fn read_ahead_counted(
+    paths: &[&Path],
+    budget: Option<FileBudget>,
+    held: &'static AtomicUsize,
+) -> Vec<(u64, Option<OpenedFile>)> {
     let ahead = AtomicU64::new(READ_AHEAD_CHUNK);
     let state = Mutex::new(Ahead {
         left: budget,
@@ -670,16 +687,16 @@ pub(crate) fn read_ahead(
         if granted && len > 0 {
             will_need(&file, len);
         }
-        let held = HELD
+        let counted = held
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                 (n < max_held()).then_some(n + 1)
             })
             .is_ok();
-        let file = held.then(|| OpenedFile {
+        let file = counted.then(|| OpenedFile {
             path: path.to_owned(),
             file,
             opened,
-            _held: Held,
+            _held: Held(held),
         });
         (size, file)
     };
@@ -1077,14 +1094,19 @@ mod tests {
             })
             .collect();
         let borrowed: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
-        let planned = read_ahead(&borrowed, None);
-        // Every size is known; no more than the bound is held (other tests may hold some).
+        let count: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
+        let planned = read_ahead_counted(&borrowed, None, count);
+        // Every size is known; exactly the bound is held, and the rest closed.
         assert!(planned.iter().all(|(size, _)| *size == 1));
         let held = planned.iter().filter(|(_, f)| f.is_some()).count();
-        assert!(held <= max_held() && held >= max_held() - 16, "{held}");
-        assert!(HELD.load(Ordering::Relaxed) <= max_held());
-        // Dropped, they are closed and make room (other tests hold one each at most).
+        assert_eq!(held, max_held());
+        assert_eq!(count.load(Ordering::Relaxed), max_held());
+        // A second descriptor of an opening counts too; dropped, they make room.
+        let another = planned[0].1.as_ref().unwrap().try_clone().unwrap();
+        assert_eq!(count.load(Ordering::Relaxed), max_held() + 1);
         drop(planned);
-        assert!(HELD.load(Ordering::Relaxed) < 3);
+        assert_eq!(count.load(Ordering::Relaxed), 1);
+        drop(another);
+        assert_eq!(count.load(Ordering::Relaxed), 0);
     }
 }

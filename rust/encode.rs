@@ -501,18 +501,11 @@ impl Stream {
             s.next_out = out.spare_capacity_mut().as_mut_ptr().cast();
             s.avail_out = room as u32;
             // SAFETY: next_in and next_out point to `avail_in` and `avail_out` valid bytes (ISA-L
-            // only reads the input, and writes the output's spare capacity), and level_buf to
-            // the stream's own buffer, alive with it.
-            let code = unsafe { isal::isal_deflate(s) };
-            assert_eq!(code, isal::COMP_OK as i32, "isal_deflate failed");
+            // writes the output's spare capacity), and level_buf to the stream's own buffer.
+            let done = unsafe { deflate_call(s, last) };
             let written = room - s.avail_out as usize;
             // SAFETY: ISA-L wrote the first `written` bytes of the spare capacity.
             unsafe { out.set_len(out.len() + written) };
-            let done = if last {
-                s.internal_state.state == isal::isal_zstate_state_ZSTATE_END
-            } else {
-                s.avail_in == 0 && s.avail_out > 0
-            };
             if done {
                 return;
             }
@@ -534,22 +527,33 @@ impl Stream {
         loop {
             s.next_out = self.out.as_mut_ptr();
             s.avail_out = self.out.len() as u32;
-            // SAFETY: next_in and next_out point to `avail_in` and `avail_out` valid bytes (ISA-L
-            // only reads the input), and level_buf to the stream's own buffer, alive with it.
-            let code = unsafe { isal::isal_deflate(s) };
-            // Only a bad parameter fails, and every parameter here is fixed.
-            assert_eq!(code, isal::COMP_OK as i32, "isal_deflate failed");
+            // SAFETY: next_in and next_out point to `avail_in` and `avail_out` valid bytes, and
+            // level_buf to the stream's own buffer.
+            let done = unsafe { deflate_call(s, last) };
             let written = self.out.len() - s.avail_out as usize;
             sink(&self.out[..written]);
-            let done = if last {
-                s.internal_state.state == isal::isal_zstate_state_ZSTATE_END
-            } else {
-                s.avail_in == 0 && s.avail_out > 0
-            };
             if done {
                 return;
             }
         }
+    }
+}
+
+/// One call of ISA-L's deflate; returns whether it is done with the stream (when the input is
+/// the `last`) or with the input given.
+///
+/// # Safety
+/// `next_in` and `next_out` point to `avail_in` and `avail_out` valid bytes (ISA-L only reads
+/// the input), and `level_buf` to the stream's own buffer, alive with it.
+unsafe fn deflate_call(s: &mut isal::isal_zstream, last: bool) -> bool {
+    // SAFETY: as the caller says.
+    let code = unsafe { isal::isal_deflate(s) };
+    // Only a bad parameter fails, and every parameter here is fixed.
+    assert_eq!(code, isal::COMP_OK as i32, "isal_deflate failed");
+    if last {
+        s.internal_state.state == isal::isal_zstate_state_ZSTATE_END
+    } else {
+        s.avail_in == 0 && s.avail_out > 0
     }
 }
 

@@ -6,6 +6,8 @@ use isal_sys::igzip_lib as isal;
 use crate::record::OpenedFile;
 use crate::spill::Spill;
 
+pub(crate) mod pieces;
+
 /// How content may be compressed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Compress {
@@ -435,6 +437,7 @@ struct Stream {
     /// ISA-L's working memory for levels 1 to 3; `state` points into it.
     level_buf: Vec<u8>,
     level: u32,
+    /// Made on first use: a stream that only deflates pieces (see `pieces`) needs none.
     out: Box<[u8]>,
 }
 
@@ -453,12 +456,18 @@ impl Stream {
             state,
             level_buf: vec![0; size as usize],
             level,
-            out: vec![0; OUT_BLOCK].into_boxed_slice(),
+            out: Box::default(),
         }
     }
 
     /// Starts a new zlib stream.
     fn start(&mut self) {
+        self.reset(isal::IGZIP_ZLIB, isal::NO_FLUSH);
+    }
+
+    /// Starts a new stream of this `framing` (zlib, raw deflate), ending each call's output
+    /// with `flush`; returns the state.
+    fn reset(&mut self, framing: u32, flush: u32) -> &mut isal::isal_zstream {
         // SAFETY: the state's own block, set up by isal_deflate_init and used by this stream only.
         let s = unsafe { self.state.ptr.as_mut() };
         // SAFETY: a stream set up by isal_deflate_init.
@@ -466,8 +475,41 @@ impl Stream {
         s.level = self.level;
         s.level_buf = self.level_buf.as_mut_ptr();
         s.level_buf_size = self.level_buf.len() as u32;
-        s.gzip_flag = isal::IGZIP_ZLIB as u16;
-        s.flush = isal::NO_FLUSH as u16;
+        s.gzip_flag = framing as u16;
+        s.flush = flush as u16;
+        s
+    }
+
+    /// Appends `input` to `out` raw-deflated on its own, from an empty history: one piece of a
+    /// content deflated in pieces (see `pieces`). All but the `last` end in a sync flush (an
+    /// empty stored block, byte-aligned) and leave the stream open, for the next to follow.
+    fn piece(&mut self, input: &[u8], last: bool, out: &mut Vec<u8>) {
+        let flush = if last {
+            isal::NO_FLUSH
+        } else {
+            isal::SYNC_FLUSH
+        };
+        let s = self.reset(isal::IGZIP_DEFLATE, flush);
+        s.next_in = input.as_ptr().cast_mut();
+        s.avail_in = input.len() as u32;
+        s.end_of_stream = u16::from(last);
+        // Room for all of it in one call, as deflate grows data by its blocks' headers only:
+        // the same room for the same input, so that the bytes depend on the input alone.
+        let room = input.len() + input.len() / 16 + 64;
+        loop {
+            out.reserve(room);
+            s.next_out = out.spare_capacity_mut().as_mut_ptr().cast();
+            s.avail_out = room as u32;
+            // SAFETY: next_in and next_out point to `avail_in` and `avail_out` valid bytes (ISA-L
+            // writes the output's spare capacity), and level_buf to the stream's own buffer.
+            let done = unsafe { deflate_call(s, last) };
+            let written = room - s.avail_out as usize;
+            // SAFETY: ISA-L wrote the first `written` bytes of the spare capacity.
+            unsafe { out.set_len(out.len() + written) };
+            if done {
+                return;
+            }
+        }
     }
 
     /// Deflates the stream's next `input` (`IN_BLOCK` bytes, or fewer for the last, which
@@ -479,25 +521,39 @@ impl Stream {
         s.next_in = input.as_ptr().cast_mut();
         s.avail_in = input.len() as u32;
         s.end_of_stream = u16::from(last);
+        if self.out.is_empty() {
+            self.out = vec![0; OUT_BLOCK].into_boxed_slice();
+        }
         loop {
             s.next_out = self.out.as_mut_ptr();
             s.avail_out = self.out.len() as u32;
-            // SAFETY: next_in and next_out point to `avail_in` and `avail_out` valid bytes (ISA-L
-            // only reads the input), and level_buf to the stream's own buffer, alive with it.
-            let code = unsafe { isal::isal_deflate(s) };
-            // Only a bad parameter fails, and every parameter here is fixed.
-            assert_eq!(code, isal::COMP_OK as i32, "isal_deflate failed");
+            // SAFETY: next_in and next_out point to `avail_in` and `avail_out` valid bytes, and
+            // level_buf to the stream's own buffer.
+            let done = unsafe { deflate_call(s, last) };
             let written = self.out.len() - s.avail_out as usize;
             sink(&self.out[..written]);
-            let done = if last {
-                s.internal_state.state == isal::isal_zstate_state_ZSTATE_END
-            } else {
-                s.avail_in == 0 && s.avail_out > 0
-            };
             if done {
                 return;
             }
         }
+    }
+}
+
+/// One call of ISA-L's deflate; returns whether it is done with the stream (when the input is
+/// the `last`) or with the input given.
+///
+/// # Safety
+/// `next_in` and `next_out` point to `avail_in` and `avail_out` valid bytes (ISA-L only reads
+/// the input), and `level_buf` to the stream's own buffer, alive with it.
+unsafe fn deflate_call(s: &mut isal::isal_zstream, last: bool) -> bool {
+    // SAFETY: as the caller says.
+    let code = unsafe { isal::isal_deflate(s) };
+    // Only a bad parameter fails, and every parameter here is fixed.
+    assert_eq!(code, isal::COMP_OK as i32, "isal_deflate failed");
+    if last {
+        s.internal_state.state == isal::isal_zstate_state_ZSTATE_END
+    } else {
+        s.avail_in == 0 && s.avail_out > 0
     }
 }
 

@@ -892,6 +892,45 @@ def test_compressed_content_is_plain_zlib(tmp_path: Path) -> None:
     assert zlib.decompress(base64.b64decode(payload)) == b"abc" * 100
 
 
+def test_contents_deflated_in_pieces_are_one_zlib_stream_whatever_the_threads(
+    tmp_path: Path,
+) -> None:
+    """A content of more than a block (1 MiB) is deflated in pieces that both encoding threads
+    share: Python's zlib decodes each, at sizes that end a piece exactly or just past, and the
+    bytes are the same on one thread or two, read from a file or given in memory."""
+    block = 1 << 20
+    # Bytes of 16 values: they deflate, each piece to a length of its own.
+    unit = bytes(random.Random(5).choices(range(16), k=7_001))
+    contents = [
+        (unit * (size // len(unit) + 1))[:size]
+        for size in [block + 1, 2 * block, 2 * block + 1, 3 * block - 1, 5 * block + 12_345]
+    ]
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    url = "http://files.example.com/"
+    by_path, in_memory = [], []
+    for i, content in enumerate(contents):
+        (tree / f"{i}.bin").write_bytes(content)
+        by_path.append({"url": f"{url}{i}.bin", "content_path": str(tree / f"{i}.bin")})
+        in_memory.append(
+            {"url": f"{url}{i}.bin", "content_base64": base64.b64encode(content).decode()}
+        )
+    feeds = []
+    for out, records, workers in [
+        ("one", by_path, "1"),
+        ("two", by_path, "2"),
+        ("memory", in_memory, "2"),
+    ]:
+        assert build(tmp_path, records, "--workers", workers, out=out) == 0
+        feed = tmp_path / out / "docs-000001.xml"
+        assert validate_file(feed) == []
+        text = feed.read_text()
+        payloads = [p.split("<")[0] for p in text.split('encoding="base64compressed">')[1:]]
+        assert [zlib.decompress(base64.b64decode(p)) for p in payloads] == contents, out
+        feeds.append(feed.read_bytes())
+    assert feeds[0] == feeds[1] == feeds[2]
+
+
 def test_help_teaches_by_example() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "fastfeed", "build", "--help"],

@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 
+use crate::encode::pieces::{self, Pieces};
 use crate::encode::{
     base64_into, worth_deflating, Base64Stream, Compress, Deflater, Scratch, IN_BLOCK,
 };
@@ -190,7 +191,8 @@ fn head_may_be_text(source: &mut Source<'_>) -> Result<bool> {
     Ok(Utf8Blocks::default().push(head, false, |_| Ok(())).is_ok())
 }
 
-/// Writes the content deflated; returns the deflated length and whether the content is text
+/// Writes the content deflated (in pieces that an idle thread shares when it has more than a
+/// block, see `encode::pieces`); returns the deflated length and whether the content is text
 /// (for a file of a text type, learnt on the way).
 fn write_deflated(
     source: &mut Source<'_>,
@@ -200,11 +202,22 @@ fn write_deflated(
     sink.out
         .extend_from_slice(b"<content encoding=\"base64compressed\">");
     let mut base64 = Base64Stream::default();
-    deflater.start();
-    let text = source.blocks_and_text(|block, last| {
-        deflater.block(block, last, |piece| base64.push(sink.out, piece));
-        sink.relieve()
-    })?;
+    let text = if pieces::split(source.len()) {
+        let mut write = |bytes: &[u8]| {
+            base64.push(sink.out, bytes);
+            sink.relieve()
+        };
+        let mut pieces = Pieces::new(deflater);
+        let text = source.blocks_and_text(|block, last| pieces.push(block, last, &mut write))?;
+        pieces.finish(&mut write)?;
+        text
+    } else {
+        deflater.start();
+        source.blocks_and_text(|block, last| {
+            deflater.block(block, last, |piece| base64.push(sink.out, piece));
+            sink.relieve()
+        })?
+    };
     let n = base64.finish(sink.out);
     sink.out.extend_from_slice(b"</content>\n");
     Ok((n, text))

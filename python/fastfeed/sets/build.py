@@ -10,6 +10,8 @@ reported with its file and line.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import glob
 import itertools
@@ -174,15 +176,22 @@ class _Builder:
         """Takes the oldest chunk started, whose line `i` is named by `locate(i)`; returns how
         many lines it held."""
         self._locate, self._done = locate, 0
+        # A batch at a time, each written out before the next is made (see `take_refused`).
+        set_aside = itertools.chain.from_iterable(iter(self.writer.take_refused, []))
         try:
             lines = self.writer.wait_jsonl()
         except RecordError as exc:
             # Stopping: its first bad line stops the build. (Skipping, the core sets bad lines
-            # aside and writes the others, in one pass over the chunk.)
-            self._refuse_lines(chunk, [exc])
+            # aside and writes the others, in one pass over the chunk; one it cannot hold stops
+            # it.) Those set aside in the rounds of the chunk written before go first.
+            self._refuse_lines(chunk, itertools.chain(set_aside, [exc]))
             raise
-        # A batch at a time, each written out before the next is made (see `take_refused`).
-        self._refuse_lines(chunk, itertools.chain.from_iterable(iter(self.writer.take_refused, [])))
+        except Exception:
+            # Whatever stopped the chunk (a full disk), the lines its rounds written before set
+            # aside are saved: they are refused, and nowhere else.
+            self._refuse_lines(chunk, set_aside)
+            raise
+        self._refuse_lines(chunk, set_aside)
         return lines
 
     def _refuse_lines(self, chunk: Chunk, refused: Iterable[RecordError]) -> None:
@@ -382,23 +391,61 @@ class Rejected:
     def add(self, location: str, raw: bytes, reason: str) -> None:
         if self._files is None:
             # Opened at the first refusal, into the directory the writer made.
-            self._files = (
-                (self.out / REJECTED).open("wb"),
-                (self.out / REJECTED_LOG).open("w", encoding="utf-8"),
-            )
+            lines_path, log_path = self.out / REJECTED, self.out / REJECTED_LOG
+            with _writing(lines_path):
+                lines_file = lines_path.open("wb")
+            with _writing(log_path):
+                try:
+                    log_file = log_path.open("w", encoding="utf-8")
+                except BaseException:
+                    lines_file.close()
+                    raise
+            self._files = (lines_file, log_file)
         lines, log = self._files
-        lines.write(raw if raw.endswith(b"\n") else raw + b"\n")
-        log.write(f"{location}: {reason}\n")
+        with _writing(lines.name):
+            lines.write(raw if raw.endswith(b"\n") else raw + b"\n")
+        with _writing(log.name):
+            log.write(f"{location}: {reason}\n")
         self.count += 1
 
     def close(self) -> str | None:
         """Closes the files, on disk for good: the manifest written after them counts these
         records, and a crash must not leave it naming refusals that are gone. Returns the path of
-        `rejected.jsonl`, if any record was refused; closing again changes nothing."""
+        `rejected.jsonl`, if any record was refused; closing again changes nothing. Both files
+        are closed, even if the first fails; then the first failure is raised."""
+        failed: FastfeedError | None = None
         if self._files is not None:
             files, self._files = self._files, None
             for file in files:
-                with file:
-                    file.flush()
-                    os.fsync(file.fileno())
+                try:
+                    with _writing(file.name), file:
+                        file.flush()
+                        os.fsync(file.fileno())
+                except FastfeedError as exc:
+                    failed = failed or exc
+        if failed is not None:
+            raise failed
         return str(self.out / REJECTED) if self.count else None
+
+
+@contextlib.contextmanager
+def _writing(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Turns a failure to write the file `path` of refused records into an error naming it,
+    and what to do when the disk is full or the file too large."""
+    try:
+        yield
+    except OSError as exc:
+        hint = _WRITE_HINTS.get(exc.errno or 0, "")
+        raise FastfeedError(
+            f"cannot write {os.fspath(path)}: {exc.strerror or exc}{hint}"
+        ) from None
+
+
+_WRITE_HINTS = {
+    errno.ENOSPC: " (the disk is full: free some space, or build into a directory on another disk)",
+    errno.EDQUOT: " (the disk quota is used up: free some space, or build elsewhere)",
+    errno.EFBIG: (
+        " (larger than its file system, or the file size limit `ulimit -f`, allows: build onto "
+        "another file system, or raise the limit)"
+    ),
+}

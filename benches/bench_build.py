@@ -358,7 +358,9 @@ TINY_REFUSED = 2_000_000
 
 
 @pytest.mark.parametrize(
-    "line", [b"1", b'{"url":"%d"}'], ids=["one reason", "a reason for each line"]
+    "line",
+    [b"1", b'{"url":"%d"}', b'{"k%d":0}'],
+    ids=["one reason", "a reason for each line", "an unknown field for each line"],
 )
 def test_memory_flat_when_a_chunk_refuses_millions_of_tiny_lines(
     tmp_path: Path, line: bytes
@@ -366,7 +368,8 @@ def test_memory_flat_when_a_chunk_refuses_millions_of_tiny_lines(
     """`--on-error skip` over 2,000,000 tiny refused lines: each chunk's refusals are set aside
     in one pass, held compact (8 bytes a line; a reason once, or about its line's size where it
     names the line's value), and written out a batch at a time, never made into errors all at
-    once (1.5 GB when they were)."""
+    once (1.5 GB when they were). An unknown field's reason lists the record's fields, 15 times
+    its line: the list is held once (each line's took 141 MB for 1,000,000 lines)."""
     src = tmp_path / "tiny.jsonl"
     src.write_bytes(b"".join(line.replace(b"%d", b"%d" % i) + b"\n" for i in range(TINY_REFUSED)))
     command = [sys.executable, "-m", "fastfeed", "build", str(src), "--on-error", "skip"]

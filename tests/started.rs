@@ -254,3 +254,88 @@ fn a_chunk_that_fails_sets_no_line_aside_and_taken_again_refuses_each_once() {
     w.finish().unwrap();
     assert_eq!(numbers_written(out.path()), (1..=2000).collect::<Vec<_>>());
 }
+
+/// Skipping, a chunk that fails in a later round (its big record cannot be moved out to disk:
+/// the directory went away) leaves written the lines of its rounds before, and hands over the
+/// lines they refused, none of the failed round's: those written are taken, and a caller that
+/// goes on from `written_before_error` must still be told of those refused.
+#[test]
+fn a_chunk_that_fails_in_a_later_round_hands_over_the_refusals_of_the_rounds_written() {
+    let dir = tempfile::tempdir().unwrap();
+    // Small files wait in memory, 12 MB of them a round; the big one's record goes to disk.
+    let small = dir.path().join("small");
+    std::fs::File::create(&small)
+        .unwrap()
+        .set_len(1 << 20)
+        .unwrap();
+    let big = big_file(dir.path());
+    let line = |i: usize, path: &std::path::Path| {
+        format!("{{\"url\": \"http://h.example.com/{i}\", \"content_path\": {path:?}}}\n")
+    };
+    let missing = std::path::Path::new("/no/such");
+    let mut chunk: String = (0..40)
+        .map(|i| line(i, if i == 3 || i == 30 { missing } else { &small }))
+        .collect();
+    chunk.push_str(&line(40, &big));
+    let (out, mut w) = common::docs_writer(Options {
+        workers: 2,
+        ..Options::default()
+    });
+    w.skip_refused(true);
+    w.add_jsonl(Arc::new(lines(100, 1))).unwrap();
+    // Once the writing thread made it, the file being written stays open; a file made in the
+    // directory then fails.
+    let first = out.path().join("docs-000001.xml.tmp");
+    while !first.exists() {
+        thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let away = dir.path().join("away");
+    std::fs::rename(out.path(), &away).unwrap();
+    match w.add_jsonl(Arc::new(chunk.into_bytes())) {
+        Err(fastfeed_core::Error::Io { .. }) => {}
+        other => panic!("{:?}", other.map(|r| r.lines)),
+    }
+    let written = w.written_before_error();
+    assert!((31..=40).contains(&written), "{written}");
+    assert_eq!(indices(w.take_refused(100)), [3, 30]);
+    std::fs::rename(&away, out.path()).unwrap();
+    // The next chunk's refusals are its own.
+    let next = [lines(101, 1), b"[1]\n".to_vec()].concat();
+    assert_eq!(w.add_jsonl(Arc::new(next)).unwrap().lines, 2);
+    assert_eq!(indices(w.take_refused(100)), [1]);
+    w.finish().unwrap();
+    let mut good = vec![100];
+    good.extend((0..written).filter(|i| *i != 3 && *i != 30));
+    good.push(101);
+    assert_eq!(numbers_written(out.path()), good);
+}
+
+/// A chunk is encoded, in all its rounds, as the writer was set when it started: skipping
+/// turned off meanwhile, a bad line of its later round is set aside all the same.
+#[test]
+fn a_chunk_keeps_the_setting_it_started_with_in_its_later_rounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = big_file(dir.path());
+    let chunk: String = (0..300)
+        .map(|i| {
+            let path = if i == 250 {
+                std::path::Path::new("/no/such")
+            } else {
+                &big
+            };
+            format!("{{\"url\": \"http://h.example.com/{i}\", \"content_path\": {path:?}}}\n")
+        })
+        .collect();
+    let (out, mut w) = common::docs_writer(Options {
+        workers: 2,
+        ..Options::default()
+    });
+    w.skip_refused(true);
+    w.start_jsonl(Arc::new(chunk.into_bytes()));
+    w.skip_refused(false);
+    assert_eq!(w.wait_jsonl().unwrap().lines, 300);
+    assert_eq!(indices(w.take_refused(100)), [250]);
+    w.finish().unwrap();
+    let good: Vec<usize> = (0..300).filter(|i| *i != 250).collect();
+    assert_eq!(numbers_written(out.path()), good);
+}

@@ -658,6 +658,66 @@ def test_a_bad_line_after_many_big_files_is_set_aside_and_each_good_record_writt
     assert len(rejected) == 1 and b"/no/such/file" in rejected[0]
 
 
+def run_limited(argv: list[str], file_size: int) -> subprocess.CompletedProcess[str]:
+    """Runs `fastfeed argv` under the kernel's limit of `file_size` bytes a file: a write past
+    it fails (File too large), as one to a full disk would."""
+    # Set in the child itself: preexec_fn is unsafe in a process with threads.
+    limited = (
+        "import resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({file_size}, {file_size}))\n"
+        "from fastfeed.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", limited, *argv], capture_output=True, text=True, check=False
+    )
+
+
+def test_a_chunk_stopped_in_a_later_round_keeps_the_lines_its_written_rounds_refused(
+    tmp_path: Path,
+) -> None:
+    """A chunk naming more files than a round of encoding takes is written round by round; one
+    stopped in a later round by a failure to write (its big record moved out to disk, past the
+    file size limit) leaves written the lines of the rounds before, and the lines they refused
+    are saved to rejected.jsonl as the build stops, not lost with it."""
+    first, src = linked_files(tmp_path, 1 << 20, 40, seed=5)
+    noise = tmp_path / "noise.bin"
+    noise.write_bytes(random.Random(6).randbytes(5 << 20))
+    records = [orjson.loads(line) for line in src.read_bytes().splitlines()]
+    for i in (3, 30):
+        records[i]["content_path"] = "/no/such/file"
+    records.append({"url": "http://files.example.com/noise", "content_path": str(noise)})
+    write_jsonl(src, records)
+    out = tmp_path / "out"
+    argv = ["build", str(src), "--datasource", "d", "--out", str(out), "--on-error", "skip"]
+    done = run_limited([*argv, "--max-bytes", "2000000"], 3_000_000)
+    assert done.returncode == 1
+    assert "File too large" in done.stderr, done.stderr
+    assert f"stopped; {out} has no manifest" in done.stderr
+    rejected = (out / "rejected.jsonl").read_bytes().splitlines()
+    assert [orjson.loads(line) for line in rejected] == [records[3], records[30]]
+    log = (out / "rejected.log").read_text().splitlines()
+    assert [line.split(": ")[0] for line in log] == [f"{src}:4", f"{src}:31"]
+
+
+def test_a_full_disk_under_the_refused_records_names_their_file(tmp_path: Path) -> None:
+    """Refused records past what the disk (here, the file size limit) takes stop the build with
+    the path of the file that could not be written, and what to do; both files of refused
+    records are closed."""
+    records: list[object] = [doc(i, colour="x" * 100_000) for i in range(30)]
+    src = write_jsonl(tmp_path / "in.jsonl", records)
+    out = tmp_path / "out"
+    argv = ["build", str(src), "--datasource", "d", "--out", str(out), "--on-error", "skip"]
+    done = run_limited(argv, 1_000_000)
+    assert done.returncode != 0
+    assert f"error: cannot write {out / 'rejected.jsonl'}: File too large (larger than" in (
+        done.stderr
+    ), done.stderr
+    assert "ulimit -f" in done.stderr
+    assert (out / "rejected.log").exists()
+
+
 def test_a_directory_given_as_the_current_one_maps_paths_to_urls_the_same_way(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -992,19 +1052,9 @@ def test_a_file_the_system_refuses_to_write_stops_the_build_and_leaves_no_part_o
     """A real refusal: the kernel's file size limit cuts the first feed file short, as a full
     disk would."""
     src = write_jsonl(tmp_path / "in.jsonl", [doc(i, content="x" * 4000) for i in range(1000)])
-    # Set in the child itself: preexec_fn is unsafe in a process with threads.
-    limited = (
-        "import resource, signal, sys\n"
-        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
-        "resource.setrlimit(resource.RLIMIT_FSIZE, (1_000_000, 1_000_000))\n"
-        "from fastfeed.cli import main\n"
-        "sys.exit(main(sys.argv[1:]))\n"
-    )
     out = tmp_path / "o"
     argv = ["build", str(src), "--datasource", "d", "--out", str(out), "--compress", "never"]
-    done = subprocess.run(
-        [sys.executable, "-c", limited, *argv], capture_output=True, text=True, check=False
-    )
+    done = run_limited(argv, 1_000_000)
     assert done.returncode == 1
     assert f"error: {out / 'd-000001.xml.tmp'}: File too large\n" in done.stderr
     assert f"stopped; {out} has no manifest" in done.stderr

@@ -1,7 +1,119 @@
 //! Refusals of records that break the schema, in words a user reads in the README, naming the
 //! field at fault, whichever deserializer read the record (serde_json's, or `bindings::dict`).
 
+use std::fmt::{Display, Write};
+
 use crate::error::{Error, RecordErrorKind};
+
+/// The most characters of a value a refusal quotes: serde repeats the whole value it refuses,
+/// and a line of 200 MB then made a reason of 200 MB, copied at each step to `rejected.log`.
+const QUOTED: usize = 100;
+/// The most characters of a refusal's message outside its quoted values (a quote left open by
+/// a name holding a backtick is no longer a value).
+const MESSAGE: usize = 2000;
+
+/// The message of a deserializer's error `what`, each value it quotes (in `"` or backticks,
+/// serde's quotes) cut to its first `QUOTED` characters, with how many it had: the one place
+/// where the errors of a record's reading become the messages of refusals, which are held
+/// until they are handed over, and written out.
+fn message(what: impl Display) -> String {
+    let mut cut = Cut {
+        out: String::with_capacity(256),
+        ..Cut::default()
+    };
+    // Writing into a `Cut` never fails.
+    let _ = write!(cut, "{what}");
+    cut.finish()
+}
+
+/// A message being written, cut as it goes (see `message`): the whole of it is never held.
+#[derive(Default)]
+struct Cut {
+    out: String,
+    /// The quote open, if any, the characters written inside it so far, and whether the last
+    /// of them was a backslash (serde escapes the quotes of a value it quotes).
+    quote: Option<char>,
+    inside: usize,
+    escaped: bool,
+    /// The characters left out past `MESSAGE`.
+    dropped: usize,
+}
+
+impl Cut {
+    /// Appends `text`, as much of it as `MESSAGE` leaves room for.
+    fn push(&mut self, text: &str) {
+        let room = MESSAGE.saturating_sub(self.out.len());
+        if text.len() <= room {
+            self.out.push_str(text);
+            return;
+        }
+        let mut end = room;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.out.push_str(&text[..end]);
+        self.dropped += text[end..].chars().count();
+    }
+
+    fn close_quote(&mut self) {
+        if self.inside > QUOTED {
+            let quote = self.quote.unwrap_or('"');
+            self.push(&format!("…{quote} ({} characters)", self.inside));
+        }
+        (self.quote, self.inside, self.escaped) = (None, 0, false);
+    }
+
+    fn finish(mut self) -> String {
+        if self.quote.is_some() {
+            self.close_quote();
+        }
+        if self.dropped > 0 {
+            let dropped = self.dropped;
+            let _ = write!(self.out, "… ({dropped} more characters)");
+        }
+        self.out
+    }
+}
+
+impl Write for Cut {
+    fn write_str(&mut self, mut s: &str) -> std::fmt::Result {
+        while !s.is_empty() {
+            let Some(quote) = self.quote else {
+                // Up to the next quote, which opens a value.
+                let end = s.find(['"', '`']).map_or(s.len(), |at| at + 1);
+                self.push(&s[..end]);
+                self.quote = s[..end].chars().last().filter(|c| matches!(c, '"' | '`'));
+                s = &s[end..];
+                continue;
+            };
+            // The value, up to its closing quote, a character at a time: serde escapes quotes
+            // in it with a backslash. Its first `QUOTED` characters are kept.
+            let (mut kept, mut closing) = (0, None);
+            for (at, c) in s.char_indices() {
+                if c == quote && !self.escaped {
+                    closing = Some(at);
+                    break;
+                }
+                self.escaped = !self.escaped && c == '\\' && quote == '"';
+                self.inside += 1;
+                if self.inside <= QUOTED {
+                    kept = at + c.len_utf8();
+                }
+            }
+            self.push(&s[..kept]);
+            let Some(at) = closing else {
+                break;
+            };
+            let cut = self.inside > QUOTED;
+            self.close_quote();
+            if !cut {
+                self.push(&s[at..at + quote.len_utf8()]);
+            }
+            s = &s[at + quote.len_utf8()..];
+        }
+        Ok(())
+    }
+}
 
 /// serde's messages end with a position inside the line, which the caller already names.
 fn without_position(message: &str) -> &str {
@@ -61,7 +173,7 @@ impl serde::de::Error for ReadError {
     fn custom<T: std::fmt::Display>(msg: T) -> Self {
         ReadError(Box::new(Where {
             path: String::new(),
-            message: msg.to_string(),
+            message: message(msg),
         }))
     }
 }
@@ -94,9 +206,10 @@ fn closest<'f>(name: &str, fields: &[&'f str]) -> Option<&'f str> {
         row[b.len()]
     };
     let allowed = if name.chars().count() <= 4 { 1 } else { 2 };
+    let name = name.to_lowercase();
     fields
         .iter()
-        .map(|f| (distance(&name.to_lowercase(), f), *f))
+        .map(|f| (distance(&name, f), *f))
         .filter(|(d, _)| *d <= allowed)
         .min()
         .map(|(_, f)| f)
@@ -165,7 +278,8 @@ pub(super) fn json_error(
             format!("not valid UTF-8 (byte {} of the line)", e.valid_up_to()),
         );
     }
-    let message = without_position(&err.to_string()).to_owned();
+    let message = message(err);
+    let message = without_position(&message).to_owned();
     if err.is_data() || top_field(path, fields).is_some() {
         return refusal(index, path, &message, fields);
     }

@@ -50,6 +50,40 @@ fn a_mistyped_field_is_named_with_the_one_meant() {
 }
 
 #[test]
+fn a_long_value_or_name_is_quoted_cut_short_with_its_length() {
+    assert_eq!(
+        err(&format!(
+            r#"{{"url":"x","lock":"{}"}}"#,
+            "x".repeat(1 << 20)
+        )),
+        format!(
+            "record 0: field 'lock': invalid type: string \"{}…\" (1048576 characters), \
+             expected true or false",
+            "x".repeat(100)
+        )
+    );
+    // A quote escaped in the value does not end it: serde quotes it as `x\"`.
+    let quotes = err(&format!(
+        r#"{{"url":"x","lock":"{}"}}"#,
+        r#"x\""#.repeat(1 << 20)
+    ));
+    let cut = r#"x\""#.repeat(33) + "x";
+    assert!(quotes.ends_with(&format!(
+        "\"{cut}…\" (3145728 characters), expected true or false"
+    )));
+    let name = "k".repeat(1 << 20);
+    let message = err(&format!(r#"{{"url":"x","{name}":1}}"#));
+    assert!(message.starts_with(&format!(
+        "record 0: unknown field '{}…' (fields: url,",
+        &name[..100]
+    )));
+    // The quotes of an unknown field named with a backtick no longer match: the message is cut.
+    let name = format!("a`{}", "k".repeat(1 << 20));
+    let message = err(&format!(r#"{{"url":"x","{name}":1}}"#));
+    assert!(message.len() < 2500, "{}", message.len());
+}
+
+#[test]
 fn a_byte_order_mark_is_named() {
     assert!(err("\u{feff}{\"url\":\"x\"}").contains("byte order mark"));
 }

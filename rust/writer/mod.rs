@@ -63,7 +63,7 @@ pub struct FeedWriter {
     taken: (u64, u64),
     /// Chunks of JSON Lines started and not yet waited for, oldest first (in a mutex for the
     /// same reason as `done`).
-    started: Mutex<VecDeque<Started>>,
+    started: Mutex<VecDeque<Chunk>>,
     /// Whether records taken as JSON Lines are fingerprinted (`fingerprint_records`).
     fingerprints: bool,
     /// Fingerprints of the records taken since `take_fingerprints` was last called.
@@ -221,7 +221,9 @@ impl FeedWriter {
 
     /// The refusals (`Error::Record`) of up to `most` of the lines set aside and not yet
     /// handed over, in input order, each indexed by its line in its chunk (take them after
-    /// each chunk, until none is left). The lines of a chunk that failed are not among them.
+    /// each chunk, until none is left, whether it failed or not). Of a chunk that failed, only
+    /// the lines written before it failed (`written_before_error`) are among them: they are
+    /// taken, and a caller that goes on from there must still be told of those refused.
     pub fn take_refused(&mut self, most: usize) -> Vec<Error> {
         self.refused.take(most)
     }
@@ -433,17 +435,13 @@ impl FeedWriter {
         self.land(started)
     }
 
-    fn started(&mut self) -> &mut VecDeque<Started> {
+    fn started(&mut self) -> &mut VecDeque<Chunk> {
         self.started.get_mut().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Hands the pieces of a chunk to the encoding threads (see `tasks::start_chunk`).
-    fn launch(&self, chunk: SharedChunk) -> Started {
-        self.launch_from(chunk, 0)
-    }
-
-    /// Hands the pieces of a chunk's lines from `from` to the encoding threads.
-    fn launch_from(&self, chunk: SharedChunk, from: usize) -> Started {
+    /// Hands the pieces of a chunk to the encoding threads (see `tasks::start_chunk`), to be
+    /// encoded, in all its rounds, with the writer's settings of now.
+    fn launch(&self, chunk: SharedChunk) -> Chunk {
         let how = LineEncoding {
             set: self.set,
             kind: self.kind,
@@ -452,7 +450,10 @@ impl FeedWriter {
             fingerprints: self.fingerprints,
             skip: self.skip.then_some(self.limits.overhead),
         };
-        start_chunk(&self.pool, chunk, from, how)
+        Chunk {
+            started: start_chunk(&self.pool, chunk, 0, how),
+            how,
+        }
     }
 
     /// How many lines of the last chunk of JSON Lines that failed (`wait_jsonl`, `add_jsonl`)
@@ -465,13 +466,14 @@ impl FeedWriter {
 
     /// Waits for a chunk's pieces and takes them, in rounds if its plan left lines for more
     /// (then each round is written before the next is encoded: see `tasks::CHUNK_FILES`).
-    fn land(&mut self, started: Started) -> Result<BatchReport> {
+    fn land(&mut self, chunk: Chunk) -> Result<BatchReport> {
         self.written = 0;
         let mut report = BatchReport {
             warnings: Vec::new(),
             finished: std::mem::take(&mut self.unreported),
             lines: 0,
         };
+        let Chunk { started, how } = chunk;
         let mut next = Some(started);
         while let Some(started) = next.take() {
             let (pieces, rest) = started.wait_rounds();
@@ -487,7 +489,7 @@ impl FeedWriter {
                     return Err(e);
                 }
             }
-            next = rest.map(|(chunk, from)| self.launch_from(chunk, from));
+            next = rest.map(|(chunk, from)| start_chunk(&self.pool, chunk, from, how));
         }
         Ok(report)
     }
@@ -551,6 +553,13 @@ impl FeedWriter {
     }
 }
 
+/// A chunk of JSON Lines on the encoding threads, and how its lines are encoded: its later
+/// rounds too, whatever the writer's settings when they start.
+struct Chunk {
+    started: Started,
+    how: LineEncoding,
+}
+
 /// Records that `start_records` makes and encodes on the encoding threads, the `i`th of them
 /// named `index(i)` in errors and about `weight(i)` of work.
 pub trait RecordSource: Send + Sync + 'static {
@@ -604,7 +613,7 @@ impl Drop for FeedWriter {
     fn drop(&mut self) {
         self.started()
             .drain(..)
-            .for_each(|started| drop(started.wait()));
+            .for_each(|chunk| drop(chunk.started.wait()));
         self.jobs = None;
         let _ = self.join();
     }

@@ -18,15 +18,24 @@ pub(super) struct Refusals {
     /// Each line's index, from the piece's first line, and its reason's place in `reasons`.
     lines: Vec<(u32, u32)>,
     reasons: Vec<Reason>,
-    /// The reasons' messages, back to back.
+    /// The reasons' messages, back to back, each without its list of fields (see `LIST`).
     text: String,
+    /// The lists of fields the reasons ended with, each once.
+    lists: Vec<String>,
 }
+
+/// What the message of an unknown field ends with: the fields of the object (see
+/// `jsonl::unknown_field`), the same for every line, and 10 times a short name's words. Each
+/// name of a file's unknown fields made a reason of its own, of 200 bytes: held once.
+const LIST: &str = " (fields: ";
 
 struct Reason {
     kind: RecordErrorKind,
     field: Option<&'static str>,
     /// Where its message ends in `text`; it starts where the reason before ends.
     end: u32,
+    /// The list of fields its message ends with: none if 0, else `lists[list - 1]`.
+    list: u16,
 }
 
 impl Refusals {
@@ -51,10 +60,20 @@ impl Refusals {
         let Ok(line) = u32::try_from(*index) else {
             return Err(e);
         };
+        let (message, list) = match message.find(LIST) {
+            Some(at) => match self.list(&message[at..]) {
+                Some(list) => (&message[..at], list),
+                None => return Err(e),
+            },
+            None => (message.as_str(), 0),
+        };
         let recent = self.reasons.len().saturating_sub(RECENT);
         let known = (recent..self.reasons.len()).rev().find(|&at| {
             let reason = &self.reasons[at];
-            reason.kind == *kind && reason.field == *field && self.message(at) == message
+            reason.kind == *kind
+                && reason.field == *field
+                && reason.list == list
+                && self.message(at) == message
         });
         let at = match known {
             Some(at) => at,
@@ -67,6 +86,7 @@ impl Refusals {
                     kind: *kind,
                     field: *field,
                     end,
+                    list,
                 });
                 self.reasons.len() - 1
             }
@@ -82,6 +102,26 @@ impl Refusals {
         self.lines.shrink_to_fit();
         self.reasons.shrink_to_fit();
         self.text.shrink_to_fit();
+    }
+
+    /// The place of list of fields `list` in `lists`, from 1, added if it is new; none past
+    /// the places a reason holds (lists of that many schemas).
+    fn list(&mut self, list: &str) -> Option<u16> {
+        let at = match self.lists.iter().position(|known| known == list) {
+            Some(at) => at,
+            None => {
+                self.lists.push(list.to_owned());
+                self.lists.len() - 1
+            }
+        };
+        u16::try_from(at + 1).ok()
+    }
+
+    /// The message of reason `at`, its list of fields put back.
+    fn whole(&self, at: usize) -> String {
+        let list = self.reasons[at].list as usize;
+        let list = list.checked_sub(1).map_or("", |list| &self.lists[list]);
+        [self.message(at), list].concat()
     }
 
     fn message(&self, at: usize) -> &str {
@@ -124,7 +164,7 @@ impl Refused {
                     reason.kind,
                     first + line as usize,
                     reason.field,
-                    piece.message(at as usize),
+                    piece.whole(at as usize),
                 )
             }));
             self.handed = end;
@@ -206,5 +246,33 @@ mod tests {
         let messages: Vec<String> = refused.take(100).iter().map(Error::to_string).collect();
         assert_eq!(messages[9], "record 9: a");
         assert_eq!(messages[10], "record 10: i");
+    }
+
+    #[test]
+    fn the_list_of_fields_unknown_fields_end_with_is_held_once() {
+        let mut piece = Refusals::default();
+        let list = " (fields: url, action, content)";
+        for (index, name) in ["k1", "k2", "k3"].into_iter().enumerate() {
+            let message = format!("unknown field '{name}'{list}");
+            piece.set_aside(refusal(index, None, &message)).unwrap();
+        }
+        piece
+            .set_aside(refusal(3, None, "unknown field 'k1'"))
+            .unwrap();
+        assert_eq!(
+            piece.text,
+            "unknown field 'k1'unknown field 'k2'unknown field 'k3'unknown field 'k1'"
+        );
+        let mut refused = Refused::default();
+        refused.push(0, piece);
+        assert_eq!(
+            described(refused.take(4)),
+            [
+                format!("record 0: unknown field 'k1'{list}"),
+                format!("record 1: unknown field 'k2'{list}"),
+                format!("record 2: unknown field 'k3'{list}"),
+                "record 3: unknown field 'k1'".to_owned(),
+            ]
+        );
     }
 }

@@ -10,6 +10,7 @@ reported with its file and line.
 
 from __future__ import annotations
 
+import errno
 import functools
 import glob
 import itertools
@@ -174,15 +175,22 @@ class _Builder:
         """Takes the oldest chunk started, whose line `i` is named by `locate(i)`; returns how
         many lines it held."""
         self._locate, self._done = locate, 0
+        # A batch at a time, each written out before the next is made (see `take_refused`).
+        set_aside = itertools.chain.from_iterable(iter(self.writer.take_refused, []))
         try:
             lines = self.writer.wait_jsonl()
         except RecordError as exc:
             # Stopping: its first bad line stops the build. (Skipping, the core sets bad lines
-            # aside and writes the others, in one pass over the chunk.)
-            self._refuse_lines(chunk, [exc])
+            # aside and writes the others, in one pass over the chunk; one it cannot hold stops
+            # it.) Those set aside in the rounds of the chunk written before go first.
+            self._refuse_lines(chunk, itertools.chain(set_aside, [exc]))
             raise
-        # A batch at a time, each written out before the next is made (see `take_refused`).
-        self._refuse_lines(chunk, itertools.chain.from_iterable(iter(self.writer.take_refused, [])))
+        except Exception:
+            # Whatever stopped the chunk (a full disk), the lines its rounds written before set
+            # aside are saved: they are refused, and nowhere else.
+            self._refuse_lines(chunk, set_aside)
+            raise
+        self._refuse_lines(chunk, set_aside)
         return lines
 
     def _refuse_lines(self, chunk: Chunk, refused: Iterable[RecordError]) -> None:
@@ -382,23 +390,63 @@ class Rejected:
     def add(self, location: str, raw: bytes, reason: str) -> None:
         if self._files is None:
             # Opened at the first refusal, into the directory the writer made.
-            self._files = (
-                (self.out / REJECTED).open("wb"),
-                (self.out / REJECTED_LOG).open("w", encoding="utf-8"),
-            )
+            self._files = self._open()
         lines, log = self._files
-        lines.write(raw if raw.endswith(b"\n") else raw + b"\n")
-        log.write(f"{location}: {reason}\n")
+        file: BinaryIO | TextIO = lines
+        # No context manager a line: 1,000,000 refused lines took a second more.
+        try:
+            lines.write(raw if raw.endswith(b"\n") else raw + b"\n")
+            file = log
+            log.write(f"{location}: {reason}\n")
+        except OSError as exc:
+            raise _cannot_write(file.name, exc) from None
         self.count += 1
+
+    def _open(self) -> tuple[BinaryIO, TextIO]:
+        path = self.out / REJECTED
+        try:
+            lines = path.open("wb")
+            path = self.out / REJECTED_LOG
+            try:
+                return lines, path.open("w", encoding="utf-8")
+            except BaseException:
+                lines.close()
+                raise
+        except OSError as exc:
+            raise _cannot_write(path, exc) from None
 
     def close(self) -> str | None:
         """Closes the files, on disk for good: the manifest written after them counts these
         records, and a crash must not leave it naming refusals that are gone. Returns the path of
-        `rejected.jsonl`, if any record was refused; closing again changes nothing."""
+        `rejected.jsonl`, if any record was refused; closing again changes nothing. Both files
+        are closed, even if the first fails; then the first failure is raised."""
+        failed: FastfeedError | None = None
         if self._files is not None:
             files, self._files = self._files, None
             for file in files:
-                with file:
-                    file.flush()
-                    os.fsync(file.fileno())
+                try:
+                    with file:
+                        file.flush()
+                        os.fsync(file.fileno())
+                except OSError as exc:
+                    failed = failed or _cannot_write(file.name, exc)
+        if failed is not None:
+            raise failed
         return str(self.out / REJECTED) if self.count else None
+
+
+def _cannot_write(path: str | os.PathLike[str], exc: OSError) -> FastfeedError:
+    """The error of a file of refused records that cannot be written: its path, and what to do
+    when the disk is full or the file too large."""
+    hint = _WRITE_HINTS.get(exc.errno or 0, "")
+    return FastfeedError(f"cannot write {os.fspath(path)}: {exc.strerror or exc}{hint}")
+
+
+_WRITE_HINTS = {
+    errno.ENOSPC: " (the disk is full: free some space, or build into a directory on another disk)",
+    errno.EDQUOT: " (the disk quota is used up: free some space, or build elsewhere)",
+    errno.EFBIG: (
+        " (larger than its file system, or the file size limit `ulimit -f`, allows: build onto "
+        "another file system, or raise the limit)"
+    ),
+}

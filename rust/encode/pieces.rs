@@ -27,8 +27,9 @@ pub(crate) fn split(len: u64) -> bool {
 /// block is read.
 const AHEAD: usize = 2;
 
-/// The zlib header ISA-L writes (deflate, 32 KB window, no dictionary).
-const ZLIB_HEADER: [u8; 2] = [0x78, 0x01];
+/// The zlib header ISA-L writes for a whole content (deflate, 32 KB window, no dictionary, its
+/// level hint), so that every content starts alike.
+const ZLIB_HEADER: [u8; 2] = [0x78, 0x5E];
 
 /// Room for a piece's block, or for its deflated bytes (see `Stream::piece`): the two share
 /// buffers.

@@ -323,7 +323,7 @@ impl FileSource<'_> {
             .read_to_end(self.block)
             .map_err(|e| self.cannot(e))?;
         if (self.block.len() as u64) < len {
-            return Err(self.refuse(changed_size(self.path, self.opened.size, "grew")));
+            return Err(self.refuse(changed_size(self.path, self.opened.size, "shrank")));
         }
         Ok(())
     }

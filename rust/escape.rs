@@ -1398,6 +1398,23 @@ mod tests {
     }
 
     #[test]
+    fn an_end_marker_across_blocks_within_a_section_is_split() {
+        // `]]>` with its brackets ending a block and the rest starting the next, in a segment
+        // that goes as a section: the block before clean (the brackets its only flags) or not.
+        for edge in [BLOCK, 2 * BLOCK, 3 * BLOCK] {
+            for brackets in ["]]", "]"] {
+                for before in ["a", "<b>x</b>&"] {
+                    let head: String = before.chars().cycle().take(edge - brackets.len()).collect();
+                    let s = format!("{head}]]>{}", dense(200));
+                    let out = text(&s).unwrap();
+                    assert!(out.starts_with("<![CDATA["), "{edge} {brackets} {before}");
+                    assert_eq!(read_back(&out), s, "{edge} {brackets} {before}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn an_end_marker_whose_brackets_are_escaped_is_not_split() {
         // The first segment has too few escapes for a section: its brackets are text, and the
         // next segment's section starts with the `>`.

@@ -39,8 +39,9 @@ async def file_chunks(feed: FeedFile, chunk_size: int) -> AsyncIterator[bytes]:
     digest = feed.entry.hasher()
     remaining = feed.entry.bytes
     held = b""
-    # Each chunk is hashed on a worker thread (every kind of digest lets go of the GIL) while the one before
-    # it is sent: hashing on the event loop, in turn with TLS, cost a tenth of the throughput.
+    # Each chunk is hashed on a worker thread (every kind of digest lets go of the GIL) while the
+    # one before it is sent: hashing on the event loop, in turn with TLS, cost a tenth of the
+    # throughput.
     hashing: asyncio.Future[None] | None = None
     loop = asyncio.get_running_loop()
     # Plain reads on the event loop: a page-cache read of a chunk takes well under a

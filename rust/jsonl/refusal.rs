@@ -178,12 +178,19 @@ impl serde::de::Error for ReadError {
     }
 }
 
+/// What the message of an unknown field ends with when no field is close: the record's fields
+/// (`unknown_field`), held once by writers that keep many such messages (`writer::refused`).
+pub const FIELDS_LISTED: &str = " (fields: ";
+
 /// What an unknown field is told: a typo is far likelier than a field of another schema, so the
 /// one meant is named when there is one; else the fields are listed.
 pub fn unknown_field(name: &str, fields: &[&str]) -> String {
     match closest(name, fields) {
         Some(meant) => format!("unknown field '{name}': did you mean '{meant}'?"),
-        None => format!("unknown field '{name}' (fields: {})", fields.join(", ")),
+        None => format!(
+            "unknown field '{name}'{FIELDS_LISTED}{})",
+            fields.join(", ")
+        ),
     }
 }
 

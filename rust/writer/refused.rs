@@ -27,7 +27,7 @@ pub(super) struct Refusals {
 /// What the message of an unknown field ends with: the fields of the object (see
 /// `jsonl::unknown_field`), the same for every line, and 10 times a short name's words. Each
 /// name of a file's unknown fields made a reason of its own, of 200 bytes: held once.
-const LIST: &str = " (fields: ";
+const LIST: &str = crate::jsonl::FIELDS_LISTED;
 
 struct Reason {
     kind: RecordErrorKind,

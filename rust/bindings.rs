@@ -19,7 +19,7 @@ use pyo3::exceptions::{PyException, PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule, PyDict, PyList, PyMemoryView, PyTuple};
 
-use crate::arrow::{add_batches, Rows};
+use crate::arrow::{add_batches, add_membership_batches, check_columns, Unlocked};
 use crate::encode::Compress;
 use crate::error::Error;
 use crate::fingerprint;
@@ -240,6 +240,8 @@ fn entries_list<'py>(py: Python<'py>, entries: &[ManifestEntry]) -> PyResult<Bou
 #[pyclass(module = "fastfeed._core", name = "FeedWriter")]
 struct PyFeedWriter {
     inner: Option<FeedWriter>,
+    /// What the writer takes as rows of Arrow data: records, or a groups feed's memberships.
+    set: SetKind,
 }
 
 impl PyFeedWriter {
@@ -295,8 +297,9 @@ fn capsule<'py>(value: Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, PyC
 
 /// The record batches of what exports the Arrow PyCapsule interface: a stream
 /// (`__arrow_c_stream__`), else an array of structs (`__arrow_c_array__`); or of a batch the
-/// core read itself (a Parquet or Arrow IPC file's).
-fn arrow_batches(data: &Bound<'_, PyAny>) -> PyResult<Batches> {
+/// core read itself (a Parquet or Arrow IPC file's). A stream's columns are checked as a
+/// writer of `set` reads them.
+fn arrow_batches(data: &Bound<'_, PyAny>, set: SetKind) -> PyResult<Batches> {
     if let Ok(batch) = data.downcast::<parquet::ArrowBatch>() {
         return Ok(Box::new(std::iter::once(Ok(batch.get().batch.clone()))));
     }
@@ -315,7 +318,7 @@ fn arrow_batches(data: &Bound<'_, PyAny>) -> PyResult<Batches> {
         }
         .map_err(failed)?;
         // The columns are checked before any row is read, so that an empty stream is too.
-        Rows::new(&RecordBatch::new_empty(reader.schema()))?;
+        check_columns(set, reader.schema())?;
         return Ok(Box::new(reader));
     }
     if data.hasattr("__arrow_c_array__")? {
@@ -409,6 +412,7 @@ impl PyFeedWriter {
             py.allow_threads(|| FeedWriter::create(set, &out_dir, datasource, feedtype, opts))?;
         Ok(PyFeedWriter {
             inner: Some(writer),
+            set,
         })
     }
 
@@ -442,9 +446,13 @@ impl PyFeedWriter {
         py: Python<'py>,
         data: &Bound<'py, PyAny>,
     ) -> PyResult<(Vec<(usize, String)>, Bound<'py, PyList>, Option<PyObject>)> {
-        let batches = arrow_batches(data)?;
+        let (set, batches) = (self.set, arrow_batches(data, self.set)?);
         let writer = self.writer()?;
-        let (report, error) = add_batches(writer, batches, |encode| py.allow_threads(encode));
+        let unlocked = |work: &mut Unlocked<'_>| py.allow_threads(work);
+        let (report, error) = match set {
+            SetKind::Groups => add_membership_batches(writer, batches, unlocked),
+            SetKind::Feed | SetKind::Thunderstone => add_batches(writer, batches, unlocked),
+        };
         let error = match error {
             None => None,
             Some(e @ Error::Record { .. }) => Some(PyErr::from(e).into_value(py).into_any()),

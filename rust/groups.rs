@@ -14,8 +14,9 @@ pub struct Membership {
     pub members: Vec<Principal>,
 }
 
-/// The fields of a groups JSON Lines line, for naming them in errors.
-const FIELDS: &[&str] = &[
+/// The fields of a membership (a groups JSON Lines line's, an Arrow column's), for naming them
+/// in errors.
+pub const FIELDS: &[&str] = &[
     "group",
     "namespace",
     "case_sensitive",
@@ -23,46 +24,55 @@ const FIELDS: &[&str] = &[
     "members",
 ];
 
+/// A membership as given (a JSON Lines line, a row of Arrow data), before its values are
+/// checked.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct MembershipInput<'a> {
-    group: String,
-    namespace: Option<String>,
-    case_sensitive: Option<bool>,
-    principal_type: Option<String>,
+pub struct MembershipInput<'a> {
+    pub group: String,
+    pub namespace: Option<String>,
+    pub case_sensitive: Option<bool>,
+    pub principal_type: Option<String>,
     #[serde(default, borrow)]
-    members: Vec<PrincipalInput<'a>>,
+    pub members: Vec<PrincipalInput<'a>>,
 }
 
 /// Parses one line (not blank) of a groups JSON Lines input; `index` names it in errors.
 pub fn parse_line(index: usize, line: &[u8]) -> Result<Membership> {
-    let input: MembershipInput<'_> = parse_object(index, line, FIELDS)?;
-    let bad = |field: &'static str| move |m: String| Error::record(index, Some(field), m);
-    let unqualified = input
-        .principal_type
-        .as_deref()
-        .map(parse_principal_type)
-        .transpose()
-        .map_err(bad("principal_type"))?
-        .unwrap_or(false);
-    let members = input
-        .members
-        .into_iter()
-        .enumerate()
-        .map(|(i, m)| m.into_principal(&format!("members[{i}]"), Dialect::Groups))
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(bad("members"))?;
-    Ok(Membership {
-        group: Principal {
-            name: input.group,
-            scope: Scope::Group,
-            access: None,
-            namespace: input.namespace,
-            case_sensitive: input.case_sensitive,
-            unqualified,
-        },
-        members,
-    })
+    parse_object::<MembershipInput<'_>>(index, line, FIELDS)?.into_membership(index)
+}
+
+impl MembershipInput<'_> {
+    /// Parses the enumerations (the values are checked with the membership, see
+    /// `Membership::encode_into`); `index` names it in errors.
+    pub fn into_membership(self, index: usize) -> Result<Membership> {
+        let bad = |field: &'static str| move |m: String| Error::record(index, Some(field), m);
+        let unqualified = self
+            .principal_type
+            .as_deref()
+            .map(parse_principal_type)
+            .transpose()
+            .map_err(bad("principal_type"))?
+            .unwrap_or(false);
+        let members = self
+            .members
+            .into_iter()
+            .enumerate()
+            .map(|(i, m)| m.into_principal(&format!("members[{i}]"), Dialect::Groups))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(bad("members"))?;
+        Ok(Membership {
+            group: Principal {
+                name: self.group,
+                scope: Scope::Group,
+                access: None,
+                namespace: self.namespace,
+                case_sensitive: self.case_sensitive,
+                unqualified,
+            },
+            members,
+        })
+    }
 }
 
 impl Membership {

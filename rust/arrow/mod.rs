@@ -11,6 +11,7 @@
 
 mod columns;
 mod feed;
+mod memberships;
 mod nested;
 
 use std::borrow::Cow;
@@ -26,6 +27,7 @@ use crate::record::{Content, Record, Timestamp};
 
 use columns::{Bytes, Ints, Seconds};
 pub use feed::{add_batches, Unlocked};
+pub use memberships::{add_membership_batches, check_columns};
 pub use nested::type_name;
 use nested::{text_column, wrong_type, Acl, Meta};
 
@@ -75,25 +77,10 @@ impl Rows {
             len: batch.num_rows(),
             ..Rows::default()
         };
-        let schema = batch.schema();
-        for (i, (field, array)) in schema.fields().iter().zip(batch.columns()).enumerate() {
-            let name = field.name().as_str();
-            if schema.fields()[..i].iter().any(|f| f.name() == name) {
-                return Err(Error::Config(format!("column '{name}' is given twice")));
-            }
-            if array.data_type() == &DataType::Null {
-                if !FIELDS.contains(&name) {
-                    return Err(Error::Config(unknown_column(name)));
-                }
-                continue;
-            }
-            rows.take(name, array.as_ref()).map_err(Error::Config)?;
+        for (name, array) in columns(batch, FIELDS)? {
+            rows.take(name, array).map_err(Error::Config)?;
         }
-        if rows.url.is_none() && schema.field_with_name("url").is_err() {
-            return Err(Error::Config(
-                "there is no 'url' column: every record needs its URL".into(),
-            ));
-        }
+        required(batch, "url", "every record needs its URL")?;
         Ok(rows)
     }
 
@@ -140,7 +127,7 @@ impl Rows {
             }
             "metadata" => self.metadata = Some(Meta::new(array)?),
             "acl" => self.acl = Some(Acl::new(array)?),
-            _ => return Err(unknown_column(name)),
+            _ => return Err(unknown_column(name, FIELDS)),
         }
         Ok(())
     }
@@ -243,9 +230,37 @@ impl Rows {
     }
 }
 
-fn unknown_column(name: &str) -> String {
+fn unknown_column(name: &str, fields: &[&str]) -> String {
     // "unknown field 'x': did you mean...": a column, here.
-    unknown_field(name, FIELDS).replacen("field", "column", 1)
+    unknown_field(name, fields).replacen("field", "column", 1)
+}
+
+/// The columns of `batch` by name, but those of the null type (all null, as absent); refuses a
+/// name given twice, and one of the null type not among `fields` (the others are refused by
+/// their reader, which knows their types).
+fn columns<'b>(batch: &'b RecordBatch, fields: &[&str]) -> Result<Vec<(&'b str, &'b dyn Array)>> {
+    let schema = batch.schema_ref();
+    let mut found = Vec::new();
+    for (i, (field, array)) in schema.fields().iter().zip(batch.columns()).enumerate() {
+        let name = field.name().as_str();
+        if schema.fields()[..i].iter().any(|f| f.name() == name) {
+            return Err(Error::Config(format!("column '{name}' is given twice")));
+        }
+        if array.data_type() != &DataType::Null {
+            found.push((name, array.as_ref()));
+        } else if !fields.contains(&name) {
+            return Err(Error::Config(unknown_column(name, fields)));
+        }
+    }
+    Ok(found)
+}
+
+/// Refuses `batch` without a column `name`, saying `why` it is needed.
+fn required(batch: &RecordBatch, name: &str, why: &str) -> Result<()> {
+    match batch.schema_ref().field_with_name(name) {
+        Ok(_) => Ok(()),
+        Err(_) => Err(Error::Config(format!("there is no '{name}' column: {why}"))),
+    }
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use crate::acl::{AclInput, PrincipalInput};
 use crate::jsonl::{given_twice, Metadata};
 use crate::record::MetaPair;
 
-use super::columns::{valid, Bytes, Offsets};
+use super::columns::{valid, Bytes, Offsets, Value};
 
 /// Why the column `path` (`metadata.tags`) is refused, being of the wrong type.
 pub(super) fn wrong_type(path: &str, array: &dyn Array, expected: &str) -> String {
@@ -56,6 +56,14 @@ pub(super) fn text_column(path: &str, array: &dyn Array) -> Result<Bytes, String
             array,
             "strings (string, large_string, string_view, or a dictionary of them)",
         )),
+    }
+}
+
+/// A row's text in a column that may be absent (`None`), as in a null row.
+pub(super) fn optional_text(column: &Option<Bytes>, row: usize) -> Value<'_, &str> {
+    match column {
+        Some(c) => c.text(row),
+        None => Ok(None),
     }
 }
 
@@ -277,7 +285,7 @@ pub(super) enum Acl {
 
 pub(super) struct AclFields {
     nulls: Option<NullBuffer>,
-    principals: Option<List<Principals>>,
+    principals: Option<PrincipalLists>,
     inheritance_type: Option<Bytes>,
     inherit_from: Option<Bytes>,
 }
@@ -330,11 +338,9 @@ impl Acl {
             "principals, inheritance_type, inherit_from",
             |name, column| {
                 Some(match name {
-                    "principals" => List::new(column, principals_of)
-                        .unwrap_or_else(|| {
-                            Err(wrong_type("acl.principals", column, "a list of structs"))
-                        })
-                        .map(|p| principals = Some(p)),
+                    "principals" => {
+                        PrincipalLists::new("acl.principals", column).map(|p| principals = Some(p))
+                    }
                     "inheritance_type" => text(name, column).map(|t| inheritance_type = Some(t)),
                     "inherit_from" => text(name, column).map(|t| inherit_from = Some(t)),
                     _ => return None,
@@ -369,56 +375,80 @@ impl Acl {
         if !valid(nulls, row) {
             return Ok(None);
         }
-        let text = |column: &'a Option<Bytes>, i: usize| match column {
-            Some(c) => c.text(i),
-            None => Ok(None),
-        };
-        let mut acl = AclInput {
-            inheritance_type: text(inheritance_type, row)?.map(str::to_owned),
-            inherit_from: text(inherit_from, row)?.map(str::to_owned),
+        Ok(Some(AclInput {
+            principals: match principals {
+                Some(list) => list.get(row, "principals")?,
+                None => Vec::new(),
+            },
+            inheritance_type: optional_text(inheritance_type, row)?.map(str::to_owned),
+            inherit_from: optional_text(inherit_from, row)?.map(str::to_owned),
             ..AclInput::default()
-        };
-        if let Some(list) = principals {
-            for (n, i) in list.range(row)?.into_iter().flatten().enumerate() {
-                let p = &list.items;
-                let what = |m: &str| format!("principals[{n}]: {m}");
-                if !valid(&p.nulls, i) {
-                    return Err(what("is null"));
-                }
-                let required = |column, field| {
-                    text(column, i)?.ok_or_else(|| what(&format!("{field} is required")))
-                };
-                acl.principals.push(PrincipalInput {
-                    name: required(&p.name, "name")?.to_owned(),
-                    scope: Cow::Borrowed(required(&p.scope, "scope")?),
-                    access: text(&p.access, i)?.map(Cow::Borrowed),
-                    namespace: text(&p.namespace, i)?.map(str::to_owned),
-                    case_sensitive: p
-                        .case_sensitive
-                        .as_ref()
-                        .and_then(|c| c.is_valid(i).then(|| c.value(i))),
-                    principal_type: text(&p.principal_type, i)?.map(Cow::Borrowed),
-                });
-            }
-        }
-        Ok(Some(acl))
+        }))
     }
 }
 
-fn principals_of(array: &dyn Array) -> Result<Principals, String> {
+/// A column of lists of principals: an ACL's `principals`, a group's `members`.
+pub(super) struct PrincipalLists(List<Principals>);
+
+impl PrincipalLists {
+    /// The reader of the column `path` (`acl.principals`, named so in messages).
+    pub(super) fn new(path: &str, array: &dyn Array) -> Result<PrincipalLists, String> {
+        List::new(array, |items| principals_of(&format!("{path}[]"), items))
+            .unwrap_or_else(|| Err(wrong_type(path, array, "a list of structs")))
+            .map(PrincipalLists)
+    }
+
+    /// How many principals `row` lists (0 when unreadable).
+    pub(super) fn count(&self, row: usize) -> usize {
+        self.0.range(row).ok().flatten().map_or(0, |r| r.len())
+    }
+
+    /// The principals of `row`, none when it is null; `what` names the list in messages
+    /// (`principals[0]: name is required`).
+    pub(super) fn get(&self, row: usize, what: &str) -> Result<Vec<PrincipalInput<'_>>, String> {
+        let PrincipalLists(list) = self;
+        let p = &list.items;
+        let text = optional_text;
+        let mut found = Vec::new();
+        for (n, i) in list.range(row)?.into_iter().flatten().enumerate() {
+            let what = |m: &str| format!("{what}[{n}]: {m}");
+            if !valid(&p.nulls, i) {
+                return Err(what("is null"));
+            }
+            let required = |column, field| {
+                text(column, i)?.ok_or_else(|| what(&format!("{field} is required")))
+            };
+            found.push(PrincipalInput {
+                name: required(&p.name, "name")?.to_owned(),
+                scope: Cow::Borrowed(required(&p.scope, "scope")?),
+                access: text(&p.access, i)?.map(Cow::Borrowed),
+                namespace: text(&p.namespace, i)?.map(str::to_owned),
+                case_sensitive: p
+                    .case_sensitive
+                    .as_ref()
+                    .and_then(|c| c.is_valid(i).then(|| c.value(i))),
+                principal_type: text(&p.principal_type, i)?.map(Cow::Borrowed),
+            });
+        }
+        Ok(found)
+    }
+}
+
+/// The struct items of a list of principals, `path` (`acl.principals[]`) named in messages.
+fn principals_of(path: &str, array: &dyn Array) -> Result<Principals, String> {
     let mut p = Principals::default();
     // `[]` in every row makes a list of the null type.
     if array.data_type() == &DataType::Null {
         p.nulls = Some(NullBuffer::new_null(array.len()));
         return Ok(p);
     }
-    let path = |name: &str| format!("acl.principals[].{name}");
+    let field = |name: &str| format!("{path}.{name}");
     let nulls = fields_of(
-        "acl.principals[]",
+        path,
         array,
         "name, scope, access, namespace, case_sensitive, principal_type",
         |name, column| {
-            let text = || text_column(&path(name), column).map(Some);
+            let text = || text_column(&field(name), column).map(Some);
             Some(match name {
                 "name" => text().map(|t| p.name = t),
                 "scope" => text().map(|t| p.scope = t),
@@ -430,7 +460,7 @@ fn principals_of(array: &dyn Array) -> Result<Principals, String> {
                         p.case_sensitive = Some(b.clone());
                         Ok(())
                     }
-                    None => Err(wrong_type(&path(name), column, "bool")),
+                    None => Err(wrong_type(&field(name), column, "bool")),
                 },
                 _ => return None,
             })

@@ -14,6 +14,7 @@ use crate::ipc::IpcFile;
 use crate::mapped::{Batches, ReadAhead};
 use crate::parquet::ParquetFile;
 use crate::row_json::write_rows;
+use crate::writer::SetKind;
 
 use super::arrow_batches;
 
@@ -90,7 +91,7 @@ impl ArrowBatch {
 #[pyfunction]
 fn rows_json<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
     let mut out = Vec::new();
-    for batch in arrow_batches(data)? {
+    for batch in arrow_batches(data, SetKind::Feed)? {
         let batch = batch.map_err(|e| Error::Config(format!("cannot read the Arrow data: {e}")))?;
         py.allow_threads(|| write_rows(&batch, &mut out))?;
     }

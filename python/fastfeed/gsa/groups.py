@@ -21,7 +21,7 @@ from fastfeed.errors import FastfeedError
 from fastfeed.progress import Progress
 from fastfeed.sets.build import BuildSummary, OnError, write_set
 from fastfeed.sets.records import Principal
-from fastfeed.sets.writer import FeedWarning, OnFile, SetWriter, WriterOptions
+from fastfeed.sets.writer import ArrowData, FeedWarning, OnFile, SetWriter, WriterOptions
 
 GroupsFeedType = Literal["full", "incremental"]
 
@@ -73,6 +73,15 @@ class GroupsWriter(SetWriter):
 
         They cross as JSON Lines: names are small, and so the core reads one schema."""
         self.add_jsonl(b"".join(orjson.dumps(m) + b"\n" for m in memberships))
+
+    def add_arrow(self, data: ArrowData) -> None:
+        """Adds the rows of Arrow data (a pyarrow Table, a Polars DataFrame, a DuckDB result...)
+        as memberships, read in place by the Rust core, as `FeedWriter.add_arrow` reads records:
+        columns `group`, `namespace`, `case_sensitive`, `principal_type` as in `Membership`, and
+        `members` a list of structs with the fields of a `Principal` (`name`, `scope`,
+        `namespace`, `case_sensitive`, `principal_type`). The same memberships make the same
+        files as `add_batch`; errors are those of `SetWriter.add_arrow`."""
+        super().add_arrow(data)
 
 
 def build_groups(

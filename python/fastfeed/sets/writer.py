@@ -172,6 +172,21 @@ class SetWriter:
         self._report(problems, finished)
         return lines
 
+    def add_arrow(self, data: ArrowData) -> None:
+        """Adds the rows of Arrow data, whose columns are the fields of what the writer takes
+        (record fields; a `GroupsWriter`'s, those of a membership) by name, read in place by the
+        Rust core without pyarrow: anything with `__arrow_c_stream__` or `__arrow_c_array__` (a
+        pyarrow Table, RecordBatch or RecordBatchReader, a Polars DataFrame...). A bad row
+        raises `RecordError` whose `.index` counts rows across the whole input: the rows before
+        it are written, none after it, so `add_arrow(table.slice(error.index + 1))` goes on
+        after it. A column of an unknown name or of a type that cannot hold its field raises
+        `FeedError` before any row is written. `skip_refused` does not apply: the first bad row
+        raises."""
+        problems, finished, error = self._core.add_arrow(data)
+        self._report(problems, finished)
+        if error is not None:
+            raise error
+
     def skip_refused(self, on: bool = True) -> None:
         """From now on (`on`), or no longer, a bad line of JSON Lines raises nothing: the
         chunk's other lines are added, in one pass, and `take_refused` hands over the
@@ -268,16 +283,3 @@ class RecordWriter(SetWriter):
         problems, finished = self._core.add_batch(batch)
         self._report(problems, finished)
 
-    def add_arrow(self, data: ArrowData) -> None:
-        """Adds the rows of Arrow data, whose columns are record fields by name, read in place
-        by the Rust core without pyarrow: anything with `__arrow_c_stream__` or
-        `__arrow_c_array__` (a pyarrow Table, RecordBatch or RecordBatchReader, a Polars
-        DataFrame...). A bad row raises `RecordError` whose `.index` counts rows across the
-        whole input: the rows before it are written, none after it, so
-        `add_arrow(table.slice(error.index + 1))` goes on after it. A column of an unknown name
-        or of a type that cannot hold its field raises `FeedError` before any row is written.
-        `skip_refused` does not apply: the first bad row raises."""
-        problems, finished, error = self._core.add_arrow(data)
-        self._report(problems, finished)
-        if error is not None:
-            raise error

@@ -282,4 +282,3 @@ class RecordWriter(SetWriter):
         batch = records if isinstance(records, (list, tuple)) else list(records)
         problems, finished = self._core.add_batch(batch)
         self._report(problems, finished)
-

@@ -1,0 +1,251 @@
+"""`GroupsWriter.add_arrow`: memberships as Arrow tables, read in place, making the same groups
+feed files as the same memberships given to `add_batch`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+import pytest
+from fastfeed import FeedError, GroupsWriter, RecordError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_roundtrip import principal_name
+
+Rows = list[dict[str, Any]]
+
+MEMBER = pa.struct(
+    [
+        ("name", pa.string()),
+        ("scope", pa.string()),
+        ("namespace", pa.string()),
+        ("case_sensitive", pa.bool_()),
+        ("principal_type", pa.string()),
+    ]
+)
+SCHEMA = pa.schema(
+    [
+        ("group", pa.string()),
+        ("namespace", pa.string()),
+        ("case_sensitive", pa.bool_()),
+        ("principal_type", pa.string()),
+        ("members", pa.list_(MEMBER)),
+    ]
+)
+
+
+def files(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+
+
+def by_batch(out: Path, rows: Rows) -> dict[str, bytes]:
+    """The files of `rows` given as dicts, a null value as an absent field."""
+
+    def present(d: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in d.items() if v is not None}
+
+    with GroupsWriter(out, "ldap", max_bytes=2000) as w:
+        w.add_batch([present(r) | {"members": [present(m) for m in r["members"]]} for r in rows])
+    return files(out)
+
+
+def by_arrow(out: Path, *tables: Any) -> dict[str, bytes]:
+    with GroupsWriter(out, "ldap", max_bytes=2000) as w:
+        for table in tables:
+            w.add_arrow(table)
+    return files(out)
+
+
+def as_table(rows: Rows, schema: pa.Schema = SCHEMA) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def rows_of(count: int) -> Rows:
+    """Memberships with every field, some null, names that need escaping."""
+    return [
+        {
+            "group": f"team & <{i}>",
+            "namespace": "Corp" if i % 2 else None,
+            "case_sensitive": [None, True, False][i % 3],
+            "principal_type": "unqualified" if i % 4 == 1 else None,
+            "members": [
+                {
+                    "name": f"CORP\\user{i}-{m} ]]>",
+                    "scope": "group" if m % 3 == 2 else "user",
+                    "namespace": "Default" if m % 2 else None,
+                    "case_sensitive": False if m == 1 else None,
+                    "principal_type": "unqualified" if m == 2 else None,
+                }
+                for m in range(i % 4 + 1)
+            ],
+        }
+        for i in range(count)
+    ]
+
+
+member = st.fixed_dictionaries(
+    {"name": principal_name, "scope": st.sampled_from(["user", "group"])},
+    optional={
+        "namespace": principal_name | st.none(),
+        "case_sensitive": st.booleans() | st.none(),
+        "principal_type": st.just("unqualified") | st.none(),
+    },
+)
+memberships = st.lists(
+    st.fixed_dictionaries(
+        {"group": principal_name, "members": st.lists(member, min_size=1, max_size=4)},
+        optional={
+            "namespace": principal_name | st.none(),
+            "case_sensitive": st.booleans() | st.none(),
+            "principal_type": st.just("unqualified") | st.none(),
+        },
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=memberships, chunk=st.integers(1, 5))
+def test_groups_files_are_the_same_bytes_as_from_dicts(tmp_path_factory, rows, chunk) -> None:  # type: ignore[no-untyped-def]
+    """Hostile Unicode in every name, nulls in every optional column; the table whole, in
+    chunks, and sliced out of a longer one."""
+    work = Path(tmp_path_factory.mktemp("groups"))
+    expected = by_batch(work / "dicts", rows)
+    table = as_table(rows)
+    assert by_arrow(work / "whole", table) == expected
+    chunked = pa.Table.from_batches(table.to_batches(max_chunksize=chunk))
+    assert by_arrow(work / "chunked", chunked) == expected
+    padded = as_table(rows_of(2) + rows + rows_of(1))
+    assert by_arrow(work / "sliced", padded.slice(2, len(rows))) == expected
+
+
+def as_views(table: pa.Table) -> pa.Table:
+    """Every string a string view, members a large list: the layouts Polars and DuckDB give."""
+    member = pa.struct(
+        [(f.name, pa.string_view() if f.type == pa.string() else f.type) for f in MEMBER]
+    )
+    schema = pa.schema(
+        [
+            (f.name, pa.string_view() if f.type == pa.string() else pa.large_list(member))
+            if f.type != pa.bool_()
+            else f
+            for f in SCHEMA
+        ]
+    )
+    return table.cast(schema)
+
+
+def test_every_string_and_list_layout_is_read(tmp_path: Path) -> None:
+    rows = rows_of(30)
+    expected = by_batch(tmp_path / "dicts", rows)
+    table = as_table(rows)
+    large = table.cast(
+        pa.schema(
+            [(f.name, pa.large_string() if f.type == pa.string() else f.type) for f in SCHEMA]
+        )
+    )
+    assert by_arrow(tmp_path / "large", large) == expected
+    assert by_arrow(tmp_path / "views", as_views(table)) == expected
+    # Group names and namespaces dictionary-encoded, as a directory export repeats them.
+    encoded = table.set_column(0, "group", table.column("group").dictionary_encode())
+    encoded = encoded.set_column(1, "namespace", table.column("namespace").dictionary_encode())
+    assert by_arrow(tmp_path / "dictionary", encoded) == expected
+
+
+def test_a_polars_frame_and_a_duckdb_result_are_read_in_place(tmp_path: Path) -> None:
+    rows = rows_of(20)
+    expected = by_batch(tmp_path / "dicts", rows)
+    frame = pl.concat(
+        [pl.from_arrow(as_table(rows[:7])), pl.from_arrow(as_table(rows[7:]))], rechunk=False
+    )
+    assert isinstance(frame, pl.DataFrame) and frame.n_chunks() == 2
+    assert by_arrow(tmp_path / "polars", frame) == expected
+
+    db = duckdb.connect()
+    db.register("exported", as_table(rows))
+    result = db.sql("SELECT * FROM exported")
+    assert by_arrow(tmp_path / "duckdb", result) == expected
+
+
+def test_a_bad_row_names_its_row_across_chunks_and_the_rows_before_it_are_written(
+    tmp_path: Path,
+) -> None:
+    rows = rows_of(10)
+    rows[6]["members"][0]["scope"] = "role"
+    table = pa.Table.from_batches(as_table(rows).to_batches(max_chunksize=3))
+    with GroupsWriter(tmp_path / "bad", "ldap", max_bytes=2000) as w:
+        with pytest.raises(RecordError) as caught:
+            w.add_arrow(table.slice(1))
+        assert (caught.value.index, caught.value.field) == (5, "members")
+        assert "members[0]: scope 'role' is not user or group" in str(caught.value)
+        # The rows before it are written; the rest follows after it.
+        assert w.records == 5
+        w.add_arrow(table.slice(1 + caught.value.index + 1))
+    good = rows[1:6] + rows[7:]
+    assert files(tmp_path / "bad") == by_batch(tmp_path / "dicts", good)
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "message"),
+    [
+        ({"group": None}, "group", "is null: every membership names its group"),
+        ({"group": " "}, "group", "would be lost"),
+        ({"members": []}, "members", "a group needs at least one member"),
+        ({"members": None}, "members", "a group needs at least one member"),
+        ({"members": [{"name": "a", "scope": "user"}, None]}, "members", "members[1]: is null"),
+        ({"members": [{"name": None, "scope": "user"}]}, "members", "members[0]: name is required"),
+        ({"principal_type": "local"}, "principal_type", "'local'"),
+    ],
+)
+def test_a_bad_value_is_refused_with_the_error_add_batch_gives(
+    tmp_path: Path, change: dict[str, Any], field: str, message: str
+) -> None:
+    rows = rows_of(3)
+    rows[2] |= change
+    with pytest.raises(RecordError) as caught, GroupsWriter(tmp_path, "ldap") as w:
+        w.add_arrow(as_table(rows))
+    assert (caught.value.index, caught.value.field) == (2, field)
+    assert message in str(caught.value)
+
+
+def refused(tmp_path: Path, table: Any) -> str:
+    with pytest.raises(FeedError) as caught, GroupsWriter(tmp_path, "ldap") as w:
+        w.add_arrow(table)
+    assert not isinstance(caught.value, RecordError)
+    return str(caught.value)
+
+
+def test_columns_that_make_no_membership_are_refused_naming_them(tmp_path: Path) -> None:
+    members = pa.array([[{"name": "a", "scope": "user"}]])
+    assert refused(tmp_path / "a", pa.table({"group": ["g"], "membres": members})) == (
+        "unknown column 'membres': did you mean 'members'?"
+    )
+    assert refused(
+        tmp_path / "b", pa.table({"group": ["g"], "members": members, "url": ["x"]})
+    ) == (
+        "unknown column 'url' (fields: group, namespace, case_sensitive, principal_type, members)"
+    )
+    assert "there is no 'members' column" in refused(tmp_path / "c", pa.table({"group": ["g"]}))
+    assert "there is no 'group' column" in refused(tmp_path / "d", pa.table({"members": members}))
+    assert refused(tmp_path / "e", pa.table({"group": [1], "members": members})) == (
+        "column 'group' is int64: expected strings (string, large_string, string_view, or a "
+        "dictionary of them)"
+    )
+    wrong = pa.array([[{"name": "a", "scope": "user", "access": "permit", "role": "x"}]])
+    assert "column 'members[]' has a field 'role'" in refused(
+        tmp_path / "f", pa.table({"group": ["g"], "members": wrong})
+    )
+    # An empty stream is checked too: its schema is all there is.
+    empty = pa.table({"group": pa.array([], pa.string()), "memberz": pa.array([], pa.string())})
+    assert "unknown column 'memberz'" in refused(tmp_path / "g", empty)
+
+
+def test_a_feed_writer_still_takes_records_only(tmp_path: Path) -> None:
+    from fastfeed import FeedWriter
+
+    with pytest.raises(FeedError, match="unknown column 'group'"), FeedWriter(tmp_path, "ds") as w:
+        w.add_arrow(as_table(rows_of(1)))

@@ -1,6 +1,8 @@
 //! Parquet and Arrow IPC files read by the core (`TableFile`, an iterator of `ArrowBatch`), and
 //! rows of Arrow data as JSON Lines records (`rows_json`).
 
+use std::fs::File;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -18,8 +20,9 @@ use crate::writer::SetKind;
 
 use super::arrow_batches;
 
-/// A Parquet file's record batches (a file named `.parquet`), or an Arrow IPC file's (any other
-/// name), read and decoded one ahead, without the GIL.
+/// A Parquet file's record batches (a file named `.parquet`, or without an extension and
+/// starting as Parquet files do: a Hive or Spark part file), or an Arrow IPC file's (any other),
+/// read and decoded one ahead, without the GIL.
 #[pyclass(module = "fastfeed._core", name = "TableFile")]
 struct PyTableFile {
     // Locked only by the thread that iterates; the lock makes the reader shareable, as Python
@@ -48,9 +51,17 @@ impl PyTableFile {
 }
 
 fn open(path: &Path) -> Result<Box<dyn Batches>> {
-    let parquet = path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("parquet"));
+    let parquet = match path.extension() {
+        Some(e) => e.eq_ignore_ascii_case("parquet"),
+        // A file that cannot be read is refused by the reader of Arrow IPC files, naming why.
+        None => {
+            let mut magic = [0; 4];
+            File::open(path)
+                .and_then(|mut f| f.read_exact(&mut magic))
+                .is_ok()
+                && &magic == b"PAR1"
+        }
+    };
     Ok(if parquet {
         Box::new(ParquetFile::open(path)?)
     } else {

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,9 +18,49 @@ from fastfeed.sets.writer import RecordWriter
 SUFFIXES = (".parquet", ".arrow", ".feather", ".ipc")
 
 
-def is_table(name: str) -> bool:
+def _named_table(name: str) -> bool:
     # A directory named with a slash (as the shell completes it) is named like one without.
     return name.rstrip("/" + os.sep).lower().endswith(SUFFIXES)
+
+
+def is_table(name: str) -> bool:
+    """Whether `name` is read as a table: named like one, or a file without an extension that
+    starts as Parquet or Arrow IPC files do (a part file of Hive or Spark, `000000_0`); never
+    standard input (`-`)."""
+    if _named_table(name):
+        return True
+    return name != "-" and _extensionless(name) and _part_format(name, whole=False) is not None
+
+
+def _extensionless(path: str) -> bool:
+    return not os.path.splitext(os.path.basename(path))[1]
+
+
+#: The magic numbers of the tables read without an extension, by format.
+MAGIC = {"Parquet": b"PAR1", "Arrow IPC": b"ARROW1"}
+
+
+def _part_format(path: str, whole: bool = True) -> str | None:
+    """The format (a key of `MAGIC`) of the regular file `path` by its magic number at its
+    start, and at its end too when `whole` (as a file written to its end has it); None for
+    anything else. Never opens what is not a regular file: a pipe would be read, or block."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        with open(path, "rb") as f:
+            head = f.read(8)
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(size - 8, 0))
+            tail = f.read(8)
+    except OSError:
+        return None  # the reading says what is wrong with it
+    for kind, magic in MAGIC.items():
+        # At least two magic numbers and a footer's length: an empty table file is no less.
+        if head.startswith(magic) and (
+            not whole or (size >= 2 * len(magic) + 4 and tail.endswith(magic))
+        ):
+            return kind
+    return None
 
 
 #: Files only a dataset's writer leaves in a directory.
@@ -79,9 +120,11 @@ def dataset_files(directory: str) -> list[str] | None:
             if entry.is_dir():
                 subdirectories.append(entry.path)
             else:
-                (found if is_table(entry.name) else other).append(entry.path)
+                (found if _named_table(entry.name) else other).append(entry.path)
+    if other and not found and all(map(_extensionless, other)):
+        found, other = _part_files(directory, other, marked)
     partitioned = any("=" in os.path.basename(path) for path in subdirectories)
-    if not (found or partitioned or marked or is_table(directory)):
+    if not (found or partitioned or marked or _named_table(directory)):
         return None
     if subdirectories:
         raise FastfeedError(
@@ -92,9 +135,13 @@ def dataset_files(directory: str) -> list[str] | None:
             f"('{os.path.join(directory, '*', '*.parquet')}')"
         )
     if other:
-        tree = "" if is_table(directory) else "; or, if it is a tree of documents, give --base-url"
+        # One with an extension first: beside part files without one, it is the stray one.
+        stray = min(other, key=lambda path: (_extensionless(path), path))
+        tree = (
+            "" if _named_table(directory) else "; or, if it is a tree of documents, give --base-url"
+        )
         raise FastfeedError(
-            f"{min(other)} is not a Parquet or Arrow file ({', '.join(SUFFIXES)}) but is in "
+            f"{stray} is not a Parquet or Arrow file ({', '.join(SUFFIXES)}) but is in "
             f"the dataset directory {directory}: move it out, or give the dataset's files as a "
             f"glob ('{os.path.join(directory, '*.parquet')}'){tree}"
         )
@@ -104,6 +151,35 @@ def dataset_files(directory: str) -> list[str] | None:
             "is likelier than an empty source, so it is refused, never read as one"
         )
     return sorted(found, key=_in_writer_order)
+
+
+def _part_files(directory: str, files: list[str], marked: bool) -> tuple[list[str], list[str]]:
+    """The files of `directory`, none with an extension, as (part files, others): all of them
+    part files when they are whole Parquet files, or whole Arrow IPC files, by their magic
+    numbers (as Hive and Spark write them, `000000_0`); all others when none is and nothing
+    marks a dataset (a tree of documents). Anything between is refused, naming a file: a
+    feed of part of the dataset could not be told from one of all of it."""
+    formats = {path: _part_format(path) for path in files}
+    parts = sorted(path for path, kind in formats.items() if kind)
+    if not parts and not (marked or _named_table(directory)):
+        return [], files
+    if stray := sorted(path for path, kind in formats.items() if not kind):
+        raise FastfeedError(
+            f"{stray[0]} has no extension and is no whole Parquet or Arrow IPC file (their "
+            f"magic numbers, {' or '.join(m.decode() for m in MAGIC.values())}, at its start and "
+            f"end), but is in the dataset directory {directory}"
+            + (f" beside part files such as {parts[0]}" if parts else "")
+            + ": move it out if it is no part of the dataset; if it is, its writer did not "
+            "finish it (write the dataset again)"
+        )
+    if len(kinds := sorted({formats[path] for path in parts}, key=str)) > 1:
+        first = {kind: next(p for p in parts if formats[p] == kind) for kind in kinds}
+        raise FastfeedError(
+            f"the dataset directory {directory} holds part files of two formats without "
+            f"extensions ({', '.join(f'{k}: {p}' for k, p in first.items())}): one writer "
+            "writes one format; give the files of the dataset meant as a glob"
+        )
+    return parts, []
 
 
 def _pyarrow() -> Any:

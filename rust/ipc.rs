@@ -31,9 +31,10 @@ use arrow_ipc::reader::{read_footer_length, FileDecoder};
 use arrow_ipc::{root_as_footer, root_as_message, Block, MessageHeader, MetadataVersion};
 use arrow_schema::{ArrowError, SchemaRef};
 
-use crate::arrow::Rows;
+use crate::arrow::check_columns;
 use crate::error::Result;
 use crate::mapped::{batch_rows, unreadable, Batches, Mapping, SHRANK};
+use crate::writer::SetKind;
 
 /// What the file format begins and ends with (padded to 8 bytes at the start).
 const MAGIC: &[u8] = b"ARROW1";
@@ -79,8 +80,9 @@ pub struct IpcFile {
 
 impl IpcFile {
     /// Opens the file and reads every message's header; refuses (naming it) a column that is no
-    /// record field or whose type cannot hold its field, before any row is read.
-    pub fn open(path: &Path) -> Result<IpcFile> {
+    /// field of the rows of `set` (see `ParquetFile::open`) or whose type cannot hold its field,
+    /// before any row is read.
+    pub fn open(path: &Path, set: SetKind) -> Result<IpcFile> {
         let mapping = Mapping::open(path)?;
         let data = Buffer::from(mapping.bytes());
         let contents = if data.is_empty() {
@@ -103,7 +105,7 @@ impl IpcFile {
             return Err(unreadable(SHRANK.into()));
         }
         let contents = contents.map_err(unreadable)?;
-        Rows::new(&RecordBatch::new_empty(contents.schema.clone()))?;
+        check_columns(set, contents.schema.clone())?;
         Ok(IpcFile {
             decoder: FileDecoder::new(contents.schema, contents.version),
             mapping,

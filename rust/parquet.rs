@@ -23,9 +23,10 @@ use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, DataType, FieldRef, Fields, Schema};
 use bytes::Bytes;
 
-use crate::arrow::Rows;
+use crate::arrow::check_columns;
 use crate::error::{Error, Result};
 use crate::mapped::{batch_rows, unreadable, Batches, Mapping, SHRANK};
+use crate::writer::SetKind;
 
 /// A Parquet file, read as record batches (an iterator), in order.
 pub struct ParquetFile {
@@ -54,9 +55,10 @@ struct Group {
 }
 
 impl ParquetFile {
-    /// Opens the file and reads its footer; refuses (naming it) a column that is no record field
-    /// or whose type cannot hold its field, before any row is read.
-    pub fn open(path: &Path) -> Result<ParquetFile> {
+    /// Opens the file and reads its footer; refuses (naming it) a column that is no field of the
+    /// rows of `set` (records; a groups feed's memberships) or whose type cannot hold its field,
+    /// before any row is read.
+    pub fn open(path: &Path, set: SetKind) -> Result<ParquetFile> {
         let mapping = Mapping::open(path)?;
         let data = mapping.bytes();
         let metadata = ArrowReaderMetadata::load(&data, ArrowReaderOptions::new())
@@ -69,7 +71,7 @@ impl ParquetFile {
                 ArrowReaderMetadata::try_new(m.metadata().clone(), options)
             })
             .map_err(|e| unreadable(e.to_string()))?;
-        Rows::new(&RecordBatch::new_empty(metadata.schema().clone()))?;
+        check_columns(set, metadata.schema().clone())?;
         Ok(ParquetFile {
             mapping,
             data,

@@ -19,16 +19,17 @@ use arrow_schema::{DataType, TimeUnit};
 use serde::ser::{Error as _, SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 
-use crate::arrow::{type_name, Rows};
+use crate::arrow::{check_columns, type_name};
 use crate::error::{Error, Result};
+use crate::writer::SetKind;
 
 /// Every row of `batch` as a JSON Lines record, appended to `out`.
 ///
-/// The columns are checked first as `add_arrow` checks them (names and types of record
-/// fields), then the data (offsets in bounds, text UTF-8, dictionary keys in range): Arrow data
+/// The columns are checked first as `add_arrow` of a writer of `set` checks them (names and types
+/// of record fields, or a membership's), then the data (offsets in bounds, text UTF-8, dictionary keys in range): Arrow data
 /// from another library crosses the C data interface unchecked.
-pub fn write_rows(batch: &RecordBatch, out: &mut Vec<u8>) -> Result<()> {
-    Rows::new(batch)?;
+pub fn write_rows(batch: &RecordBatch, set: SetKind, out: &mut Vec<u8>) -> Result<()> {
+    check_columns(set, batch.schema())?;
     for column in batch.columns() {
         column
             .to_data()
@@ -263,7 +264,7 @@ mod tests {
     fn lines(columns: Vec<(&str, ArrayRef)>) -> Vec<serde_json::Value> {
         let batch = RecordBatch::try_from_iter(columns).unwrap();
         let mut out = Vec::new();
-        write_rows(&batch, &mut out).unwrap();
+        write_rows(&batch, SetKind::Feed, &mut out).unwrap();
         out.split(|&b| b == b'\n')
             .filter(|l| !l.is_empty())
             .map(|l| serde_json::from_slice(l).unwrap())
@@ -331,7 +332,9 @@ mod tests {
         // SAFETY: deliberately invalid, as data from the C data interface is not validated.
         let urls = StringArray::from(unsafe { data.build_unchecked() });
         let batch = RecordBatch::try_from_iter([("url", Arc::new(urls) as ArrayRef)]).unwrap();
-        let err = write_rows(&batch, &mut Vec::new()).unwrap_err().to_string();
+        let err = write_rows(&batch, SetKind::Feed, &mut Vec::new())
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("cannot read the Arrow data: "), "{err}");
     }
 }

@@ -249,3 +249,54 @@ def test_a_feed_writer_still_takes_records_only(tmp_path: Path) -> None:
 
     with pytest.raises(FeedError, match="unknown column 'group'"), FeedWriter(tmp_path, "ds") as w:
         w.add_arrow(as_table(rows_of(1)))
+
+
+def groups_build(*argv: str) -> int:
+    from fastfeed.cli import main
+
+    return main(["groups", "build", *argv, "--groupsource", "ldap", "--max-bytes", "2000"])
+
+
+def test_the_cli_builds_parquet_and_arrow_files_as_their_json_lines(tmp_path: Path) -> None:
+    import orjson
+    import pyarrow.feather as feather
+    import pyarrow.parquet as pq
+
+    rows = rows_of(40)
+    rows[13]["members"][0]["scope"] = "role"
+    (tmp_path / "g.jsonl").write_bytes(
+        b"".join(
+            orjson.dumps({k: v for k, v in r.items() if v is not None} | {"members": r["members"]})
+            + b"\n"
+            for r in rows
+        )
+    )
+    # A dataset of part files without extensions, as Hive writes them, and an Arrow file.
+    (tmp_path / "export").mkdir()
+    for i, part in enumerate((rows[:25], rows[25:])):
+        pq.write_table(as_table(part), tmp_path / "export" / f"00000{i}_0")
+    feather.write_feather(as_table(rows), tmp_path / "g.arrow")
+    for name in ("g.jsonl", "export", "g.arrow"):  # 1: a row was refused, and set aside
+        assert groups_build(str(tmp_path / name), "--out", str(tmp_path / f"out-{name}"),
+                            "--on-error", "skip") == 1  # fmt: skip
+    built = files(tmp_path / "out-g.jsonl")
+    assert len(built) > 4
+    for name in ("export", "g.arrow"):
+        out = files(tmp_path / f"out-{name}")
+        assert {k: v for k, v in out.items() if not k.startswith("rejected")} == {
+            k: v for k, v in built.items() if not k.startswith("rejected")
+        }
+        # The refused row, to be fixed and fed again as JSON Lines.
+        assert orjson.loads(out["rejected.jsonl"])["members"][0]["scope"] == "role"
+        assert b"row 13: members: members[0]: scope 'role'" in out["rejected.log"]
+
+
+def test_the_cli_refuses_a_table_of_records_naming_file_and_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"url": ["http://a.example.com/"]}), tmp_path / "docs.parquet")
+    assert groups_build(str(tmp_path / "docs.parquet"), "--out", str(tmp_path / "out")) == 1
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'docs.parquet'}" in err and "unknown column 'url'" in err

@@ -32,9 +32,13 @@ struct PyTableFile {
 
 #[pymethods]
 impl PyTableFile {
+    /// `kind`: the kind of set whose rows the file holds (`feed`: records; `groups`:
+    /// memberships), whose columns it is checked for.
     #[new]
-    fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
-        let file = py.allow_threads(|| open(&path))?;
+    #[pyo3(signature = (path, kind="feed"))]
+    fn new(py: Python<'_>, path: PathBuf, kind: &str) -> PyResult<Self> {
+        let set = SetKind::parse(kind)?;
+        let file = py.allow_threads(|| open(&path, set))?;
         Ok(PyTableFile {
             inner: Mutex::new(ReadAhead::new(file)),
         })
@@ -50,7 +54,7 @@ impl PyTableFile {
     }
 }
 
-fn open(path: &Path) -> Result<Box<dyn Batches>> {
+fn open(path: &Path, set: SetKind) -> Result<Box<dyn Batches>> {
     let parquet = match path.extension() {
         Some(e) => e.eq_ignore_ascii_case("parquet"),
         // A file that cannot be read is refused by the reader of Arrow IPC files, naming why.
@@ -63,9 +67,9 @@ fn open(path: &Path) -> Result<Box<dyn Batches>> {
         }
     };
     Ok(if parquet {
-        Box::new(ParquetFile::open(path)?)
+        Box::new(ParquetFile::open(path, set)?)
     } else {
-        Box::new(IpcFile::open(path)?)
+        Box::new(IpcFile::open(path, set)?)
     })
 }
 
@@ -98,13 +102,20 @@ impl ArrowBatch {
     }
 }
 
-/// Every row of Arrow data (what `add_arrow` takes) as a JSON Lines record (see `row_json`).
+/// Every row of Arrow data (what `add_arrow` of a writer of `kind` takes) as a JSON Lines line
+/// (see `row_json`).
 #[pyfunction]
-fn rows_json<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
+#[pyo3(signature = (data, kind="feed"))]
+fn rows_json<'py>(
+    py: Python<'py>,
+    data: &Bound<'py, PyAny>,
+    kind: &str,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let set = SetKind::parse(kind)?;
     let mut out = Vec::new();
-    for batch in arrow_batches(data, SetKind::Feed)? {
+    for batch in arrow_batches(data, set)? {
         let batch = batch.map_err(|e| Error::Config(format!("cannot read the Arrow data: {e}")))?;
-        py.allow_threads(|| write_rows(&batch, &mut out))?;
+        py.allow_threads(|| write_rows(&batch, set, &mut out))?;
     }
     Ok(PyBytes::new(py, &out))
 }

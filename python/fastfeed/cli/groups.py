@@ -33,7 +33,7 @@ Feed the appliance the members of each group, so that it resolves a user's group
 search time without asking the directory (GSA 7.2 guide: "Feeding Groups to the Search
 Appliance").
 
-  build  write groups feed files (<xmlgroups>) and their manifest from JSON Lines
+  build  write groups feed files (<xmlgroups>) and their manifest from JSON Lines or Parquet
   push   POST them to the appliance's /xmlgroups, like `fastfeed push` does feeds
 
 examples:
@@ -42,7 +42,8 @@ examples:
 """
 
 BUILD_HELP = f"""\
-Build a groups feed set from JSON Lines, one group per line:
+Build a groups feed set from JSON Lines, one group per line (or from Parquet or Arrow files,
+globs or dataset directories, whose columns are these fields, `members` a list of structs):
 
   {{"group": "eng", "namespace": "Default", "case_sensitive": false,
    "members": [{{"name": "CORP\\\\alice", "scope": "user"}},
@@ -91,7 +92,9 @@ def groups() -> None:
 
 
 @groups.command("build", help=BUILD_HELP, short_help="build groups feed files")
-@paths_argument("inputs", "INPUT", "JSON Lines file or - (stdin)")
+@paths_argument(
+    "inputs", "INPUT", "JSON Lines file, - (stdin), or Parquet or Arrow file, glob or dataset"
+)
 @option(
     "--groupsource",
     required=True,

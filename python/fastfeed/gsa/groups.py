@@ -21,6 +21,7 @@ from fastfeed.errors import FastfeedError
 from fastfeed.progress import Progress
 from fastfeed.sets.build import BuildSummary, OnError, write_set
 from fastfeed.sets.records import Principal
+from fastfeed.sets.tables import dataset_files
 from fastfeed.sets.writer import ArrowData, FeedWarning, OnFile, SetWriter, WriterOptions
 
 GroupsFeedType = Literal["full", "incremental"]
@@ -43,10 +44,13 @@ class GroupsWriter(SetWriter):
     """Writes memberships into numbered, size-capped groups feed files in `out_dir`, and
     `manifest.jsonl` (entries of kind `groups`, whose `datasource` is the groupsource).
 
-    Used like `FeedWriter`. A full groups feed replaces the groups of every source on the
+    Used like `FeedWriter`; a table's columns are the fields of a membership (see `add_arrow`).
+    A full groups feed replaces the groups of every source on the
     appliance; split, only its first file is full. A full groups feed with no membership has
     no form in the protocol (`xmlgroups (membership+)`): it is refused when closed
     (`EmptyFullFeed`)."""
+
+    table_kind = "groups"
 
     def __init__(
         self,
@@ -96,12 +100,16 @@ def build_groups(
     progress: Progress | None = None,
     **options: Unpack[WriterOptions],
 ) -> BuildSummary:
-    """Builds a groups feed set from JSON Lines `inputs` (`-` for standard input), like
-    `fastfeed.build`: refused lines stop the build, or with `on_error="skip"` go to
-    `rejected.jsonl`."""
+    """Builds a groups feed set from `inputs`: JSON Lines files (`-` for standard input), or
+    Parquet or Arrow files, globs or dataset directories of them whose columns are the fields of
+    a membership (see `GroupsWriter.add_arrow`), like `fastfeed.build`: refused lines stop the
+    build, or with `on_error="skip"` go to `rejected.jsonl`."""
     for name in inputs:
-        if name != "-" and Path(name).is_dir():
-            raise FastfeedError(f"{name} is a directory: groups come from JSON Lines files")
+        if name != "-" and Path(name).is_dir() and dataset_files(name) is None:
+            raise FastfeedError(
+                f"{name} is a directory: groups come from JSON Lines files, or Parquet or Arrow "
+                "files or datasets"
+            )
 
     def writer(warn: Callable[[FeedWarning], None]) -> SetWriter:
         return GroupsWriter(

@@ -29,7 +29,7 @@ from fastfeed.progress import Progress, Stage, human_bytes, plural, stage
 from fastfeed.sets import tables
 from fastfeed.sets.inputs import MappedInput, directory_batches, mappable, stream_chunks
 from fastfeed.sets.manifest import ManifestEntry
-from fastfeed.sets.writer import FeedWarning, RecordWriter, SetWriter
+from fastfeed.sets.writer import FeedWarning, SetWriter
 
 OnError = Literal["stop", "skip"]
 T = TypeVar("T")
@@ -139,15 +139,13 @@ class _Builder:
         """Takes the rows of a Parquet or Arrow file, a batch at a time, read one batch ahead
         (see `tables.batches`) while the last one is encoded."""
         writer = self.writer
-        if not isinstance(writer, RecordWriter):
-            raise InputError(name, "Parquet and Arrow files hold document records: give JSON Lines")
         first = 0
-        for batch in tables.batches(name):
+        for batch in tables.batches(name, writer.table_kind):
             self._locate, self._done = functools.partial(_row_of, name, first), 0
             first += batch.num_rows
             try:
                 tables.add_rows(writer, batch, self._refuse_row)
-            except FeedError as exc:  # a column that is no record field
+            except FeedError as exc:  # a column that is no field of the writer's rows
                 raise InputError(name, str(exc)) from None
             # Let go of the batch before the next one is read: its values point into pages
             # (up to tens of MB) that would stay in memory meanwhile.

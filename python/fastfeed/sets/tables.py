@@ -1,6 +1,6 @@
 """Parquet and Arrow IPC (Feather) files as build inputs, read by the Rust core
 (`_core.TableFile`, no pyarrow) a batch of rows at a time so that memory stays flat whatever
-the file's size; the rows go to `RecordWriter.add_arrow`."""
+the file's size; the rows go to `SetWriter.add_arrow`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from fastfeed import _core
 from fastfeed.errors import FastfeedError, FeedError, InputError, RecordError
-from fastfeed.sets.writer import RecordWriter
+from fastfeed.sets.writer import SetWriter
 
 #: The inputs read as tables, by the end of their name (a directory too: see `dataset_files`).
 SUFFIXES = (".parquet", ".arrow", ".feather", ".ipc")
@@ -193,15 +193,15 @@ def _pyarrow() -> Any:
     return pyarrow
 
 
-def batches(name: str) -> Iterator[Any]:
+def batches(name: str, kind: str = "feed") -> Iterator[Any]:
     """The record batches of the Parquet or Arrow IPC file `name`, each read while the one
     before it is taken. Whatever stops the reading (a truncated or corrupt file, a column that
-    is no record field) raises `InputError` naming the file: a file read in part would make a
-    feed of part of it."""
+    is no field of what a writer of `kind` takes: a record, or a membership) raises
+    `InputError` naming the file: a file read in part would make a feed of part of it."""
     # Read and decoded one batch ahead without the GIL (Parquet page checksums verified where
     # the writer put them); the messages say where the reading stopped.
     try:
-        yield from _core.TableFile(name)
+        yield from _core.TableFile(name, kind)
     except FeedError as exc:
         raise InputError(name, str(exc)) from None
     except OSError as exc:
@@ -217,7 +217,7 @@ def is_arrow(data: object) -> bool:
 Refuse = Callable[[int, bytes, str], None]
 
 
-def add_rows(writer: RecordWriter, rows: Any, refuse: Refuse) -> int:
+def add_rows(writer: SetWriter, rows: Any, refuse: Refuse) -> int:
     """Gives the rows of Arrow data to `writer.add_arrow` and returns how many there were. A
     refused row goes to `refuse(row, line, reason)`, `row` its place among `rows` and `line`
     its record as JSON Lines: `refuse` raises to stop, or returns, and the rows after it are
@@ -242,7 +242,7 @@ def add_rows(writer: RecordWriter, rows: Any, refuse: Refuse) -> int:
     return _add_sliced(writer, rows, refuse)
 
 
-def _add_sliced(writer: RecordWriter, rows: Any, refuse: Refuse) -> int:
+def _add_sliced(writer: SetWriter, rows: Any, refuse: Refuse) -> int:
     """`add_rows` of a table or batch that slices in place (`num_rows`, `slice(offset)`)."""
     count: int = rows.num_rows
     done = 0
@@ -253,15 +253,15 @@ def _add_sliced(writer: RecordWriter, rows: Any, refuse: Refuse) -> int:
         except RecordError as exc:
             error = exc  # refused outside the handler: what `refuse` raises is no aftermath
         reason = f"{error.field}: {error.reason}" if error.field else error.reason
-        refuse(done + error.index, row_json(rows, error.index), reason)
+        refuse(done + error.index, row_json(rows, error.index, writer.table_kind), reason)
         done += error.index + 1
         rows = rows.slice(error.index + 1)
 
 
-def row_json(batch: Any, index: int) -> bytes:
-    """A row as a JSON Lines record: a refused one, for `rejected.jsonl`; one a sync sends (see
-    `_core.rows_json`)."""
-    return _core.rows_json(batch.slice(index, 1))
+def row_json(batch: Any, index: int, kind: str = "feed") -> bytes:
+    """A row as a JSON Lines line (a record; with `kind` groups, a membership): a refused one,
+    for `rejected.jsonl`; one a sync sends (see `_core.rows_json`)."""
+    return _core.rows_json(batch.slice(index, 1), kind)
 
 
 def rows_json(batch: Any) -> bytes:

@@ -7,7 +7,16 @@ import inspect
 import os
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from typing import Annotated, Protocol, Self, TypedDict, TypeVar, get_args, get_type_hints
+from typing import (
+    Annotated,
+    ClassVar,
+    Protocol,
+    Self,
+    TypedDict,
+    TypeVar,
+    get_args,
+    get_type_hints,
+)
 
 from fastfeed import _core
 from fastfeed.errors import EmptyFullFeed, RecordError
@@ -114,7 +123,7 @@ class ArrowArray(Protocol):
     ) -> tuple[object, object]: ...
 
 
-#: Tables to take as records, read in place (see `RecordWriter.add_arrow`).
+#: Tables to take as rows (records, memberships), read in place (see `SetWriter.add_arrow`).
 ArrowData = ArrowStream | ArrowArray
 
 
@@ -129,6 +138,10 @@ class FeedWarning(UserWarning):
 class SetWriter:
     """What every writer of a set of size-capped files shares: the JSON Lines fast path, the
     manifest, and closing as a context manager (see `FeedWriter`)."""
+
+    #: The kind of set whose fields a table's columns are to this writer (`_core.TableFile`):
+    #: a record's, unless a membership's (`groups`).
+    table_kind: ClassVar[str] = "feed"
 
     def __init__(
         self,

@@ -5,6 +5,9 @@ the same input size for reference.
 Run: `pytest benches/bench_groups.py -o python_files='bench_*.py' -s`. Prints memberships/s and
 MB/s (of feed written) for each.
 
+Also `GroupsWriter.add_arrow` of a table of the same groups against `add_batch` of their dicts,
+side by side, rounds alternating (issue 13: memberships from Arrow read in place by the core).
+
 The peer is what a user writes in an afternoon: json to read the lines, xml.sax.saxutils to
 escape, the same 50 MB split files. Targets (issue 4): groups build at a rate (MB/s of feed) in
 line with content feeds, at least half of theirs, and at least 3x the peer (measured on the
@@ -20,9 +23,12 @@ from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
 import orjson
+import pyarrow as pa
+from bench_arrow import ratios
+from bench_arrow import timed as timed_cpu
 from bench_build import timed
 from fastfeed.gsa.build import build
-from fastfeed.gsa.groups import build_groups
+from fastfeed.gsa.groups import GroupsWriter, build_groups
 
 GROUPS = 1_000
 MEMBERS = 1_000
@@ -143,3 +149,48 @@ def test_a_million_memberships(tmp_path: Path, benchmark) -> None:  # type: igno
     )
     assert ours_rate >= content_rate / 2
     assert peer_s / ours_s >= 3
+
+
+def test_add_arrow_against_add_batch_of_the_same_memberships(tmp_path: Path) -> None:
+    """The groups of `make_groups` given as dicts to `add_batch` (what a script holds), and as
+    a table to `add_arrow` (what a pipeline holds), in 100 batches of 10 groups; best of 5
+    alternating rounds. The same files either way."""
+    src = tmp_path / "groups.jsonl"
+    make_groups(src)
+    groups = [orjson.loads(line) for line in src.read_bytes().splitlines()]
+    table = pa.Table.from_pylist(groups)
+    batches, tables = range(0, GROUPS, 10), table.to_batches(max_chunksize=10)
+    runs = iter(range(100))
+
+    def write(add: object) -> Path:
+        out = tmp_path / f"out{next(runs)}"
+        with GroupsWriter(out, "ldap") as w:
+            add(w)  # type: ignore[operator]
+        return out
+
+    def by_batch(w: GroupsWriter) -> None:
+        for i in batches:
+            w.add_batch(groups[i : i + 10])
+
+    def by_arrow(w: GroupsWriter) -> None:
+        for batch in tables:
+            w.add_arrow(batch)
+
+    slow, fast = [], []
+    for _ in range(5):
+        slow.append(timed_cpu(lambda: write(by_batch)))
+        fast.append(timed_cpu(lambda: write(by_arrow)))
+    assert (tmp_path / "out0" / "ldap-groups-000001.xml").read_bytes() == (
+        tmp_path / "out1" / "ldap-groups-000001.xml"
+    ).read_bytes()
+    wall, cpu = ratios(slow, fast)
+    memberships = GROUPS * MEMBERS
+    best_batch, best_arrow = min(t for t, _ in slow), min(t for t, _ in fast)
+    rate = "{:5.2f} s {:12,.0f} memberships/s"
+    print(
+        f"\n{memberships:,} memberships ({GROUPS:,} groups) in batches of 10 groups, best of 5:\n"
+        f"  add_batch (dicts)  {rate.format(best_batch, memberships / best_batch)}\n"
+        f"  add_arrow (table)  {rate.format(best_arrow, memberships / best_arrow)}"
+        f"  -> {wall:.1f}x in time, {cpu:.1f}x in CPU time"
+    )
+    assert cpu >= 2

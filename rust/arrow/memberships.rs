@@ -6,7 +6,6 @@
 //! so that a membership means the same whichever way it came.
 
 use std::fmt::Display;
-use std::ops::Range;
 
 use arrow_array::{Array, BooleanArray, RecordBatch};
 use arrow_schema::SchemaRef;
@@ -111,9 +110,9 @@ pub fn check_columns(set: SetKind, schema: SchemaRef) -> Result<()> {
 }
 
 /// Writes every row of `batches` as a membership, numbered from 0 across them, through
-/// `writer`, as `add_batches` writes records: `unlocked` runs the reading of rows and the
-/// writing (batches are read where this is called); a refused row leaves every row before it
-/// written and none after it.
+/// `writer`, as `add_batches` writes records: `unlocked` runs the writing, in which the rows are
+/// read into memberships on the encoding threads (batches are read where this is called); a
+/// refused row leaves every row before it written and none after it.
 pub fn add_membership_batches<E: Display>(
     writer: &mut FeedWriter,
     batches: impl Iterator<Item = std::result::Result<RecordBatch, E>>,
@@ -129,65 +128,133 @@ pub fn add_membership_batches<E: Display>(
             Ok(read) => read,
             Err(e) => return (report, Some(e)),
         };
-        let mut start = 0;
-        while start < len {
-            let (mut end, mut members) = (start, 0);
-            while end < len && end - start < GROUP_ROWS && members < GROUP_MEMBERS {
-                members += rows.members.as_ref().map_or(0, |m| m.count(end));
-                end += 1;
+        // (index across the input, (row, members)), cut into groups.
+        let mut items: Vec<(usize, (usize, usize))> = Vec::new();
+        let mut members = 0;
+        for row in 0..=len {
+            let full = items.len() >= GROUP_ROWS || members >= GROUP_MEMBERS;
+            if (full || row == len) && !items.is_empty() {
+                let mut stop = None;
+                let done = unlocked(&mut || {
+                    let (done, error) = take(writer, &rows, &items);
+                    stop = error;
+                    Ok(done)
+                });
+                if let Ok(done) = done {
+                    report.warnings.extend(done.warnings);
+                    report.finished.extend(done.finished);
+                }
+                if stop.is_some() {
+                    return (report, stop);
+                }
+                (items, members) = (Vec::new(), 0);
             }
-            let group = start..end;
-            let mut stop = None;
-            let done = unlocked(&mut || {
-                let (done, error) = take(writer, &rows, group.clone(), index + start);
-                stop = error;
-                Ok(done)
-            });
-            if let Ok(done) = done {
-                report.warnings.extend(done.warnings);
-                report.finished.extend(done.finished);
+            if row < len {
+                let count = rows.members.as_ref().map_or(0, |m| m.count(row));
+                members += count;
+                items.push((index + row, (row, count)));
             }
-            if stop.is_some() {
-                return (report, stop);
-            }
-            start = end;
         }
         index += len;
     }
     (report, None)
 }
 
-/// Reads `rows` (the first named `first` in errors) into memberships and writes them; on a
-/// refused one, writes those before it and returns its error beside what was written.
+/// Writes the rows of `items`, read into memberships; on a refused one, writes those before it
+/// and returns its error beside what was written.
 fn take(
     writer: &mut FeedWriter,
     batch: &Memberships,
-    rows: Range<usize>,
-    first: usize,
+    items: &[(usize, (usize, usize))],
 ) -> (BatchReport, Option<Error>) {
-    let mut memberships = Vec::with_capacity(rows.len());
-    let mut stop = None;
-    for row in rows {
-        match batch.membership(row, first + memberships.len()) {
-            Ok(membership) => memberships.push(membership),
-            Err(e) => {
-                stop = Some(e);
-                break;
+    let mut add = |items| {
+        writer.add_memberships_from(
+            items,
+            |&(_, members)| 1 + members,
+            |index, &(row, _), encode| encode(&batch.membership(row, index)?),
+        )
+    };
+    // Nothing of the items is written when one is refused: those before it are written again
+    // without it.
+    match add(items) {
+        Err(error @ Error::Record { index, .. }) => {
+            let before = items.partition_point(|&(i, _)| i < index);
+            match add(&items[..before]) {
+                Ok(done) => (done, Some(error)),
+                Err(e) => (BatchReport::default(), Some(e)),
             }
         }
-    }
-    // `add_memberships` writes nothing of a slice with a refused membership, which it names
-    // by its place in the slice: the ones before it are written again without it.
-    let mut written = writer.add_memberships(&memberships);
-    if let Err(Error::Record { index, .. }) = written {
-        stop = written.err().map(|e| e.shifted(first));
-        written = writer.add_memberships(&memberships[..index]);
-    }
-    match written {
-        Ok(mut done) => {
-            done.warnings.iter_mut().for_each(|(i, _)| *i += first);
-            (done, stop)
-        }
+        Ok(done) => (done, None),
         Err(e) => (BatchReport::default(), Some(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::builder::{ListBuilder, StringBuilder, StructBuilder};
+    use arrow_array::{ArrayRef, StringArray};
+    use arrow_schema::{DataType, Field};
+
+    use super::*;
+    use crate::groups::parse_line;
+
+    /// Members as a list of structs of `name` and `scope`, a row per list.
+    fn members(rows: &[&[(&str, &str)]]) -> ArrayRef {
+        let fields = vec![
+            Field::new("name", DataType::Utf8, true),
+            Field::new("scope", DataType::Utf8, true),
+        ];
+        let mut list = ListBuilder::new(StructBuilder::from_fields(fields, 0));
+        for row in rows {
+            let items = list.values();
+            for (name, scope) in *row {
+                items
+                    .field_builder::<StringBuilder>(0)
+                    .unwrap()
+                    .append_value(name);
+                items
+                    .field_builder::<StringBuilder>(1)
+                    .unwrap()
+                    .append_value(scope);
+                items.append(true);
+            }
+            list.append(true);
+        }
+        Arc::new(list.finish())
+    }
+
+    #[test]
+    fn a_row_is_the_membership_its_json_lines_line_is() {
+        let groups: ArrayRef = Arc::new(StringArray::from(vec![Some("eng"), None]));
+        let batch = RecordBatch::try_from_iter([
+            ("group", groups),
+            (
+                "members",
+                members(&[
+                    &[("CORP\\alice", "user"), ("qa", "group")],
+                    &[("bob", "user")],
+                ]),
+            ),
+        ])
+        .unwrap();
+        let rows = Memberships::new(&batch).unwrap();
+        let line = r#"{"group": "eng", "members": [{"name": "CORP\\alice", "scope": "user"},
+            {"name": "qa", "scope": "group"}]}"#;
+        assert_eq!(
+            rows.membership(0, 7).unwrap(),
+            parse_line(7, line.as_bytes()).unwrap()
+        );
+        let err = rows.membership(1, 8).unwrap_err();
+        assert!(matches!(
+            err,
+            Error::Record {
+                index: 8,
+                field: Some("group"),
+                kind: RecordErrorKind::Missing,
+                ..
+            }
+        ));
     }
 }

@@ -519,15 +519,25 @@ impl FeedWriter {
 
     /// Checks, encodes and takes a batch of group memberships, like `add_batch`.
     pub fn add_memberships(&mut self, memberships: &[Membership]) -> Result<BatchReport> {
+        let indexed: Vec<(usize, &Membership)> = memberships.iter().enumerate().collect();
+        self.add_memberships_from(&indexed, |_| 1, |_, m, encode| encode(m))
+    }
+
+    /// Like `add_memberships`, for memberships made on the encoding threads from `items`, as
+    /// `add_records` makes records (rows of Arrow data, read in place).
+    pub fn add_memberships_from<T: Sync>(
+        &mut self,
+        items: &[(usize, T)],
+        weight: impl Fn(&T) -> usize,
+        with_membership: impl Fn(usize, &T, &mut dyn FnMut(&Membership) -> Result<()>) -> Result<()>
+            + Sync,
+    ) -> Result<BatchReport> {
         if !self.set.form().memberships {
             return Err(self.refuse("group memberships"));
         }
-        let indexed: Vec<(usize, &Membership)> = memberships.iter().enumerate().collect();
-        self.add(
-            &indexed,
-            |_| 1,
-            |index, membership, _, _, _, out| membership.encode_into(index, out),
-        )
+        self.add(items, weight, |index, item, _, _, _, out| {
+            with_membership(index, item, &mut |m| m.encode_into(index, out))
+        })
     }
 
     fn refuse(&self, what: &str) -> Error {

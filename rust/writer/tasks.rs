@@ -784,29 +784,26 @@ mod tests {
     use super::*;
     use std::path::{Path, PathBuf};
 
-    /// A budget of `held` bytes of small files, and nothing else.
+    /// A round's budget where every file is small and counts against `held` bytes.
     fn held_budget(held: u64) -> jsonl::FileBudget {
+        let (big, named) = (u64::MAX, usize::MAX);
         jsonl::FileBudget {
-            big: u64::MAX,
-            bytes: 0,
-            files: 0,
+            big,
             held,
-            named: usize::MAX,
-            taken: (0, 0),
+            named,
+            ..CHUNK_FILES
         }
     }
 
     #[test]
     fn opening_ahead_in_batches_takes_the_files_in_order_up_to_the_budget() {
         let dir = tempfile::tempdir().unwrap();
-        // Past several batches (1, 2, 4, ... 32 files), file `n` of n + 1 bytes.
-        let paths: Vec<PathBuf> = (0..100)
-            .map(|n| {
-                let path = dir.path().join(n.to_string());
-                std::fs::write(&path, vec![b'x'; n + 1]).unwrap();
-                path
-            })
-            .collect();
+        // Past several batches (1, 2, 4, ... 32 files), file `n` of n bytes.
+        let mut paths = Vec::new();
+        for n in 1..=100 {
+            paths.push(dir.path().join(format!("file{n}")));
+            std::fs::write(&paths[n - 1], "x".repeat(n)).unwrap();
+        }
         let borrowed: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
         let all = open_ahead(&borrowed, held_budget(u64::MAX));
         let sizes: Vec<u64> = all.iter().map(|(size, _)| *size).collect();

@@ -58,14 +58,13 @@ create_exception!(
      Lines before it were written all the same (see `add_jsonl`)."
 );
 
-/// A chunk of JSON Lines' error, with how many of its lines were written before it
-/// (`RecordError.written`: see `FeedWriter::written_before_error`).
+/// A chunk of JSON Lines' error, whatever it is (a refused line, a file that could not be read
+/// or written: `OSError`), with how many of its lines were written before it (`.written`: see
+/// `FeedWriter::written_before_error`), for a caller to go on from there.
 fn jsonl_error(py: Python<'_>, e: Error, written: usize) -> PyErr {
     let err = PyErr::from(e);
-    if written > 0 && err.is_instance_of::<RecordError>(py) {
-        // Setting an attribute of an exception object cannot fail.
-        let _ = err.value(py).setattr("written", written);
-    }
+    // Setting an attribute of an exception object cannot fail.
+    let _ = err.value(py).setattr("written", written);
     err
 }
 
@@ -463,9 +462,9 @@ impl PyFeedWriter {
 
     /// Parses, checks, encodes and writes a chunk of JSON Lines (whole lines), ahead of the
     /// chunks started and not yet waited for. Errors carry the index of the line in the chunk,
-    /// blank lines counted, and how many of its lines were written before it (`written`: none,
-    /// unless the chunk named too many big files for one round). Returns as `add_batch`, plus
-    /// the number of lines in the chunk.
+    /// blank lines counted, and all of them how many of its lines were written before them
+    /// (`written`, an `OSError`'s too: none, unless the chunk named too many big files for one
+    /// round). Returns as `add_batch`, plus the number of lines in the chunk.
     fn add_jsonl<'py>(
         &mut self,
         py: Python<'py>,

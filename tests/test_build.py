@@ -661,17 +661,56 @@ def test_a_bad_line_after_many_big_files_is_set_aside_and_each_good_record_writt
 def run_limited(argv: list[str], file_size: int) -> subprocess.CompletedProcess[str]:
     """Runs `fastfeed argv` under the kernel's limit of `file_size` bytes a file: a write past
     it fails (File too large), as one to a full disk would."""
+    code = "from fastfeed.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    return run_python_limited(code, argv, file_size)
+
+
+def run_python_limited(
+    code: str, argv: list[str], file_size: int
+) -> subprocess.CompletedProcess[str]:
+    """Runs Python `code` (`sys` imported, `argv` in `sys.argv[1:]`) as `run_limited` does."""
     # Set in the child itself: preexec_fn is unsafe in a process with threads.
     limited = (
         "import resource, signal, sys\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         f"resource.setrlimit(resource.RLIMIT_FSIZE, ({file_size}, {file_size}))\n"
-        "from fastfeed.cli import main\n"
-        "sys.exit(main(sys.argv[1:]))\n"
     )
     return subprocess.run(
-        [sys.executable, "-c", limited, *argv], capture_output=True, text=True, check=False
+        [sys.executable, "-c", limited + code, *argv], capture_output=True, text=True, check=False
     )
+
+
+def test_a_chunk_failing_to_write_in_a_later_round_says_how_many_of_its_lines_were_written(
+    tmp_path: Path,
+) -> None:
+    """`add_jsonl` stopped by a file that cannot be written (its big record moved out to disk,
+    past the file size limit: a full disk for root too) in a later round of its chunk raises
+    `OSError` saying, as a refused line's `RecordError` does, how many of the chunk's lines the
+    rounds before wrote: the caller goes on from there."""
+    _, src = linked_files(tmp_path, 1 << 20, 40, seed=5)
+    noise = tmp_path / "noise.bin"
+    noise.write_bytes(random.Random(6).randbytes(5 << 20))
+    chunk = src.read_bytes() + orjson.dumps(
+        {"url": "http://files.example.com/noise", "content_path": str(noise)}
+    )
+    code = (
+        "import errno, json\n"
+        "from fastfeed import FeedWriter\n"
+        "w = FeedWriter(sys.argv[1], 'd', max_bytes=2_000_000)\n"
+        "try:\n"
+        "    w.add_jsonl(open(sys.argv[2], 'rb').read())\n"
+        "except OSError as e:\n"
+        "    print(json.dumps([errno.errorcode[e.errno], e.written, w.records]))\n"
+        "w.abort()\n"
+    )
+    (tmp_path / "chunk.jsonl").write_bytes(chunk + b"\n")
+    argv = [str(tmp_path / "out"), str(tmp_path / "chunk.jsonl")]
+    done = run_python_limited(code, argv, 3_000_000)
+    assert done.returncode == 0, done.stderr
+    error, written, records = orjson.loads(done.stdout)
+    assert error == "EFBIG"
+    # The 1 MB files are taken 12 MB a round: the rounds before the big record's were written.
+    assert 0 < written < 41 and written == records
 
 
 def test_a_chunk_stopped_in_a_later_round_keeps_the_lines_its_written_rounds_refused(

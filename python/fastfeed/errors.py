@@ -19,7 +19,7 @@ The servers (emulator, seedlist) have private errors of their own, under the sam
 become HTTP answers and never reach a caller; so has the sync state (`DuplicateUrl`), which
 the sync turns into an `InputError` naming where the URL was given. Errors of the system (a
 file that cannot be read or written) stay `OSError`, which `describe` words for the command
-line.
+line; one that stops `add_jsonl` carries `.written` as a `RecordError` does.
 """
 
 from __future__ import annotations

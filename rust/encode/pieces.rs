@@ -47,6 +47,8 @@ struct Deflated {
     /// The Adler-32 of the piece's block, and its length.
     adler: u32,
     len: u64,
+    #[cfg(test)]
+    on: std::thread::ThreadId,
 }
 
 #[derive(Default)]
@@ -99,6 +101,13 @@ pub(crate) struct Pieces<'d> {
     written: usize,
     /// The Adler-32 of the bytes of the pieces written.
     adler: u32,
+    /// The pieces this thread leaves to helpers, waiting for one to deflate them: a test
+    /// makes a helper take pieces, which timing alone may never do.
+    #[cfg(test)]
+    leaves: fn(usize) -> bool,
+    /// The thread that deflated each piece written, in order.
+    #[cfg(test)]
+    deflated_on: Vec<std::thread::ThreadId>,
 }
 
 impl<'d> Pieces<'d> {
@@ -117,6 +126,10 @@ impl<'d> Pieces<'d> {
             read: 0,
             written: 0,
             adler: 1,
+            #[cfg(test)]
+            leaves: |_| false,
+            #[cfg(test)]
+            deflated_on: Vec::new(),
         }
     }
 
@@ -178,9 +191,13 @@ impl<'d> Pieces<'d> {
                     mut bytes,
                     adler,
                     len,
+                    #[cfg(test)]
+                    on,
                     ..
                 } = queue.done.swap_remove(i);
                 drop(queue);
+                #[cfg(test)]
+                self.deflated_on.push(on);
                 write(&bytes)?;
                 self.adler = adler32_combine(self.adler, adler, len);
                 self.written += 1;
@@ -188,7 +205,8 @@ impl<'d> Pieces<'d> {
                 self.shared.lock().spare.push(bytes);
                 return Ok(());
             }
-            if let Some(piece) = queue.waiting.pop_front() {
+            if queue.waiting.front().is_some_and(|piece| self.takes(piece)) {
+                let piece = queue.waiting.pop_front().expect("a piece waits");
                 let spare = queue.spare.pop().unwrap_or_default();
                 drop(queue);
                 let deflated = deflate(self.stream, piece, spare, &self.shared);
@@ -201,6 +219,18 @@ impl<'d> Pieces<'d> {
                 .wait(queue)
                 .unwrap_or_else(|e| e.into_inner());
         }
+    }
+
+    /// Whether this thread deflates `piece` itself when it finds it waiting: always, but in
+    /// a test that leaves it to a helper.
+    #[cfg(not(test))]
+    fn takes(&self, _piece: &Piece) -> bool {
+        true
+    }
+
+    #[cfg(test)]
+    fn takes(&self, piece: &Piece) -> bool {
+        !(self.leaves)(piece.at)
     }
 }
 
@@ -230,6 +260,8 @@ fn deflate(stream: &mut Stream, piece: Piece, mut out: Vec<u8>, shared: &Shared)
         bytes: out,
         adler,
         len,
+        #[cfg(test)]
+        on: std::thread::current().id(),
     }
 }
 
@@ -361,11 +393,11 @@ mod tests {
         assert_eq!(inflate(&out), content(IN_BLOCK));
     }
 
-    #[test]
-    fn the_bytes_are_the_same_whichever_threads_deflate_the_pieces() {
+    /// Text and noise, so that pieces deflate to lengths of their own, and each piece is
+    /// unlike the others.
+    fn mixed(len: usize) -> Vec<u8> {
         let mut state = 7u64;
-        // Text and noise, so that pieces deflate to lengths of their own.
-        let data: Vec<u8> = (0..6 * IN_BLOCK + 777)
+        (0..len)
             .map(|i| {
                 state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
                 if (i / 100_000) % 2 == 0 {
@@ -374,7 +406,12 @@ mod tests {
                     (state >> 56) as u8
                 }
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn the_bytes_are_the_same_whichever_threads_deflate_the_pieces() {
+        let data = mixed(6 * IN_BLOCK + 777);
         let alone = in_pieces(&data, 1);
         assert_eq!(inflate(&alone), data);
         let pool = rayon::ThreadPoolBuilder::new()
@@ -385,5 +422,44 @@ mod tests {
             let (a, b) = pool.join(|| in_pieces(&data, 1), || in_pieces(&data, 1));
             assert!(a == alone && b == alone);
         }
+    }
+
+    /// Whatever the timing, pieces a helper deflated on the other thread of the pool, with its
+    /// own stream, land in their place among those the writing thread deflated: the writing
+    /// thread leaves every other piece to helpers and waits for them.
+    #[test]
+    fn pieces_a_helper_deflates_land_in_their_place() {
+        let data = mixed(7 * IN_BLOCK + 777);
+        let alone = in_pieces(&data, 1);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let (out, deflated_on, writer) = pool.install(|| {
+            let mut deflater = Deflater::new(1);
+            let mut pieces = Pieces::new(&mut deflater);
+            pieces.leaves = |at| at % 2 == 1;
+            let mut out = Vec::new();
+            let mut write = |bytes: &[u8]| {
+                out.extend_from_slice(bytes);
+                Ok(())
+            };
+            for (block, last) in super::super::blocks(&data) {
+                pieces.push(block, last, &mut write).unwrap();
+            }
+            // As `finish` does, but the threads that deflated the pieces are read before.
+            while pieces.written < pieces.read {
+                pieces.step(&mut write).unwrap();
+            }
+            let deflated_on = std::mem::take(&mut pieces.deflated_on);
+            pieces.finish(&mut write).unwrap();
+            (out, deflated_on, std::thread::current().id())
+        });
+        assert_eq!(deflated_on.len(), 8);
+        for (at, on) in deflated_on.iter().enumerate().filter(|(at, _)| at % 2 == 1) {
+            assert_ne!(*on, writer, "piece {at} was deflated by the writing thread");
+        }
+        assert_eq!(inflate(&out), data);
+        assert!(out == alone, "the same bytes as one thread's");
     }
 }

@@ -166,7 +166,8 @@ class SetWriter:
         lines counted); nothing of the chunk is written then but its first `.written` lines
         (none, unless the chunk named more big files by content_path than one round of encoding
         takes: its rounds are written one by one, so that the records waiting to be written
-        stay few). The chunk goes ahead of those started and not yet waited for."""
+        stay few). A file that cannot be read or written (a full disk) raises `OSError`, with
+        `.written` too. The chunk goes ahead of those started and not yet waited for."""
         problems, finished, lines = self._core.add_jsonl(chunk)
         self._report(problems, finished)
         return lines
@@ -179,8 +180,8 @@ class SetWriter:
 
     def wait_jsonl(self) -> int:
         """Waits for the oldest chunk started and adds its items, as `add_jsonl` does (same
-        return value, same `RecordError`, nothing of the chunk but `.written` lines written on
-        error)."""
+        return value, same `RecordError` or `OSError`, nothing of the chunk but `.written` lines
+        written on error)."""
         problems, finished, lines = self._core.wait_jsonl()
         self._report(problems, finished)
         return lines

@@ -664,26 +664,17 @@ fn weigh(
     } else {
         0
     };
-    // Whether the block before was flagged (see below).
-    let mut dense = false;
     for at in (0..len).step_by(BLOCK) {
         let block = block_at(src, at);
         // Clean text (most blocks of most text) is only scanned, as escaping scans it; only its
-        // last two `]`s matter, to the next block. Text dense with markup flags most blocks,
-        // whose scan would be wasted: after a flagged block, the next is weighed at once (its
-        // masks empty where it is clean, as the scan would have found).
-        let t = if dense || scan.mask(block, Context::Text) != 0 {
-            scan.text_bits(block)
-        } else {
-            TextBits::default()
-        };
-        dense = t.escaped | t.odd != 0;
-        if !dense {
+        // last two `]`s matter, to the next block.
+        if scan.mask(block, Context::Text) == 0 {
             bits.push(0, 0);
             brackets = u64::from(block[BLOCK - 1] == b']') << 63
                 | u64::from(block[BLOCK - 2] == b']') << 62;
             continue;
         }
+        let t = scan.text_bits(block);
         flagged = true;
         let mut odd = t.odd;
         while odd != 0 {

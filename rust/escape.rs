@@ -591,9 +591,45 @@ struct Segment<'a> {
 
 /// A segment's blocks' flags, one `u64` a block: the bytes escaping flags (`needs_care`), and
 /// what a section writes apart (its CRs and the `>` of each `]]>` whose brackets are in it).
+/// Left unset past the segment's blocks: zeroed whole, they were a KB to clear for every
+/// segment, twice for a 1 KB text (its last block goes apart).
 struct Bits {
-    care: [u64; SEGMENT / BLOCK],
-    apart: [u64; SEGMENT / BLOCK],
+    care: [MaybeUninit<u64>; SEGMENT / BLOCK],
+    apart: [MaybeUninit<u64>; SEGMENT / BLOCK],
+    /// The blocks set, the first ones.
+    blocks: usize,
+}
+
+impl Bits {
+    fn new() -> Self {
+        Bits {
+            care: [MaybeUninit::uninit(); SEGMENT / BLOCK],
+            apart: [MaybeUninit::uninit(); SEGMENT / BLOCK],
+            blocks: 0,
+        }
+    }
+
+    /// Sets the next block's flags.
+    #[inline(always)]
+    fn push(&mut self, care: u64, apart: u64) {
+        self.care[self.blocks].write(care);
+        self.apart[self.blocks].write(apart);
+        self.blocks += 1;
+    }
+
+    /// The flags escaping writes, of each block set.
+    #[inline(always)]
+    fn care(&self) -> &[u64] {
+        // SAFETY: `push` set the first `blocks`.
+        unsafe { &*(std::ptr::from_ref(&self.care[..self.blocks]) as *const [u64]) }
+    }
+
+    /// What a section writes apart, of each block set.
+    #[inline(always)]
+    fn apart(&self) -> &[u64] {
+        // SAFETY: as in `care`.
+        unsafe { &*(std::ptr::from_ref(&self.apart[..self.blocks]) as *const [u64]) }
+    }
 }
 
 /// What escaping a segment adds, and what a section would write apart: CRs, and bytes in all;
@@ -628,12 +664,12 @@ fn weigh(
     } else {
         0
     };
-    for (k, at) in (0..len).step_by(BLOCK).enumerate() {
+    for at in (0..len).step_by(BLOCK) {
         let block = block_at(src, at);
         // Clean text (most blocks of most text) is only scanned, as escaping scans it; only its
         // last two `]`s matter, to the next block.
         if scan.mask(block, Context::Text) == 0 {
-            (bits.care[k], bits.apart[k]) = (0, 0);
+            bits.push(0, 0);
             brackets = u64::from(block[BLOCK - 1] == b']') << 63
                 | u64::from(block[BLOCK - 2] == b']') << 62;
             continue;
@@ -651,9 +687,8 @@ fn weigh(
         escaping += 3 * t.escaped.count_ones() as usize + t.longer.count_ones() as usize;
         let split = t.gt & (t.bracket << 1 | brackets >> 63) & (t.bracket << 2 | brackets >> 62);
         brackets = t.bracket;
-        bits.apart[k] = split | t.cr;
-        bits.care[k] = t.escaped | t.odd;
-        apart += bits.apart[k].count_ones() as usize;
+        bits.push(t.escaped | t.odd, split | t.cr);
+        apart += (split | t.cr).count_ones() as usize;
         crs += t.cr.count_ones() as usize;
     }
     Ok(Weighed {
@@ -684,10 +719,7 @@ fn content_segment(
     debug_assert!(
         len.is_multiple_of(BLOCK) && real <= len && len <= SEGMENT && src.len() >= len + BLOCK
     );
-    let mut bits = Bits {
-        care: [0; SEGMENT / BLOCK],
-        apart: [0; SEGMENT / BLOCK],
-    };
+    let mut bits = Bits::new();
     let segment = Segment {
         src,
         len,
@@ -725,7 +757,8 @@ fn content_segment(
         let start = if open { lead } else { 0 };
         let mut found = [MaybeUninit::uninit(); SEGMENT + 8];
         let found = if flagged {
-            listed(len, |at| bits.care[at / BLOCK], &mut found)
+            let care = bits.care();
+            listed(len, |at| care[at / BLOCK], &mut found)
         } else {
             &[]
         };
@@ -743,14 +776,11 @@ fn content_segment(
         out.extend_from_slice(&src[..lead]);
         from = lead;
     }
-    let apart = bits.apart[..len / BLOCK]
-        .iter()
-        .enumerate()
-        .flat_map(|(k, &bits)| {
-            std::iter::successors(Some(bits), |b| Some(b & b.wrapping_sub(1)))
-                .take_while(|&b| b != 0)
-                .map(move |b| k * BLOCK + b.trailing_zeros() as usize)
-        });
+    let apart = bits.apart().iter().enumerate().flat_map(|(k, &bits)| {
+        std::iter::successors(Some(bits), |b| Some(b & b.wrapping_sub(1)))
+            .take_while(|&b| b != 0)
+            .map(move |b| k * BLOCK + b.trailing_zeros() as usize)
+    });
     for j in apart {
         if from < j {
             if !open {
@@ -923,11 +953,18 @@ pub fn text_into_by(scan: Scan, out: &mut Vec<u8>, s: &str) -> Result<(), Unrepr
 /// Appends the attribute ` name="value"`, `value` escaped, to `out`. The value must have been
 /// checked as representable (`first_unrepresentable`).
 pub fn attr(out: &mut Vec<u8>, name: &str, value: &str) {
+    attr_or_refuse(out, name, value).expect("checked as representable");
+}
+
+/// `attr` for a value not checked: refuses one that holds a character XML cannot carry, which
+/// escaping finds (`out` then holds part of the attribute: truncate it back).
+pub fn attr_or_refuse(out: &mut Vec<u8>, name: &str, value: &str) -> Result<(), Unrepresentable> {
     out.push(b' ');
     out.extend_from_slice(name.as_bytes());
     out.extend_from_slice(b"=\"");
-    escape_into(out, value, Context::Attribute).expect("checked as representable");
+    escape_into(out, value, Context::Attribute)?;
     out.push(b'"');
+    Ok(())
 }
 
 /// Whether `s` can travel as XML text at all (see the module docs).

@@ -33,6 +33,9 @@ type Item = (usize, (usize, usize));
 struct Group {
     batches: Vec<Arc<Rows>>,
     items: Vec<Item>,
+    /// Each item's weight, found once as the group was made (the encoding threads share the
+    /// group by it).
+    weights: Vec<usize>,
 }
 
 impl RecordSource for Group {
@@ -45,8 +48,7 @@ impl RecordSource for Group {
     }
 
     fn weight(&self, i: usize) -> usize {
-        let (_, (batch, row)) = self.items[i];
-        self.batches[batch].weight(row)
+        self.weights[i]
     }
 
     fn with_record(
@@ -79,7 +81,7 @@ pub fn add_batches<E: Display>(
     };
     // The batches the group's rows are in; the last may go on into the next group.
     let mut held: Vec<Arc<Rows>> = Vec::new();
-    let mut items: Vec<Item> = Vec::new();
+    let (mut items, mut weights): (Vec<Item>, Vec<usize>) = (Vec::new(), Vec::new());
     let (mut index, mut weight) = (0, 0);
     for batch in batches {
         let rows = batch
@@ -91,19 +93,23 @@ pub fn add_batches<E: Display>(
                 let written = flow.last(Group {
                     batches: held,
                     items,
+                    weights,
                 });
                 return (flow.report, Some(written.err().unwrap_or(e)));
             }
         };
         held.push(Arc::clone(&rows));
         for row in 0..rows.len() {
-            weight += rows.weight(row);
+            let w = rows.weight(row);
+            weight += w;
+            weights.push(w);
             items.push((index, (held.len() - 1, row)));
             index += 1;
             if items.len() >= GROUP_ROWS || weight >= GROUP_BYTES {
                 let group = Group {
                     batches: held.clone(),
                     items: std::mem::take(&mut items),
+                    weights: std::mem::take(&mut weights),
                 };
                 if let Err(e) = flow.next(group) {
                     return (flow.report, Some(e));
@@ -118,6 +124,7 @@ pub fn add_batches<E: Display>(
         .last(Group {
             batches: held,
             items,
+            weights,
         })
         .err();
     (flow.report, error)

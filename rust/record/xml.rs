@@ -7,7 +7,7 @@ use crate::encode::{
     base64_into, worth_deflating, Base64Stream, Compress, Deflater, Scratch, IN_BLOCK,
 };
 use crate::error::Result;
-use crate::escape::{attr, first_unrepresentable, text_into};
+use crate::escape::{attr, attr_or_refuse, text_into};
 use crate::spill::Sink;
 
 use super::content::{Source, Utf8Blocks};
@@ -281,10 +281,13 @@ const MIN_TEXT_DEFLATE: usize = 2048;
 
 fn write_meta(out: &mut Vec<u8>, name: &str, value: &str) {
     out.extend_from_slice(b"<meta");
-    if first_unrepresentable(name).is_none() && first_unrepresentable(value).is_none() {
-        attr(out, "name", name);
-        attr(out, "content", value);
-    } else {
+    let start = out.len();
+    // What XML cannot carry is found by the escaping, not by a scan of each before it.
+    let escaped = attr_or_refuse(out, "name", name)
+        .and_then(|()| attr_or_refuse(out, "content", value))
+        .is_ok();
+    if !escaped {
+        out.truncate(start);
         // The protocol requires both name and content encoded when either is.
         out.extend_from_slice(b" encoding=\"base64binary\" name=\"");
         base64_into(out, name.as_bytes());

@@ -713,6 +713,38 @@ def test_a_chunk_failing_to_write_in_a_later_round_says_how_many_of_its_lines_we
     assert 0 < written < 41 and written == records
 
 
+def test_a_feed_file_that_cannot_be_written_leaves_no_line_counted_as_written(
+    tmp_path: Path,
+) -> None:
+    """A feed file that cannot be written (past the file size limit: a full disk for root too)
+    stops the writer with its unfinished file: the error reaches `add_jsonl` a round or two
+    after the lines it lost were handed over, and `.written` must not count them, or a caller
+    going on from there would skip documents no finished file holds."""
+    _, src = linked_files(tmp_path, 1 << 20, 40, seed=7)
+    inline = b"".join(
+        orjson.dumps({"url": f"http://inline.example.com/{i}", "content": "x" * 100}) + b"\n"
+        for i in range(200)
+    )
+    (tmp_path / "chunk.jsonl").write_bytes(inline + src.read_bytes())
+    code = (
+        "import errno, json, os\n"
+        "from fastfeed import FeedWriter\n"
+        "w = FeedWriter(sys.argv[1], 'd')\n"
+        "try:\n"
+        "    w.add_jsonl(open(sys.argv[2], 'rb').read())\n"
+        "except OSError as e:\n"
+        "    finished = [n for n in os.listdir(sys.argv[1]) if n.endswith('.xml')]\n"
+        "    print(json.dumps([errno.errorcode[e.errno], e.written, finished]))\n"
+        "w.abort()\n"
+    )
+    argv = [str(tmp_path / "out"), str(tmp_path / "chunk.jsonl")]
+    done = run_python_limited(code, argv, 5_000_000)
+    assert done.returncode == 0, done.stderr
+    error, written, finished = orjson.loads(done.stdout)
+    assert (error, finished) == ("EFBIG", [])
+    assert written == 0
+
+
 def test_a_chunk_stopped_in_a_later_round_keeps_the_lines_its_written_rounds_refused(
     tmp_path: Path,
 ) -> None:

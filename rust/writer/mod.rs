@@ -76,6 +76,10 @@ pub struct FeedWriter {
     /// The lines of the last chunk of JSON Lines that failed which were written before it
     /// failed (`written_before_error`).
     written: usize,
+    /// Whether the writing thread stopped on an error: it ends at its first, its unfinished
+    /// file with it (see `files::write_files`), so nothing handed to it after its last finished
+    /// file is written.
+    writing_failed: bool,
     /// Files finished by the rounds of a chunk that then failed, reported with the next batch.
     unreported: Vec<ManifestEntry>,
 }
@@ -177,6 +181,7 @@ impl FeedWriter {
             refused: Refused::default(),
             found: Fingerprints::default(),
             written: 0,
+            writing_failed: false,
             unreported: Vec::new(),
         })
     }
@@ -245,7 +250,11 @@ impl FeedWriter {
                 done.try_recv()
             };
             match message {
-                Ok(result) => finished.extend(result?),
+                Ok(Ok(files)) => finished.extend(files),
+                Ok(Err(e)) => {
+                    self.writing_failed = true;
+                    return Err(e);
+                }
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => {
                     if self.thread.as_ref().is_some_and(JoinHandle::is_finished) || wait {
@@ -273,6 +282,7 @@ impl FeedWriter {
         if sent == Some(true) {
             return Ok(());
         }
+        self.writing_failed = true;
         self.collect_done(true)?;
         Err(Error::Config("the file-writing thread has stopped".into()))
     }
@@ -418,6 +428,7 @@ impl FeedWriter {
 
     /// Waits for the oldest chunk started and takes it, as `add_jsonl` would have.
     pub fn wait_jsonl(&mut self) -> Result<BatchReport> {
+        self.written = 0;
         let started = self
             .started()
             .pop_front()
@@ -458,7 +469,8 @@ impl FeedWriter {
 
     /// How many lines of the last chunk of JSON Lines that failed (`wait_jsonl`, `add_jsonl`)
     /// were written before it failed: none, unless the chunk named more big files than one
-    /// round of encoding takes (see `tasks::CHUNK_FILES`) and failed in a later round. The lines
+    /// round of encoding takes (see `tasks::CHUNK_FILES`) and failed in a later round; none
+    /// either when writing a feed file failed (the writer stops there). The lines
     /// before the bad one that are left to write start there.
     pub fn written_before_error(&self) -> usize {
         self.written
@@ -484,7 +496,9 @@ impl FeedWriter {
                     report.lines = round.lines;
                 }
                 Err(e) => {
-                    self.written = report.lines;
+                    // The rounds before went to the writing thread: written, unless that
+                    // thread is what failed.
+                    self.written = if self.writing_failed { 0 } else { report.lines };
                     self.unreported = report.finished;
                     return Err(e);
                 }

@@ -167,7 +167,8 @@ class SetWriter:
         (none, unless the chunk named more big files by content_path than one round of encoding
         takes: its rounds are written one by one, so that the records waiting to be written
         stay few). A file that cannot be read or written (a full disk) raises `OSError`, with
-        `.written` too. The chunk goes ahead of those started and not yet waited for."""
+        `.written` too: 0 when a feed file could not be written, which stops the writer. The
+        chunk goes ahead of those started and not yet waited for."""
         problems, finished, lines = self._core.add_jsonl(chunk)
         self._report(problems, finished)
         return lines

@@ -235,10 +235,24 @@ def test_columns_that_make_no_membership_are_refused_naming_them(tmp_path: Path)
         "column 'group' is int64: expected strings (string, large_string, string_view, or a "
         "dictionary of them)"
     )
-    wrong = pa.array([[{"name": "a", "scope": "user", "access": "permit", "role": "x"}]])
+    wrong = pa.array([[{"name": "a", "scope": "user", "role": "x"}]])
     assert "column 'members[]' has a field 'role'" in refused(
         tmp_path / "f", pa.table({"group": ["g"], "members": wrong})
     )
+    # A member has no access: the fields listed are those a member takes.
+    access = pa.array([[{"name": "a", "scope": "user", "access": "permit"}]])
+    assert refused(tmp_path / "h", pa.table({"group": ["g"], "members": access})) == (
+        "column 'members[]' has a field 'access', which is not one of name, scope, namespace, "
+        "case_sensitive, principal_type"
+    )
+    # Arrow allows a name twice in a struct: neither is read, rather than one lost in silence.
+    twice = pa.StructArray.from_arrays(
+        [pa.array(["x"]), pa.array(["user"]), pa.array(["y"])], names=["name", "scope", "name"]
+    )
+    table = pa.table(
+        {"group": ["a"], "members": pa.ListArray.from_arrays(pa.array([0, 1], pa.int32()), twice)}
+    )
+    assert refused(tmp_path / "i", table) == "column 'members[].name' is given twice"
     # An empty stream is checked too: its schema is all there is.
     empty = pa.table({"group": pa.array([], pa.string()), "memberz": pa.array([], pa.string())})
     assert "unknown column 'memberz'" in refused(tmp_path / "g", empty)

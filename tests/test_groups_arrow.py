@@ -314,3 +314,26 @@ def test_the_cli_refuses_a_table_of_records_naming_file_and_column(
     assert groups_build(str(tmp_path / "docs.parquet"), "--out", str(tmp_path / "out")) == 1
     err = capsys.readouterr().err
     assert f"{tmp_path / 'docs.parquet'}" in err and "unknown column 'url'" in err
+
+
+@pytest.mark.parametrize("problem", ["a stray file", "a subdirectory by a glob"])
+def test_the_cli_names_what_is_wrong_with_a_directory_and_advises_what_groups_build_takes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], problem: str
+) -> None:
+    import pyarrow.parquet as pq
+
+    directory = tmp_path / "export"
+    directory.mkdir()
+    if problem == "a stray file":
+        pq.write_table(as_table(rows_of(2)), directory / "a.parquet")
+        (directory / "notes.txt").write_text("exported nightly")
+        (directory / "_SUCCESS").write_bytes(b"")
+        given, why = str(directory), f"{directory / 'notes.txt'} is not a Parquet or Arrow file"
+    else:
+        (directory / "2024").mkdir()
+        given = str(directory / "*")
+        why = f"{directory / '2024'} is a directory but no dataset of Parquet or Arrow files"
+    assert groups_build(given, "--out", str(tmp_path / "out")) == 1
+    err = capsys.readouterr().err
+    assert why in err
+    assert "--base-url" not in err  # a feed build's option, not this command's

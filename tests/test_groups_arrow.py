@@ -265,6 +265,16 @@ def test_a_feed_writer_still_takes_records_only(tmp_path: Path) -> None:
         w.add_arrow(as_table(rows_of(1)))
 
 
+def test_each_writer_says_the_kind_of_set_it_writes(tmp_path: Path) -> None:
+    """The core writer's kind, which says what a table's rows are to it (records, memberships)."""
+    from fastfeed import FeedWriter
+
+    with GroupsWriter(tmp_path / "g", "ldap") as g, FeedWriter(tmp_path / "f", "ds") as f:
+        g.add_arrow(as_table(rows_of(1)))
+        f.add({"url": "http://a.example.com/", "content": "x"})
+        assert (g.kind, f.kind) == ("groups", "feed")
+
+
 def groups_build(*argv: str) -> int:
     from fastfeed.cli import main
 

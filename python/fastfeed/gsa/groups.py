@@ -47,8 +47,6 @@ class GroupsWriter(SetWriter):
     no form in the protocol (`xmlgroups (membership+)`): it is refused when closed
     (`EmptyFullFeed`)."""
 
-    table_kind = "groups"
-
     def __init__(
         self,
         out_dir: str | os.PathLike[str],

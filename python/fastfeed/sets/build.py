@@ -140,7 +140,7 @@ class _Builder:
         (see `tables.batches`) while the last one is encoded."""
         writer = self.writer
         first = 0
-        for batch in tables.batches(name, writer.table_kind):
+        for batch in tables.batches(name, writer.kind):
             self._locate, self._done = functools.partial(_row_of, name, first), 0
             first += batch.num_rows
             try:

@@ -316,7 +316,7 @@ def _add_sliced(writer: SetWriter, rows: Any, refuse: Refuse) -> int:
         except RecordError as exc:
             error = exc  # refused outside the handler: what `refuse` raises is no aftermath
         reason = f"{error.field}: {error.reason}" if error.field else error.reason
-        refuse(done + error.index, row_json(rows, error.index, writer.table_kind), reason)
+        refuse(done + error.index, row_json(rows, error.index, writer.kind), reason)
         done += error.index + 1
         rows = rows.slice(error.index + 1)
 

@@ -109,6 +109,7 @@ def test_a_tree_of_documents_without_extensions_is_still_one(
     (tmp_path / "share").mkdir()
     (tmp_path / "share" / "README").write_text("a document")
     (tmp_path / "share" / "LICENSE").write_text("another")
+    (tmp_path / "share" / "latest").symlink_to(tmp_path / "gone")  # no dataset's file: no cause
     assert main(["build", str(tmp_path / "share"), "--datasource", "docs", "--out",
                  str(tmp_path / "out")]) == 1  # fmt: skip
     assert f"{tmp_path / 'share'} is a directory: give --base-url" in capsys.readouterr().err

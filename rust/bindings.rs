@@ -549,6 +549,12 @@ impl PyFeedWriter {
         Ok(fingerprinted(py, &found, source, base))
     }
 
+    /// The kind of set written (`feed`, `groups`, `thunderstone`), as `kind` names it.
+    #[getter]
+    fn kind(&self) -> &'static str {
+        self.set.as_str()
+    }
+
     #[getter]
     fn records(&self) -> u64 {
         self.inner.as_ref().map_or(0, FeedWriter::records)

@@ -485,6 +485,40 @@ def test_a_column_that_is_not_a_record_field_is_refused(
     assert message in refused(tmp_path, pa.table(columns))
 
 
+def struct(names: list[str], *values: str) -> pa.StructArray:
+    """A struct of one row whose fields are `names`, in order, given as Arrow allows: a name
+    may be there twice."""
+    return pa.StructArray.from_arrays([pa.array([v]) for v in values], names=names)
+
+
+@pytest.mark.parametrize(
+    "acl, message",
+    [
+        (
+            struct(["inheritance_type", "inheritance_type"], "leaf-node", "parent-overrides"),
+            "column 'acl.inheritance_type' is given twice",
+        ),
+        (
+            pa.StructArray.from_arrays(
+                [
+                    pa.ListArray.from_arrays(
+                        pa.array([0, 1], pa.int32()),
+                        struct(["name", "scope", "access", "name"], "x", "user", "permit", "y"),
+                    )
+                ],
+                names=["principals"],
+            ),
+            "column 'acl.principals[].name' is given twice",
+        ),
+    ],
+)
+def test_a_field_named_twice_in_a_struct_is_refused_not_read_once(
+    tmp_path: Path, acl: pa.Array, message: str
+) -> None:
+    """Arrow allows it; reading one of them would lose the other in silence."""
+    assert message in refused(tmp_path, pa.table({"url": [url(0)], "acl": acl}))
+
+
 def test_an_empty_table_is_still_checked(tmp_path: Path) -> None:
     table = pa.table({"url": pa.array([], pa.string()), "contnet": pa.array([], pa.string())})
     assert "unknown column 'contnet'" in refused(tmp_path, table)

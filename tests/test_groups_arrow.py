@@ -235,10 +235,24 @@ def test_columns_that_make_no_membership_are_refused_naming_them(tmp_path: Path)
         "column 'group' is int64: expected strings (string, large_string, string_view, or a "
         "dictionary of them)"
     )
-    wrong = pa.array([[{"name": "a", "scope": "user", "access": "permit", "role": "x"}]])
+    wrong = pa.array([[{"name": "a", "scope": "user", "role": "x"}]])
     assert "column 'members[]' has a field 'role'" in refused(
         tmp_path / "f", pa.table({"group": ["g"], "members": wrong})
     )
+    # A member has no access: the fields listed are those a member takes.
+    access = pa.array([[{"name": "a", "scope": "user", "access": "permit"}]])
+    assert refused(tmp_path / "h", pa.table({"group": ["g"], "members": access})) == (
+        "column 'members[]' has a field 'access', which is not one of name, scope, namespace, "
+        "case_sensitive, principal_type"
+    )
+    # Arrow allows a name twice in a struct: neither is read, rather than one lost in silence.
+    twice = pa.StructArray.from_arrays(
+        [pa.array(["x"]), pa.array(["user"]), pa.array(["y"])], names=["name", "scope", "name"]
+    )
+    table = pa.table(
+        {"group": ["a"], "members": pa.ListArray.from_arrays(pa.array([0, 1], pa.int32()), twice)}
+    )
+    assert refused(tmp_path / "i", table) == "column 'members[].name' is given twice"
     # An empty stream is checked too: its schema is all there is.
     empty = pa.table({"group": pa.array([], pa.string()), "memberz": pa.array([], pa.string())})
     assert "unknown column 'memberz'" in refused(tmp_path / "g", empty)
@@ -249,6 +263,16 @@ def test_a_feed_writer_still_takes_records_only(tmp_path: Path) -> None:
 
     with pytest.raises(FeedError, match="unknown column 'group'"), FeedWriter(tmp_path, "ds") as w:
         w.add_arrow(as_table(rows_of(1)))
+
+
+def test_each_writer_says_the_kind_of_set_it_writes(tmp_path: Path) -> None:
+    """The core writer's kind, which says what a table's rows are to it (records, memberships)."""
+    from fastfeed import FeedWriter
+
+    with GroupsWriter(tmp_path / "g", "ldap") as g, FeedWriter(tmp_path / "f", "ds") as f:
+        g.add_arrow(as_table(rows_of(1)))
+        f.add({"url": "http://a.example.com/", "content": "x"})
+        assert (g.kind, f.kind) == ("groups", "feed")
 
 
 def groups_build(*argv: str) -> int:
@@ -300,3 +324,26 @@ def test_the_cli_refuses_a_table_of_records_naming_file_and_column(
     assert groups_build(str(tmp_path / "docs.parquet"), "--out", str(tmp_path / "out")) == 1
     err = capsys.readouterr().err
     assert f"{tmp_path / 'docs.parquet'}" in err and "unknown column 'url'" in err
+
+
+@pytest.mark.parametrize("problem", ["a stray file", "a subdirectory by a glob"])
+def test_the_cli_names_what_is_wrong_with_a_directory_and_advises_what_groups_build_takes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], problem: str
+) -> None:
+    import pyarrow.parquet as pq
+
+    directory = tmp_path / "export"
+    directory.mkdir()
+    if problem == "a stray file":
+        pq.write_table(as_table(rows_of(2)), directory / "a.parquet")
+        (directory / "notes.txt").write_text("exported nightly")
+        (directory / "_SUCCESS").write_bytes(b"")
+        given, why = str(directory), f"{directory / 'notes.txt'} is not a Parquet or Arrow file"
+    else:
+        (directory / "2024").mkdir()
+        given = str(directory / "*")
+        why = f"{directory / '2024'} is a directory but no dataset of Parquet or Arrow files"
+    assert groups_build(given, "--out", str(tmp_path / "out")) == 1
+    err = capsys.readouterr().err
+    assert why in err
+    assert "--base-url" not in err  # a feed build's option, not this command's

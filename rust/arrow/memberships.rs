@@ -10,6 +10,7 @@ use std::fmt::Display;
 use arrow_array::{Array, BooleanArray, RecordBatch};
 use arrow_schema::SchemaRef;
 
+use crate::acl::Dialect;
 use crate::error::{Error, RecordErrorKind, Result};
 use crate::groups::{Membership, MembershipInput, FIELDS};
 use crate::writer::{BatchReport, FeedWriter, SetKind};
@@ -60,7 +61,7 @@ impl Memberships {
             "namespace" => self.namespace = text()?,
             "principal_type" => self.principal_type = text()?,
             "case_sensitive" => self.case_sensitive = Some(booleans(name, array)?),
-            "members" => self.members = Some(PrincipalLists::new(name, array)?),
+            "members" => self.members = Some(PrincipalLists::new(name, array, Dialect::Groups)?),
             _ => return Err(unknown_column(name, FIELDS)),
         }
         Ok(())

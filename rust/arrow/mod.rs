@@ -19,7 +19,7 @@ use std::path::PathBuf;
 
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, BooleanArray, RecordBatch};
-use arrow_schema::DataType;
+use arrow_schema::{DataType, Fields};
 
 use crate::error::{Error, Result};
 use crate::jsonl::{into_record, unknown_field, Apart, RawRecord, RawTimestamp, FIELDS};
@@ -240,12 +240,10 @@ fn unknown_column(name: &str, fields: &[&str]) -> String {
 /// their reader, which knows their types).
 fn columns<'b>(batch: &'b RecordBatch, fields: &[&str]) -> Result<Vec<(&'b str, &'b dyn Array)>> {
     let schema = batch.schema_ref();
+    named_once("", schema.fields()).map_err(Error::Config)?;
     let mut found = Vec::new();
-    for (i, (field, array)) in schema.fields().iter().zip(batch.columns()).enumerate() {
+    for (field, array) in schema.fields().iter().zip(batch.columns()) {
         let name = field.name().as_str();
-        if schema.fields()[..i].iter().any(|f| f.name() == name) {
-            return Err(Error::Config(format!("column '{name}' is given twice")));
-        }
         if array.data_type() != &DataType::Null {
             found.push((name, array.as_ref()));
         } else if !fields.contains(&name) {
@@ -253,6 +251,18 @@ fn columns<'b>(batch: &'b RecordBatch, fields: &[&str]) -> Result<Vec<(&'b str, 
         }
     }
     Ok(found)
+}
+
+/// Refuses a name given twice among `fields` (the columns of a batch, `prefix` empty, or the
+/// fields of the struct column `prefix`, `members[].`): Arrow allows it, yet only one of them
+/// would be read, and the others lost in silence.
+fn named_once(prefix: &str, fields: &Fields) -> std::result::Result<(), String> {
+    for (i, field) in fields.iter().enumerate() {
+        if fields[..i].iter().any(|f| f.name() == field.name()) {
+            return Err(format!("column '{prefix}{}' is given twice", field.name()));
+        }
+    }
+    Ok(())
 }
 
 /// Refuses `batch` without a column `name`, saying `why` it is needed.

@@ -9,11 +9,12 @@ use arrow_array::{Array, BooleanArray};
 use arrow_buffer::NullBuffer;
 use arrow_schema::DataType;
 
-use crate::acl::{AclInput, PrincipalInput};
+use crate::acl::{AclInput, Dialect, PrincipalInput};
 use crate::jsonl::{given_twice, Metadata};
 use crate::record::MetaPair;
 
 use super::columns::{valid, Bytes, Offsets, Value};
+use super::named_once;
 
 /// Why the column `path` (`metadata.tags`) is refused, being of the wrong type.
 pub(super) fn wrong_type(path: &str, array: &dyn Array, expected: &str) -> String {
@@ -292,7 +293,7 @@ pub(super) struct AclFields {
 
 /// The fields of the struct column `path`, each given to `take` with its name, which refuses
 /// a field it does not know by returning `None`; `known` lists those it knows. A field of the
-/// null type (all null) is absent.
+/// null type (all null) is absent; a name given twice is refused.
 fn fields_of(
     path: &str,
     array: &dyn Array,
@@ -302,6 +303,7 @@ fn fields_of(
     let Some(columns) = array.as_struct_opt() else {
         return Err(wrong_type(path, array, &format!("a struct of {known}")));
     };
+    named_once(&format!("{path}."), columns.fields())?;
     for (field, column) in columns.fields().iter().zip(columns.columns()) {
         let name = field.name().as_str();
         let taken = if column.data_type() == &DataType::Null {
@@ -338,9 +340,8 @@ impl Acl {
             "principals, inheritance_type, inherit_from",
             |name, column| {
                 Some(match name {
-                    "principals" => {
-                        PrincipalLists::new("acl.principals", column).map(|p| principals = Some(p))
-                    }
+                    "principals" => PrincipalLists::new("acl.principals", column, Dialect::Feed)
+                        .map(|p| principals = Some(p)),
                     "inheritance_type" => text(name, column).map(|t| inheritance_type = Some(t)),
                     "inherit_from" => text(name, column).map(|t| inherit_from = Some(t)),
                     _ => return None,
@@ -391,11 +392,18 @@ impl Acl {
 pub(super) struct PrincipalLists(List<Principals>);
 
 impl PrincipalLists {
-    /// The reader of the column `path` (`acl.principals`, named so in messages).
-    pub(super) fn new(path: &str, array: &dyn Array) -> Result<PrincipalLists, String> {
-        List::new(array, |items| principals_of(&format!("{path}[]"), items))
-            .unwrap_or_else(|| Err(wrong_type(path, array, "a list of structs")))
-            .map(PrincipalLists)
+    /// The reader of the column `path` (`acl.principals`, named so in messages) of principals
+    /// written for `dialect`.
+    pub(super) fn new(
+        path: &str,
+        array: &dyn Array,
+        dialect: Dialect,
+    ) -> Result<PrincipalLists, String> {
+        List::new(array, |items| {
+            principals_of(&format!("{path}[]"), items, dialect)
+        })
+        .unwrap_or_else(|| Err(wrong_type(path, array, "a list of structs")))
+        .map(PrincipalLists)
     }
 
     /// How many principals `row` lists (0 when unreadable).
@@ -434,8 +442,9 @@ impl PrincipalLists {
     }
 }
 
-/// The struct items of a list of principals, `path` (`acl.principals[]`) named in messages.
-fn principals_of(path: &str, array: &dyn Array) -> Result<Principals, String> {
+/// The struct items of a list of principals written for `dialect`, `path` (`acl.principals[]`)
+/// named in messages.
+fn principals_of(path: &str, array: &dyn Array, dialect: Dialect) -> Result<Principals, String> {
     let mut p = Principals::default();
     // `[]` in every row makes a list of the null type.
     if array.data_type() == &DataType::Null {
@@ -446,13 +455,17 @@ fn principals_of(path: &str, array: &dyn Array) -> Result<Principals, String> {
     let nulls = fields_of(
         path,
         array,
-        "name, scope, access, namespace, case_sensitive, principal_type",
+        // A group member has no access: its column is refused, not read to refuse each row.
+        match dialect {
+            Dialect::Feed => "name, scope, access, namespace, case_sensitive, principal_type",
+            Dialect::Groups => "name, scope, namespace, case_sensitive, principal_type",
+        },
         |name, column| {
             let text = || text_column(&field(name), column).map(Some);
             Some(match name {
                 "name" => text().map(|t| p.name = t),
                 "scope" => text().map(|t| p.scope = t),
-                "access" => text().map(|t| p.access = t),
+                "access" if dialect == Dialect::Feed => text().map(|t| p.access = t),
                 "namespace" => text().map(|t| p.namespace = t),
                 "principal_type" => text().map(|t| p.principal_type = t),
                 "case_sensitive" => match column.as_boolean_opt() {

@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import Literal, TypedDict, Unpack
 
 import orjson
 
 from fastfeed import _core
 from fastfeed.delivery.results import FeedFile
-from fastfeed.errors import FastfeedError
 from fastfeed.progress import Progress
 from fastfeed.sets.build import BuildSummary, OnError, write_set
 from fastfeed.sets.records import Principal
-from fastfeed.sets.tables import dataset_files
 from fastfeed.sets.writer import ArrowData, FeedWarning, OnFile, SetWriter, WriterOptions
 
 GroupsFeedType = Literal["full", "incremental"]
@@ -49,8 +46,6 @@ class GroupsWriter(SetWriter):
     appliance; split, only its first file is full. A full groups feed with no membership has
     no form in the protocol (`xmlgroups (membership+)`): it is refused when closed
     (`EmptyFullFeed`)."""
-
-    table_kind = "groups"
 
     def __init__(
         self,
@@ -104,19 +99,13 @@ def build_groups(
     Parquet or Arrow files, globs or dataset directories of them whose columns are the fields of
     a membership (see `GroupsWriter.add_arrow`), like `fastfeed.build`: refused lines stop the
     build, or with `on_error="skip"` go to `rejected.jsonl`."""
-    for name in inputs:
-        if name != "-" and Path(name).is_dir() and dataset_files(name) is None:
-            raise FastfeedError(
-                f"{name} is a directory: groups come from JSON Lines files, or Parquet or Arrow "
-                "files or datasets"
-            )
 
     def writer(warn: Callable[[FeedWarning], None]) -> SetWriter:
         return GroupsWriter(
             out_dir, groupsource, feedtype, on_file=on_file, on_warning=warn, **options
         )
 
-    return write_set(inputs, out_dir, writer, None, on_error, on_warning, progress)
+    return write_set(inputs, out_dir, writer, None, on_error, on_warning, progress, documents=False)
 
 
 FULL_GROUPS_WARNING = (

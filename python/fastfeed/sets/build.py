@@ -140,7 +140,7 @@ class _Builder:
         (see `tables.batches`) while the last one is encoded."""
         writer = self.writer
         first = 0
-        for batch in tables.batches(name, writer.table_kind):
+        for batch in tables.batches(name, writer.kind):
             self._locate, self._done = functools.partial(_row_of, name, first), 0
             first += batch.num_rows
             try:
@@ -244,12 +244,18 @@ def input_bytes(inputs: Sequence[str]) -> int | None:
     return total
 
 
-def expand(inputs: Sequence[str], base_url: str | None, state: Path | None = None) -> list[str]:
+def expand(
+    inputs: Sequence[str],
+    base_url: str | None,
+    state: Path | None = None,
+    documents: bool = True,
+) -> list[str]:
     """The inputs with their globs (`data/*.parquet`, quoted from the shell) expanded, in name
     order, and each dataset directory (see `tables.dataset_files`) as its files: one named
     like a table, and without `base_url` any directory, which is a tree of documents only with
-    one. A glob that matches nothing, or a directory that is neither, is an error, not an
-    empty input; so is a sync's `state` inside a directory read, where it would be read as a
+    one (where `documents` says the set takes documents: a groups feed's does not). A glob
+    that matches nothing, or a directory that is neither, is an error, not an empty input; so
+    is a sync's `state` inside a directory read, where it would be read as a
     document (changed at every sync) or a stray file, and go with a dataset written again."""
     names = []
     for name in inputs:
@@ -269,7 +275,12 @@ def expand(inputs: Sequence[str], base_url: str | None, state: Path | None = Non
             if not os.path.isdir(path) or (base_url and not tables.is_table(path)):
                 names.append(path)
                 continue
-            dataset = tables.dataset_files(path)
+            dataset = tables.dataset_files(path, documents)
+            if dataset is None and not documents:
+                raise FastfeedError(
+                    f"{path} is a directory but no dataset of Parquet or Arrow files: give "
+                    f"JSON Lines files by name or as a glob ('{os.path.join(path, '*.jsonl')}')"
+                )
             if dataset is None:
                 raise FastfeedError(
                     f"{path} is a directory: give --base-url to map its files to URLs "
@@ -296,15 +307,16 @@ def write_set(
     on_error: OnError,
     on_warning: Callable[[str], None] | None,
     progress: Progress | None,
+    documents: bool = True,
 ) -> BuildSummary:
     """Feeds `inputs` to the writer `make_writer` returns (given the warning handler it must
     use), and saves the refused records; the part of a build that does not depend on what the
-    set holds."""
+    set holds (`documents`: whether it takes trees of documents, see `expand`)."""
     started = time.monotonic()
     out = Path(out_dir)
     warned = 0
     check_out_dir(out)
-    inputs = expand(inputs, base_url)
+    inputs = expand(inputs, base_url, documents=documents)
     total = input_bytes(inputs)
     # Input bytes when their total is known, else records, which show how far it went.
     with stage(progress, "build", total, unit="records" if total is None else "bytes") as line:

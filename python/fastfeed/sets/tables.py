@@ -29,7 +29,12 @@ def is_table(name: str) -> bool:
     standard input (`-`)."""
     if _named_table(name):
         return True
-    return name != "-" and _extensionless(name) and _part_format(name, whole=False) is not None
+    if name == "-" or not _extensionless(name):
+        return False
+    try:
+        return _part_format(name, whole=False) is not None
+    except OSError:
+        return False  # read as JSON Lines, whose opening says what is wrong with it
 
 
 def _extensionless(path: str) -> bool:
@@ -43,17 +48,15 @@ MAGIC = {"Parquet": b"PAR1", "Arrow IPC": b"ARROW1"}
 def _part_format(path: str, whole: bool = True) -> str | None:
     """The format (a key of `MAGIC`) of the regular file `path` by its magic number at its
     start, and at its end too when `whole` (as a file written to its end has it); None for
-    anything else. Never opens what is not a regular file: a pipe would be read, or block."""
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return None
-        with open(path, "rb") as f:
-            head = f.read(8)
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(size - 8, 0))
-            tail = f.read(8)
-    except OSError:
-        return None  # the reading says what is wrong with it
+    anything else. Never opens what is not a regular file: a pipe would be read, or block.
+    Raises OSError when it cannot be read."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        return None
+    with open(path, "rb") as f:
+        head = f.read(8)
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(size - 8, 0))
+        tail = f.read(8)
     for kind, magic in MAGIC.items():
         # At least two magic numbers and a footer's length: an empty table file is no less.
         if head.startswith(magic) and (
@@ -97,15 +100,16 @@ def _in_writer_order(path: str) -> tuple[str | int, ...]:
     return tuple(int(piece) if piece.isdigit() else piece for piece in re.split(r"(\d+)", path))
 
 
-def dataset_files(directory: str) -> list[str] | None:
+def dataset_files(directory: str, documents: bool = True) -> list[str] | None:
     """The table files of a dataset written as a directory (by Spark, Dask, pyarrow's
     `write_dataset`: `docs.parquet/part-00000-....snappy.parquet`), in the order their writer
     numbered them; None when `directory` is not named like a table and nothing in it looks
-    like a dataset (a tree of documents). Bookkeeping left beside the files (names starting
-    with `_` or `.`: `_SUCCESS`, `_metadata`, `.part-0.crc`) is no data and left out; anything
-    else is refused, naming it, rather than left out in silence: a stray file, a subdirectory
-    (a partition, `year=2024/`, whose value is in the directory's name, not in its files'
-    rows), a dataset with no file, and one whose files are not all its rows (`NOT_ALL_ROWS`)."""
+    like a dataset (a tree of documents, where `documents` says a build may take one). Bookkeeping
+    left beside the files (names starting with `_` or `.`: `_SUCCESS`, `_metadata`,
+    `.part-0.crc`) is no data and left out; anything else is refused, naming it, rather than
+    left out in silence: a stray file, a subdirectory (a partition, `year=2024/`, whose value
+    is in the directory's name, not in its files' rows), a dataset with no file, and one whose
+    files are not all its rows (`NOT_ALL_ROWS`)."""
     found: list[str] = []
     other: list[str] = []
     subdirectories: list[str] = []
@@ -121,8 +125,11 @@ def dataset_files(directory: str) -> list[str] | None:
                 subdirectories.append(entry.path)
             else:
                 (found if _named_table(entry.name) else other).append(entry.path)
-    if other and not found and all(map(_extensionless, other)):
-        found, other = _part_files(directory, other, marked)
+    unnamed = sorted(filter(_extensionless, other))
+    if found:
+        _no_unnamed_parts(directory, unnamed, min(found))
+    elif unnamed and (parts := _part_files(directory, unnamed, marked)):
+        found, other = parts, [path for path in other if path not in parts]
     partitioned = any("=" in os.path.basename(path) for path in subdirectories)
     if not (found or partitioned or marked or _named_table(directory)):
         return None
@@ -138,12 +145,19 @@ def dataset_files(directory: str) -> list[str] | None:
         # One with an extension first: beside part files without one, it is the stray one.
         stray = min(other, key=lambda path: (_extensionless(path), path))
         tree = (
-            "" if _named_table(directory) else "; or, if it is a tree of documents, give --base-url"
+            "; or, if it is a tree of documents, give --base-url"
+            if documents and not _named_table(directory)
+            else ""
+        )
+        files = (
+            f"as a glob ('{os.path.join(directory, '*.parquet')}')"
+            if not found or not _extensionless(found[0])
+            else "by name"
         )
         raise FastfeedError(
             f"{stray} is not a Parquet or Arrow file ({', '.join(SUFFIXES)}) but is in "
-            f"the dataset directory {directory}: move it out, or give the dataset's files as a "
-            f"glob ('{os.path.join(directory, '*.parquet')}'){tree}"
+            f"the dataset directory {directory}: move it out, or give the dataset's files "
+            f"{files}{tree}"
         )
     if not found:
         raise FastfeedError(
@@ -153,24 +167,73 @@ def dataset_files(directory: str) -> list[str] | None:
     return sorted(found, key=_in_writer_order)
 
 
-def _part_files(directory: str, files: list[str], marked: bool) -> tuple[list[str], list[str]]:
-    """The files of `directory`, none with an extension, as (part files, others): all of them
-    part files when they are whole Parquet files, or whole Arrow IPC files, by their magic
-    numbers (as Hive and Spark write them, `000000_0`); all others when none is and nothing
-    marks a dataset (a tree of documents). Anything between is refused, naming a file: a
-    feed of part of the dataset could not be told from one of all of it."""
-    formats = {path: _part_format(path) for path in files}
-    parts = sorted(path for path, kind in formats.items() if kind)
-    if not parts and not (marked or _named_table(directory)):
-        return [], files
-    if stray := sorted(path for path, kind in formats.items() if not kind):
+def _format_in(directory: str, path: str, whole: bool = True) -> str | None:
+    """`_part_format` of the file `path` of the dataset directory `directory`, refusing one
+    that cannot be read with its cause: a dataset read without it would be part of itself."""
+    try:
+        return _part_format(path, whole)
+    except OSError as exc:
+        link = f"; it is a symbolic link to {os.readlink(path)}" if os.path.islink(path) else ""
         raise FastfeedError(
-            f"{stray[0]} has no extension and is no whole Parquet or Arrow IPC file (their "
-            f"magic numbers, {' or '.join(m.decode() for m in MAGIC.values())}, at its start and "
-            f"end), but is in the dataset directory {directory}"
-            + (f" beside part files such as {parts[0]}" if parts else "")
-            + ": move it out if it is no part of the dataset; if it is, its writer did not "
-            "finish it (write the dataset again)"
+            f"{path} cannot be read ({exc.strerror}{link}) but is in the dataset directory "
+            f"{directory}: make it readable, or move it out if it is no part of the dataset"
+        ) from None
+
+
+def _no_unnamed_parts(directory: str, unnamed: list[str], named: str) -> None:
+    """Refuses a table file without an extension beside one with an extension (`named`): one
+    writer names all its part files alike, so which of them are the dataset is not known."""
+    for path in unnamed:
+        if kind := _format_in(directory, path, whole=False):
+            raise FastfeedError(
+                f"{path} is a {kind} file without an extension, beside {named} with one, in "
+                f"the dataset directory {directory}: one writer names all its part files "
+                "alike, so which are the dataset's is not known; give the dataset's files by "
+                "name or as a glob"
+            )
+
+
+def _part_files(directory: str, files: list[str], marked: bool) -> list[str]:
+    """The part files among `files` (those of `directory` without an extension): whole Parquet
+    files, or whole Arrow IPC files, by their magic numbers (as Hive and Spark write them,
+    `000000_0`); none when none is a table and nothing marks a dataset (a tree of documents).
+    Anything between is refused, naming a file: a feed of part of the dataset could not be
+    told from one of all of it."""
+    unreadable: list[str] = []
+
+    def format_of(path: str) -> str | None:
+        try:
+            return _part_format(path)
+        except OSError:
+            unreadable.append(path)  # refused if a dataset; a tree of documents may hold it
+            return None
+
+    formats = {path: format_of(path) for path in files}
+    parts = [path for path in files if formats[path]]
+    if not parts and not (marked or _named_table(directory)):
+        return []
+    for path in unreadable:
+        formats[path] = _format_in(directory, path)  # raises, naming why it cannot be read
+    if stray := [path for path in files if not formats[path]]:
+        where = f"in the dataset directory {directory}" + (
+            f" beside part files such as {parts[0]}" if parts else ""
+        )
+        if kind := _format_in(directory, stray[0], whole=False):
+            raise FastfeedError(
+                f"{stray[0]} is a {kind} file its writer did not finish (no magic number at its "
+                f"end), {where}: write the dataset again"
+            )
+        files_of = os.path.join(directory, "[!_]*")
+        raise FastfeedError(
+            f"{stray[0]} has no extension and is no Parquet or Arrow IPC file (their magic "
+            f"numbers, {' or '.join(m.decode() for m in MAGIC.values())}, at its start), {where}: "
+            + (
+                "move it out if it is no part of the dataset"
+                if parts
+                else "a directory is read as a dataset of Parquet or Arrow files; if its files "
+                "are JSON Lines (as Spark's saveAsTextFile writes them), give them by name or as "
+                f"a glob ('{files_of}')"
+            )
         )
     if len(kinds := sorted({formats[path] for path in parts}, key=str)) > 1:
         first = {kind: next(p for p in parts if formats[p] == kind) for kind in kinds}
@@ -179,7 +242,7 @@ def _part_files(directory: str, files: list[str], marked: bool) -> tuple[list[st
             f"extensions ({', '.join(f'{k}: {p}' for k, p in first.items())}): one writer "
             "writes one format; give the files of the dataset meant as a glob"
         )
-    return parts, []
+    return parts
 
 
 def _pyarrow() -> Any:
@@ -253,7 +316,7 @@ def _add_sliced(writer: SetWriter, rows: Any, refuse: Refuse) -> int:
         except RecordError as exc:
             error = exc  # refused outside the handler: what `refuse` raises is no aftermath
         reason = f"{error.field}: {error.reason}" if error.field else error.reason
-        refuse(done + error.index, row_json(rows, error.index, writer.table_kind), reason)
+        refuse(done + error.index, row_json(rows, error.index, writer.kind), reason)
         done += error.index + 1
         rows = rows.slice(error.index + 1)
 

@@ -9,7 +9,6 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import (
     Annotated,
-    ClassVar,
     Protocol,
     Self,
     TypedDict,
@@ -139,10 +138,6 @@ class SetWriter:
     """What every writer of a set of size-capped files shares: the JSON Lines fast path, the
     manifest, and closing as a context manager (see `FeedWriter`)."""
 
-    #: The kind of set whose fields a table's columns are to this writer (`_core.TableFile`):
-    #: a record's, unless a membership's (`groups`).
-    table_kind: ClassVar[str] = "feed"
-
     def __init__(
         self,
         core: _core.FeedWriter,
@@ -250,6 +245,12 @@ class SetWriter:
         if self._manifest is None:
             raise RuntimeError("the manifest exists once the writer is closed")
         return self._manifest
+
+    @property
+    def kind(self) -> str:
+        """The kind of set written (`feed`, `groups`, `thunderstone`): whose fields a table's
+        columns are to this writer (see `_core.TableFile`), a record's unless a membership's."""
+        return self._core.kind
 
     @property
     def records(self) -> int:

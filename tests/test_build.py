@@ -908,6 +908,18 @@ def test_python_api_error_points_at_the_record_and_the_batch_can_be_retried(tmp_
     assert [f.url for f in decode_set(tmp_path / "out")] == ["http://a.example.com/1"]
 
 
+@pytest.mark.parametrize("value", ["v\udc00", ["ok", "\ud800 v"]])
+def test_python_api_names_a_lone_surrogate_in_a_metadata_value(
+    tmp_path: Path, value: str | list[str]
+) -> None:
+    """A metadata value UTF-8 cannot carry is refused naming its name and what is wrong with
+    it, not as a value of the wrong type."""
+    with FeedWriter(tmp_path / "out", "api") as w, pytest.raises(RecordError) as info:
+        w.add_batch([{"url": "http://a.example.com/1", "metadata": {"n": value}}])
+    assert (info.value.index, info.value.field) == (0, "metadata")
+    assert info.value.reason == "'n': is not valid Unicode (it holds a lone surrogate)"
+
+
 @pytest.mark.parametrize("text", ["caf\xe9 \ud800", "\u65e5\u672c \udfff", "\U0001f600 \ud83d"])
 def test_python_api_refuses_a_lone_surrogate_in_content_of_any_width(
     tmp_path: Path, text: str

@@ -258,12 +258,17 @@ pub(super) fn refusal(index: usize, path: &str, message: &str, fields: &[&'stati
     if message.ends_with(super::TIMESTAMP) {
         message = format!("expected {}", super::TIMESTAMP);
     } else if field == Some("metadata") && path.len() > "metadata.".len() {
-        // Whatever is wrong in a value (a list item, say), it is named by its name.
+        // Whatever is wrong in a value (a list item, say), it is named by its name; a value of
+        // the wrong type is told the type, any other fault (a lone surrogate) its own words.
         let name = path["metadata.".len()..]
             .split('[')
             .next()
             .unwrap_or_default();
-        message = format!("'{name}': expected a string or a list of strings");
+        message = if message.starts_with("invalid type") {
+            format!("'{name}': expected a string or a list of strings")
+        } else {
+            format!("'{name}': {message}")
+        };
     }
     Error::refused(kind, index, field, message)
 }

@@ -47,7 +47,7 @@ pub(crate) fn plainly_valid(url: &str) -> bool {
 }
 
 /// `check_url`, for any URL.
-fn check_in_full(url: &str) -> std::result::Result<(), String> {
+pub(crate) fn check_in_full(url: &str) -> std::result::Result<(), String> {
     let Some((scheme, rest)) = scheme_and_rest(url) else {
         return Err(format!(
             "'{url}' is not an absolute URL (scheme://host/path)"

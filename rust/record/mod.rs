@@ -11,7 +11,7 @@ use crate::acl::Acl;
 use crate::encode::{Compress, Scratch};
 use crate::error::{Error, RecordErrorKind, Result};
 use crate::escape::first_unrepresentable;
-use crate::url::{check_url, plainly_valid, url_path};
+use crate::url::{check_in_full, plainly_valid, url_path};
 
 pub use content::Content;
 pub(crate) use content::{read_ahead, OpenedFile, Source, Utf8Blocks};
@@ -296,7 +296,7 @@ impl<'a> Record<'a> {
             return Ok(());
         }
         representable(index, "url", &self.url)?;
-        check_url(&self.url).map_err(err)
+        check_in_full(&self.url).map_err(err)
     }
 
     /// The names of the fields this record gives besides `url`, in the record schema's order

@@ -42,10 +42,9 @@ class GroupsWriter(SetWriter):
     `manifest.jsonl` (entries of kind `groups`, whose `datasource` is the groupsource).
 
     Used like `FeedWriter`; a table's columns are the fields of a membership (see `add_arrow`).
-    A full groups feed replaces the groups of every source on the
-    appliance; split, only its first file is full. A full groups feed with no membership has
-    no form in the protocol (`xmlgroups (membership+)`): it is refused when closed
-    (`EmptyFullFeed`)."""
+    A full groups feed replaces the groups of every source on the appliance; split, only its
+    first file is full. A full groups feed with no membership has no form in the protocol
+    (`xmlgroups (membership+)`): it is refused when closed (`EmptyFullFeed`)."""
 
     def __init__(
         self,

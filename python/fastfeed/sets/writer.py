@@ -7,15 +7,7 @@ import inspect
 import os
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from typing import (
-    Annotated,
-    Protocol,
-    Self,
-    TypedDict,
-    TypeVar,
-    get_args,
-    get_type_hints,
-)
+from typing import Annotated, Protocol, Self, TypedDict, TypeVar, get_args, get_type_hints
 
 from fastfeed import _core
 from fastfeed.errors import EmptyFullFeed, RecordError

@@ -384,3 +384,48 @@ def test_memory_flat_when_a_chunk_refuses_millions_of_tiny_lines(
     )
     assert refused == TINY_REFUSED
     assert peak_mb < 128
+
+
+#: The content of `test_memory_of_one_huge_line`'s line, in MB.
+HUGE_LINE_MB = int(os.environ.get("FASTFEED_BENCH_LINE_MB", "200"))
+
+
+@pytest.mark.parametrize(
+    ("fault", "escaped", "on_error"),
+    [
+        (b"", False, "skip"),
+        (b"", True, "skip"),
+        (b',"pagerank":"x"', False, "skip"),
+        (b',"pagerank":"x"', True, "skip"),
+        (b',"colour":1', False, "stop"),
+        (b',"colour":1', True, "stop"),
+    ],
+    ids=["good", "good, escaped", "bad field", "bad field, escaped", "unknown", "unknown, escaped"],
+)
+def test_memory_of_one_huge_line(
+    tmp_path: Path, fault: bytes, escaped: bool, on_error: str
+) -> None:
+    """One line of 200 MB of content, good, or refused beside its content (set aside under
+    --on-error skip, stopping the build otherwise): the line is read through the mapping of the
+    input, whose pages count in RSS, and no more: the record is never copied, nor the line to
+    be written to rejected.jsonl. A content with escapes is read out of the line once, the one
+    copy of it that is held. (A refused line took 200 MB more, copied to be searched, 200 MB
+    more for the newline it lacked; with escapes, 400 MB more, parsed again whole.)"""
+    src = tmp_path / "huge.jsonl"
+    body = b"x\\n" * (HUGE_LINE_MB * 500_000) if escaped else b"x" * (HUGE_LINE_MB * 1_000_000)
+    # No newline at the end of the file: the line is written to rejected.jsonl with one.
+    src.write_bytes(b'{"url":"http://a.example.com/huge","content":"' + body + b'"' + fault + b"}")
+    del body
+    command = [sys.executable, "-m", "fastfeed", "build", str(src), "--on-error", on_error]
+    command += ["--datasource", "huge", "--out", str(tmp_path / "o")]
+    peak_mb = run_measuring_peak(command, status=1 if fault else 0) / 1e6
+    line_mb = src.stat().st_size / 1e6
+    print(
+        f"\na line of {line_mb:.0f} MB, {'refused' if fault else 'good'}"
+        f"{', escaped' if escaped else ''}, --on-error {on_error}: peak RSS {peak_mb:.0f} MB; "
+        f"{os.getloadavg()[0]:.1f} load"
+    )
+    if fault and on_error == "skip":
+        assert (tmp_path / "o" / "rejected.jsonl").read_bytes() == src.read_bytes() + b"\n"
+    # Issue 14: 128 MB, and the line's pages mapped once, and the content once if unescaped.
+    assert peak_mb < 128 + line_mb + (HUGE_LINE_MB if escaped else 0)

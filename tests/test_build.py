@@ -587,10 +587,10 @@ def test_many_big_records_waiting_for_the_writer_take_few_descriptors(tmp_path: 
     assert fed[0].content == first.read_bytes()
 
 
-def peak_rss_of(command: list[str]) -> int:
-    """Runs `command` to its end, checking that it succeeds; returns its peak RSS (VmHWM,
-    which only grows, sampled until it exits; not getrusage's, which counts this process's
-    memory too, as the child was forked from it)."""
+def peak_rss_of(command: list[str], exit_status: int = 0) -> int:
+    """Runs `command` to its end, checking that it ends with `exit_status`; returns its peak
+    RSS (VmHWM, which only grows, sampled until it exits; not getrusage's, which counts this
+    process's memory too, as the child was forked from it)."""
     child = subprocess.Popen(command, stderr=subprocess.PIPE)
     peak = 0
     while child.poll() is None:
@@ -603,8 +603,32 @@ def peak_rss_of(command: list[str]) -> int:
                 peak = max(peak, int(line.split()[1]) << 10)
         time.sleep(0.01)
     _, err = child.communicate()
-    assert child.returncode == 0, err
+    assert child.returncode == exit_status, err
     return peak
+
+
+@pytest.mark.parametrize("escaped", [False, True], ids=["plain", "with escapes"])
+def test_a_huge_refused_line_is_set_aside_from_the_input_never_copied(
+    tmp_path: Path, escaped: bool
+) -> None:
+    """A refused line of 60 MB (a field wrong beside its content), the last of its file and
+    without a newline, is written to rejected.jsonl from the mapped input: the build takes the
+    line's pages, and a content with escapes read out of the line once, and no more. (A copy
+    of the chunk to search it took 60 MB more, the line cut out of it 60 more, its newline
+    added 60 more; with escapes, the line was parsed again whole, copying its content twice.)"""
+    body = b"x\\n" * 20_000_000 if escaped else b"x" * 60_000_000
+    huge = b'{"url":"http://a.example.com/huge","content":"' + body + b'","pagerank":"x"}'
+    del body
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(orjson.dumps(doc(1)) + b"\n" + huge)
+    out = tmp_path / "out"
+    command = ["fastfeed", "build", str(src), "--datasource", "d", "--out", str(out)]
+    peak = peak_rss_of([*command, "--on-error", "skip"], exit_status=1)
+    held = len(huge) + (40_000_000 if escaped else 0)
+    assert peak < held + (48 << 20), (peak, held)
+    assert (out / "rejected.jsonl").read_bytes() == huge + b"\n"
+    assert "in.jsonl:2: pagerank: invalid type" in (out / "rejected.log").read_text()
+    assert [f.url for f in decode_set(out)] == ["http://docs.example.com/1"]
 
 
 def test_files_just_under_the_big_ones_wait_in_memory_a_round_at_a_time(tmp_path: Path) -> None:
@@ -1321,3 +1345,50 @@ def test_a_dict_is_refused_as_its_json_line_is(tmp_path: Path, record: dict[str,
         w.add_jsonl(orjson.dumps(record) + b"\n")
     refusal = (as_dict.value.field, as_dict.value.reason, as_dict.value.kind)
     assert refusal == (as_line.value.field, as_line.value.reason, as_line.value.kind)
+
+
+#: Runs `fastfeed argv[3:]` under a limit of argv[1] descriptors, of which it holds all but
+#: argv[2] open (on /dev/null) first, as a caller holding most of its descriptors would.
+HOLDING_MOST = """
+import os, resource, sys
+limit, free = int(sys.argv[1]), int(sys.argv[2])
+resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+# Imported first, so that the build needs no descriptor to import them.
+import fastfeed.gsa.build, fastfeed.sets.tables
+from fastfeed.cli import main
+held = []
+try:
+    while True:
+        held.append(os.open(os.devnull, os.O_RDONLY))
+except OSError:
+    pass
+for fd in held[len(held) - free :]:
+    os.close(fd)
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def test_a_build_by_path_takes_the_descriptors_the_caller_left_free(tmp_path: Path) -> None:
+    """Files by content_path held open ahead of their encoding take a share of the descriptors
+    free, not of the limit: a caller holding all but 24 of 256 builds the same feed as one
+    holding none, in as little memory. (A quarter of the limit, 64, took every descriptor
+    free: the encoding threads could open no file, and stopped the build with EMFILE, or the
+    files the planner could not open counted as empty, and a round held them all, 400 MB.)
+    With about none free, the build stops and says what to do."""
+    first, src = linked_files(tmp_path, 200_000, 1_500, seed=7)
+
+    def run(free: int, out: str) -> list[str]:
+        argv = ["build", str(src), "--datasource", "d", "--out", str(tmp_path / out)]
+        return [sys.executable, "-c", HOLDING_MOST, "256", str(free), *argv]
+
+    assert main(["build", str(src), "--datasource", "d", "--out", str(tmp_path / "free")]) == 0
+    peak = peak_rss_of(run(24, "held"))
+    assert peak < 128 << 20, peak
+    feeds = sorted(p.name for p in (tmp_path / "free").glob("*.xml"))
+    assert feeds == sorted(p.name for p in (tmp_path / "held").glob("*.xml"))
+    for name in feeds:
+        assert (tmp_path / "held" / name).read_bytes() == (tmp_path / "free" / name).read_bytes()
+    for free in (1, 2):
+        done = subprocess.run(run(free, f"none{free}"), capture_output=True, text=True, check=False)
+        assert done.returncode == 1
+        assert "Too many open files" in done.stderr and "ulimit -n" in done.stderr, done.stderr

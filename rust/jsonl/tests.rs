@@ -331,6 +331,31 @@ fn a_short_content_besides_a_long_one_is_refused_not_dropped() {
 }
 
 #[test]
+fn a_line_with_a_long_content_is_refused_as_one_with_a_short_one() {
+    // A long content is read apart from the line (see `lift`), and the line refused for what
+    // is wrong in the rest of it alone, with the words said of a line read whole.
+    let faults = [
+        r#","pagerank":"x""#,
+        r#","bogus":1"#,
+        r#","content":"again""#,
+        r#","content_path":"/a""#,
+        r#","metadata":{"a":1}"#,
+        r#","action":"drop""#,
+        r#"} {"#,
+    ];
+    for fault in faults {
+        let line = |content: &str| {
+            err(&format!(
+                r#"{{"url":"http://a.example.com/","content":"{content}"{fault}}}"#
+            ))
+        };
+        let short = line("a\\nb");
+        assert_eq!(line(&"a\\nb".repeat(100)), short);
+        assert_eq!(line(&"x".repeat(300)), short);
+    }
+}
+
+#[test]
 fn a_mistyped_field_inside_a_field_is_named_with_the_one_meant_there() {
     assert_eq!(
         err(r#"{"url":"x","acl":{"principals":[{"name":"a","scope":"user","acess":"permit"}]}}"#),

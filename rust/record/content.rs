@@ -508,6 +508,15 @@ fn open_content_file(path: &Path) -> std::result::Result<(File, Identity), Unrea
     Ok((file, Identity::of(&meta)))
 }
 
+/// The size `open_content_file` would take of `path`, read by its name: 0 where it would refuse
+/// the file (its read will say why).
+fn size_by_name(path: &Path) -> u64 {
+    std::fs::metadata(path)
+        .ok()
+        .filter(|meta| meta.is_file() && meta.len() <= crate::limits::HARD_MAX_BYTES)
+        .map_or(0, |meta| meta.len())
+}
+
 /// Reads an open `content_path` file of `size` bytes into `buf`, all of it: a file that is no
 /// longer that size, or no longer what it was when it was opened, is refused, never sent short
 /// or mixed. A size of 0 is read to its end (up to the hard ceiling), as the files of `/proc`
@@ -586,6 +595,16 @@ impl OpenedFile {
 struct Held(&'static AtomicUsize);
 
 impl Held {
+    /// One more file counted in `count`, if it counts fewer than `most`.
+    fn within(count: &'static AtomicUsize, most: usize) -> Option<Held> {
+        count
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < most).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Held(count))
+    }
+
     /// One more file counted with this one.
     fn another(&self) -> Held {
         self.0.fetch_add(1, Ordering::Relaxed);
@@ -602,25 +621,55 @@ impl Drop for Held {
 /// Files held open between their planning and their read, across all builds of the process.
 static HELD: AtomicUsize = AtomicUsize::new(0);
 
-/// The most files held open so: a quarter of the process's limit on descriptors (RLIMIT_NOFILE,
-/// often 1,024), so that the user's own files and sockets always have room. A file planned past
-/// it is closed once asked ahead, and opened again by its encoding thread.
-fn max_held() -> usize {
-    static MAX: OnceLock<usize> = OnceLock::new();
-    *MAX.get_or_init(|| {
-        #[cfg(unix)]
-        {
-            let mut limit = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            // SAFETY: getrlimit only fills the struct it is given.
-            if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
-                return (limit.rlim_cur / 4).min(4096) as usize;
+/// The most files held open so (`held` of them are): a quarter of the descriptors the process
+/// has free, under its limit (RLIMIT_NOFILE, often 1,024) less those it holds besides, so that
+/// the user's own files and sockets, the encoding threads' files and the feed files always have
+/// room. A quarter of the limit, whatever the caller held already, ran the encoding threads out
+/// of descriptors where the caller held most: the build stopped with EMFILE. A file planned
+/// past it is closed once asked ahead, and opened again by its encoding thread.
+fn max_held(held: &AtomicUsize) -> usize {
+    #[cfg(target_os = "linux")]
+    {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit only fills the struct it is given.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+            if let Some(others) = others_open(held) {
+                return held_within(limit.rlim_cur, others);
             }
         }
-        256
-    })
+    }
+    let _ = held;
+    256
+}
+
+/// A quarter of the descriptors free under `limit` when `others` are open, up to 4,096.
+fn held_within(limit: u64, others: usize) -> usize {
+    (limit.saturating_sub(others as u64) / 4).min(4096) as usize
+}
+
+/// How often the descriptors open are counted, at most: a plan asks for `max_held` at each
+/// batch of files it opens (from 1 file on), and a count lists /proc/self/fd, which took
+/// 11 µs for a process holding 10 descriptors, 0.4 ms for 1,000 (from Python).
+const RECOUNT: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// The descriptors the process holds open besides the `held` files held ahead (and the one that
+/// lists them), as counted at most `RECOUNT` ago.
+#[cfg(target_os = "linux")]
+fn others_open(held: &AtomicUsize) -> Option<usize> {
+    static LAST: Mutex<Option<(std::time::Instant, usize)>> = Mutex::new(None);
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((at, others)) = *last {
+        if at.elapsed() < RECOUNT {
+            return Some(others);
+        }
+    }
+    let open = std::fs::read_dir("/proc/self/fd").ok()?.count();
+    let others = open.saturating_sub(1 + held.load(Ordering::Relaxed));
+    *last = Some((std::time::Instant::now(), others));
+    Some(others)
 }
 
 /// Threads that open the files a chunk names and ask the kernel to read them ahead, at most
@@ -653,15 +702,16 @@ pub(crate) fn read_ahead(
     paths: &[&Path],
     budget: Option<FileBudget>,
 ) -> Vec<(u64, Option<OpenedFile>)> {
-    read_ahead_counted(paths, budget, &HELD)
+    read_ahead_counted(paths, budget, &HELD, max_held(&HELD))
 }
 
 /// `read_ahead`, with the files held counted in `held` (a test's own count: the process's is
-/// shared by every test running beside it).
+/// shared by every test running beside it), at most `most` of them.
 fn read_ahead_counted(
     paths: &[&Path],
     budget: Option<FileBudget>,
     held: &'static AtomicUsize,
+    most: usize,
 ) -> Vec<(u64, Option<OpenedFile>)> {
     let ahead = AtomicU64::new(READ_AHEAD_CHUNK);
     let state = Mutex::new(Ahead {
@@ -674,8 +724,17 @@ fn read_ahead_counted(
     let opened: Vec<OnceLock<(u64, Option<OpenedFile>)>> =
         paths.iter().map(|_| OnceLock::new()).collect();
     let one = |path: &Path| {
-        let Ok((file, opened)) = open_content_file(path) else {
-            return (0, None);
+        let slot = Held::within(held, most);
+        // With few descriptors free, a file past the bound is not even opened to be read ahead:
+        // the threads opening them would take those the encoding threads need.
+        let file = match slot.is_some() || most >= READ_THREADS {
+            true => open_content_file(path).ok(),
+            false => None,
+        };
+        // Its size, all the plan needs of a file not opened, read by its name: as 0, a round
+        // took every file the process had no descriptor for (400 MB of records held at once).
+        let Some((file, opened)) = file else {
+            return (size_by_name(path), None);
         };
         let size = opened.size;
         let len = size.min(READ_AHEAD_FILE);
@@ -687,16 +746,11 @@ fn read_ahead_counted(
         if granted && len > 0 {
             will_need(&file, len);
         }
-        let counted = held
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < max_held()).then_some(n + 1)
-            })
-            .is_ok();
-        let file = counted.then(|| OpenedFile {
+        let file = slot.map(|slot| OpenedFile {
             path: path.to_owned(),
             file,
             opened,
-            _held: Held(held),
+            _held: slot,
         });
         (size, file)
     };
@@ -1084,9 +1138,37 @@ mod tests {
     }
 
     #[test]
+    fn files_held_open_take_a_quarter_of_the_descriptors_free() {
+        assert_eq!(held_within(1024, 24), 250);
+        // A caller holding all but 24: 6, not a quarter of the limit.
+        assert_eq!(held_within(1024, 1000), 6);
+        assert_eq!(held_within(1024, 2000), 0);
+        assert_eq!(held_within(1 << 20, 10), 4096);
+    }
+
+    #[test]
+    fn with_few_descriptors_free_files_past_the_bound_are_sized_by_name_not_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths: Vec<PathBuf> = (0..40)
+            .map(|n| {
+                let path = dir.path().join(n.to_string());
+                std::fs::write(&path, vec![b'x'; n + 1]).unwrap();
+                path
+            })
+            .collect();
+        let borrowed: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+        let count: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
+        let planned = read_ahead_counted(&borrowed, None, count, 3);
+        let sizes: Vec<u64> = planned.iter().map(|(size, _)| *size).collect();
+        assert_eq!(sizes, (1..=40).collect::<Vec<u64>>());
+        assert_eq!(planned.iter().filter(|(_, f)| f.is_some()).count(), 3);
+    }
+
+    #[test]
     fn files_held_open_are_bounded_and_closed_when_dropped() {
         let dir = tempfile::tempdir().unwrap();
-        let paths: Vec<PathBuf> = (0..max_held() + 10)
+        let most = 20;
+        let paths: Vec<PathBuf> = (0..most + 10)
             .map(|n| {
                 let path = dir.path().join(n.to_string());
                 std::fs::write(&path, b"x").unwrap();
@@ -1095,15 +1177,15 @@ mod tests {
             .collect();
         let borrowed: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
         let count: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
-        let planned = read_ahead_counted(&borrowed, None, count);
+        let planned = read_ahead_counted(&borrowed, None, count, most);
         // Every size is known; exactly the bound is held, and the rest closed.
         assert!(planned.iter().all(|(size, _)| *size == 1));
         let held = planned.iter().filter(|(_, f)| f.is_some()).count();
-        assert_eq!(held, max_held());
-        assert_eq!(count.load(Ordering::Relaxed), max_held());
+        assert_eq!(held, most);
+        assert_eq!(count.load(Ordering::Relaxed), most);
         // A second descriptor of an opening counts too; dropped, they make room.
         let another = planned[0].1.as_ref().unwrap().try_clone().unwrap();
-        assert_eq!(count.load(Ordering::Relaxed), max_held() + 1);
+        assert_eq!(count.load(Ordering::Relaxed), most + 1);
         drop(planned);
         assert_eq!(count.load(Ordering::Relaxed), 1);
         drop(another);

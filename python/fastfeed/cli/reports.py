@@ -3,6 +3,7 @@ summaries of pushes and syncs (on stderr, and as JSON on stdout with --json)."""
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from enum import IntEnum
@@ -33,10 +34,19 @@ class ExitCode(IntEnum):
 
 def describe(exc: Exception) -> str:
     """An error as the CLI shows it: an OSError as "file: what the system said", without
-    Python's "[Errno N]" and quotes."""
+    Python's "[Errno N]" and quotes, and what to do where the system's words do not say."""
     if isinstance(exc, OSError) and exc.strerror:
-        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+        said = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+        remedy = _REMEDIES.get(exc.errno or 0)
+        return f"{said} ({remedy})" if remedy else said
     return str(exc)
+
+
+#: What to do about an OSError, by its errno.
+_REMEDIES = {
+    errno.EMFILE: "the process holds as many open files as its limit allows: raise it "
+    "(`ulimit -n`), or close some",
+}
 
 
 def refused(count: int, what: str) -> str:

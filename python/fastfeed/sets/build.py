@@ -16,6 +16,7 @@ import glob
 import itertools
 import json
 import os
+import re
 import stat
 import sys
 import time
@@ -37,6 +38,10 @@ Chunk = bytes | memoryview
 
 REJECTED = "rejected.jsonl"
 REJECTED_LOG = "rejected.log"
+
+#: A line's end, found in a chunk as it is: a mapped chunk (a memoryview) has no `find`, and
+#: a copy to search it took the chunk's size again (200 MB more for a refused line of 200 MB).
+_NEWLINE = re.compile(b"\n")
 
 
 @dataclass
@@ -85,7 +90,7 @@ class _Builder:
         self.writer = writer
         writer.skip_refused(self.on_error == "skip")
 
-    def refuse(self, location: str, raw: bytes, reason: str) -> None:
+    def refuse(self, location: str, raw: Chunk, reason: str) -> None:
         if self.on_error == "stop":
             raise InputError(location, reason)
         self.rejected.add(location, raw, reason)
@@ -192,21 +197,19 @@ class _Builder:
         return lines
 
     def _refuse_lines(self, chunk: Chunk, refused: Iterable[RecordError]) -> None:
-        """Refuses the lines of `chunk` (just taken) at the indices of `refused`, in line order."""
-        data = None
+        """Refuses the lines of `chunk` (just taken) at the indices of `refused`, in line order,
+        each written out from the chunk as it is, never copied."""
+        data = memoryview(chunk)
         start = line = 0
-        for exc in refused:
-            if data is None:
+        for at, exc in enumerate(refused):
+            if at == 0:
                 # A line read past the end of a file that shrank is no line of it.
                 self._changed()
-                data = bytes(chunk)  # a copy, to search it: once a chunk with refusals
             for _ in range(exc.index - line):
-                start = data.index(b"\n", start) + 1
+                start = _end_of_line(data, start)
             line = exc.index
-            end = data.find(b"\n", start)
-            end = len(data) if end < 0 else end + 1
             reason = f"{exc.field}: {exc.reason}" if exc.field else exc.reason
-            self.refuse(self.where(exc.index), data[start:end], reason)
+            self.refuse(self.where(exc.index), data[start : _end_of_line(data, start)], reason)
 
     def show(self, built: list[ManifestEntry] | None = None) -> None:
         """Updates the line with the writer's counts, or those of the set `built` (the
@@ -224,6 +227,12 @@ class _Builder:
             f"{plural(records, 'record')} in {plural(files, 'file')} ({human_bytes(size)})"
             + (f", {self.rejected.count:,} rejected" if self.rejected.count else ""),
         )
+
+
+def _end_of_line(data: memoryview, start: int) -> int:
+    """Where the line of `data` starting at `start` ends, after its newline if it has one."""
+    found = _NEWLINE.search(data, start)
+    return len(data) if found is None else found.end()
 
 
 def input_bytes(inputs: Sequence[str]) -> int | None:
@@ -397,7 +406,7 @@ class Rejected:
         self.count = 0
         self._files: tuple[BinaryIO, TextIO] | None = None
 
-    def add(self, location: str, raw: bytes, reason: str) -> None:
+    def add(self, location: str, raw: bytes | memoryview, reason: str) -> None:
         if self._files is None:
             # Opened at the first refusal, into the directory the writer made.
             self._files = self._open()
@@ -405,7 +414,10 @@ class Rejected:
         file: BinaryIO | TextIO = lines
         # No context manager a line: 1,000,000 refused lines took a second more.
         try:
-            lines.write(raw if raw.endswith(b"\n") else raw + b"\n")
+            # Apart: `raw + b"\n"` would copy a line of 200 MB.
+            lines.write(raw)
+            if raw[-1:] != b"\n":
+                lines.write(b"\n")
             file = log
             log.write(f"{location}: {reason}\n")
         except OSError as exc:

@@ -11,6 +11,7 @@ import sys
 import time
 import zlib
 from pathlib import Path
+from typing import BinaryIO
 
 import orjson
 import pytest
@@ -587,11 +588,11 @@ def test_many_big_records_waiting_for_the_writer_take_few_descriptors(tmp_path: 
     assert fed[0].content == first.read_bytes()
 
 
-def peak_rss_of(command: list[str], exit_status: int = 0) -> int:
+def peak_rss_of(command: list[str], exit_status: int = 0, stdin: BinaryIO | None = None) -> int:
     """Runs `command` to its end, checking that it ends with `exit_status`; returns its peak
     RSS (VmHWM, which only grows, sampled until it exits; not getrusage's, which counts this
     process's memory too, as the child was forked from it)."""
-    child = subprocess.Popen(command, stderr=subprocess.PIPE)
+    child = subprocess.Popen(command, stdin=stdin, stderr=subprocess.PIPE)
     peak = 0
     while child.poll() is None:
         try:
@@ -607,27 +608,35 @@ def peak_rss_of(command: list[str], exit_status: int = 0) -> int:
     return peak
 
 
-@pytest.mark.parametrize("escaped", [False, True], ids=["plain", "with escapes"])
+@pytest.mark.parametrize(
+    ("escaped", "piped"),
+    [(False, False), (True, False), (False, True)],
+    ids=["plain", "with escapes", "from a pipe"],
+)
 def test_a_huge_refused_line_is_set_aside_from_the_input_never_copied(
-    tmp_path: Path, escaped: bool
+    tmp_path: Path, escaped: bool, piped: bool
 ) -> None:
-    """A refused line of 60 MB (a field wrong beside its content), the last of its file and
-    without a newline, is written to rejected.jsonl from the mapped input: the build takes the
-    line's pages, and a content with escapes read out of the line once, and no more. (A copy
-    of the chunk to search it took 60 MB more, the line cut out of it 60 more, its newline
-    added 60 more; with escapes, the line was parsed again whole, copying its content twice.)"""
+    """A refused line of 60 MB (a field wrong beside its content), the last of its input and
+    without a newline, is written to rejected.jsonl from the mapped input (from a pipe, gathered
+    in an unnamed file, then mapped): the build takes the line's pages, and a content with
+    escapes read out of the line once, and no more. (A copy of the chunk to search it took
+    60 MB more, the line cut out of it 60 more, its newline added 60 more; with escapes, the
+    line was parsed again whole, copying its content twice; from a pipe, the line was gathered
+    in memory, then joined.)"""
     body = b"x\\n" * 20_000_000 if escaped else b"x" * 60_000_000
     huge = b'{"url":"http://a.example.com/huge","content":"' + body + b'","pagerank":"x"}'
     del body
     src = tmp_path / "in.jsonl"
     src.write_bytes(orjson.dumps(doc(1)) + b"\n" + huge)
     out = tmp_path / "out"
-    command = ["fastfeed", "build", str(src), "--datasource", "d", "--out", str(out)]
-    peak = peak_rss_of([*command, "--on-error", "skip"], exit_status=1)
+    command = ["fastfeed", "build", "-" if piped else str(src), "--datasource", "d"]
+    command += ["--out", str(out), "--on-error", "skip"]
+    with src.open("rb") as stdin:
+        peak = peak_rss_of(command, exit_status=1, stdin=stdin if piped else None)
     held = len(huge) + (40_000_000 if escaped else 0)
     assert peak < held + (48 << 20), (peak, held)
     assert (out / "rejected.jsonl").read_bytes() == huge + b"\n"
-    assert "in.jsonl:2: pagerank: invalid type" in (out / "rejected.log").read_text()
+    assert ":2: pagerank: invalid type" in (out / "rejected.log").read_text()
     assert [f.url for f in decode_set(out)] == ["http://docs.example.com/1"]
 
 
@@ -1379,7 +1388,8 @@ def test_a_build_by_path_takes_the_descriptors_the_caller_left_free(tmp_path: Pa
 
     def run(free: int, out: str) -> list[str]:
         argv = ["build", str(src), "--datasource", "d", "--out", str(tmp_path / out)]
-        return [sys.executable, "-c", HOLDING_MOST, "256", str(free), *argv]
+        # Two encoding threads, as many files read at once, whatever the machine's cores.
+        return [sys.executable, "-c", HOLDING_MOST, "256", str(free), *argv, "--workers", "2"]
 
     assert main(["build", str(src), "--datasource", "d", "--out", str(tmp_path / "free")]) == 0
     peak = peak_rss_of(run(24, "held"))

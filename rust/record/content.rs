@@ -628,7 +628,7 @@ static HELD: AtomicUsize = AtomicUsize::new(0);
 /// of descriptors where the caller held most: the build stopped with EMFILE. A file planned
 /// past it is closed once asked ahead, and opened again by its encoding thread.
 fn max_held(held: &AtomicUsize) -> usize {
-    #[cfg(target_os = "linux")]
+    #[cfg(unix)]
     {
         let mut limit = libc::rlimit {
             rlim_cur: 0,
@@ -636,9 +636,7 @@ fn max_held(held: &AtomicUsize) -> usize {
         };
         // SAFETY: getrlimit only fills the struct it is given.
         if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
-            if let Some(others) = others_open(held) {
-                return held_within(limit.rlim_cur, others);
-            }
+            return held_within(limit.rlim_cur, others_open(held));
         }
     }
     let _ = held;
@@ -656,20 +654,29 @@ fn held_within(limit: u64, others: usize) -> usize {
 const RECOUNT: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// The descriptors the process holds open besides the `held` files held ahead (and the one that
-/// lists them), as counted at most `RECOUNT` ago.
+/// lists them), as counted at most `RECOUNT` ago. A listing that fails (with no descriptor free
+/// to list them) leaves none free.
 #[cfg(target_os = "linux")]
-fn others_open(held: &AtomicUsize) -> Option<usize> {
+fn others_open(held: &AtomicUsize) -> usize {
     static LAST: Mutex<Option<(std::time::Instant, usize)>> = Mutex::new(None);
     let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((at, others)) = *last {
         if at.elapsed() < RECOUNT {
-            return Some(others);
+            return others;
         }
     }
-    let open = std::fs::read_dir("/proc/self/fd").ok()?.count();
-    let others = open.saturating_sub(1 + held.load(Ordering::Relaxed));
+    let others = std::fs::read_dir("/proc/self/fd").map_or(usize::MAX, |open| {
+        open.count()
+            .saturating_sub(1 + held.load(Ordering::Relaxed))
+    });
     *last = Some((std::time::Instant::now(), others));
-    Some(others)
+    others
+}
+
+/// Elsewhere, not counted: a quarter of the limit.
+#[cfg(not(target_os = "linux"))]
+fn others_open(_: &AtomicUsize) -> usize {
+    0
 }
 
 /// Threads that open the files a chunk names and ask the kernel to read them ahead, at most
@@ -1092,19 +1099,24 @@ mod tests {
     #[test]
     fn reading_ahead_stops_at_the_first_file_it_is_told_to() {
         let dir = tempfile::tempdir().unwrap();
-        let paths: Vec<PathBuf> = (0..10)
-            .map(|n| {
-                let path = dir.path().join(n.to_string());
-                std::fs::write(&path, vec![b'x'; n + 1]).unwrap();
-                path
-            })
-            .collect();
+        let paths = files_of_growing_sizes(dir.path(), 10);
         let borrowed: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
         // Sizes 1, 2, 3 growing past the guess (the mean of those taken): the third passes 5
         // bytes; it is opened, and none after it.
         let planned = read_ahead(&borrowed, Some(held_budget(5)));
         let sizes: Vec<u64> = planned.iter().map(|(size, _)| *size).collect();
         assert_eq!(sizes, [1, 2, 3]);
+    }
+
+    /// `count` files in `dir`, of 1, 2, 3... bytes.
+    fn files_of_growing_sizes(dir: &Path, count: usize) -> Vec<PathBuf> {
+        (0..count)
+            .map(|n| {
+                let path = dir.join(n.to_string());
+                std::fs::write(&path, vec![b'x'; n + 1]).unwrap();
+                path
+            })
+            .collect()
     }
 
     /// A budget of `held` bytes of small files, and nothing else.
@@ -1144,18 +1156,14 @@ mod tests {
         assert_eq!(held_within(1024, 1000), 6);
         assert_eq!(held_within(1024, 2000), 0);
         assert_eq!(held_within(1 << 20, 10), 4096);
+        // None listed: none free.
+        assert_eq!(held_within(1024, usize::MAX), 0);
     }
 
     #[test]
     fn with_few_descriptors_free_files_past_the_bound_are_sized_by_name_not_opened() {
         let dir = tempfile::tempdir().unwrap();
-        let paths: Vec<PathBuf> = (0..40)
-            .map(|n| {
-                let path = dir.path().join(n.to_string());
-                std::fs::write(&path, vec![b'x'; n + 1]).unwrap();
-                path
-            })
-            .collect();
+        let paths = files_of_growing_sizes(dir.path(), 40);
         let borrowed: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
         let count: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
         let planned = read_ahead_counted(&borrowed, None, count, 3);

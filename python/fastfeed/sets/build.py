@@ -200,16 +200,17 @@ class _Builder:
         """Refuses the lines of `chunk` (just taken) at the indices of `refused`, in line order,
         each written out from the chunk as it is, never copied."""
         data = memoryview(chunk)
-        start = line = 0
+        start = line = 0  # where line `line` starts
         for at, exc in enumerate(refused):
             if at == 0:
                 # A line read past the end of a file that shrank is no line of it.
                 self._changed()
             for _ in range(exc.index - line):
                 start = _end_of_line(data, start)
-            line = exc.index
+            end = _end_of_line(data, start)
             reason = f"{exc.field}: {exc.reason}" if exc.field else exc.reason
-            self.refuse(self.where(exc.index), data[start : _end_of_line(data, start)], reason)
+            self.refuse(self.where(exc.index), data[start:end], reason)
+            start, line = end, exc.index + 1
 
     def show(self, built: list[ManifestEntry] | None = None) -> None:
         """Updates the line with the writer's counts, or those of the set `built` (the

@@ -8,6 +8,7 @@ from __future__ import annotations
 import mmap
 import os
 import stat
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,31 +101,53 @@ class MappedInput:
             last, start = start, end
 
 
-def stream_chunks(stream: IO[bytes], name: str) -> Iterator[bytes]:
+def stream_chunks(stream: IO[bytes], name: str) -> Iterator[bytes | memoryview]:
     """Newline-aligned chunks of about CHUNK_BYTES read from a stream that cannot be mapped
     (standard input, a pipe, a device); a longer line makes a longer chunk, up to
-    MAX_STREAMED_LINE."""
+    MAX_STREAMED_LINE. A line longer than a block is gathered in an unnamed temporary file,
+    then mapped: gathered in memory, then joined, it was held twice (400 MB for a line of 200)."""
     pending: list[bytes] = []  # the start of a line whose end has not been read yet
+    spool: IO[bytes] | None = None  # or in this file, once longer than a block
     held = lines = 0
     while block := stream.read(CHUNK_BYTES):
         cut = block.rfind(b"\n") + 1
         if cut == 0:
-            pending.append(block)
+            if spool is None:
+                spool = tempfile.TemporaryFile()  # noqa: SIM115 - closed once mapped, or too long
+                spool.writelines(pending)
+                pending = []
+            spool.write(block)
             held += len(block)
             if held > MAX_STREAMED_LINE:
+                spool.close()
                 raise InputError(
                     f"{name}:{lines + 1}",
                     f"the line is longer than {MAX_STREAMED_LINE // 1_000_000} MB (no record that "
                     "long fits in a feed file); give large content by content_path",
                 )
             continue
-        chunk = b"".join((*pending, block[:cut])) if pending else block[:cut]
+        lines += block.count(b"\n", 0, cut)
+        if spool is not None:
+            spool.write(memoryview(block)[:cut])
+            chunk: bytes | memoryview = _mapped(spool)
+            spool = None
+        else:
+            chunk = b"".join((*pending, block[:cut])) if pending else block[:cut]
         pending = [block[cut:]] if cut < len(block) else []
         held = len(block) - cut
-        lines += chunk.count(b"\n")
         yield chunk
-    if pending:
+    if spool is not None:
+        yield _mapped(spool)
+    elif pending:
         yield b"".join(pending)
+
+
+def _mapped(spool: IO[bytes]) -> memoryview:
+    """The bytes written to `spool`, mapped for reading; the file is closed, and gone once the
+    mapping is."""
+    with spool:
+        spool.flush()
+        return memoryview(mmap.mmap(spool.fileno(), 0, access=mmap.ACCESS_READ))
 
 
 def mappable(stream: IO[bytes]) -> bool:

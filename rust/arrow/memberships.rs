@@ -5,31 +5,28 @@
 //! place and goes through the JSON Lines reader's checks (`MembershipInput::into_membership`),
 //! so that a membership means the same whichever way it came.
 
-use std::fmt::Display;
-
 use arrow_array::{Array, BooleanArray, RecordBatch};
 use arrow_schema::SchemaRef;
 
 use crate::acl::Dialect;
 use crate::error::{Error, RecordErrorKind, Result};
 use crate::groups::{Membership, MembershipInput, FIELDS};
-use crate::writer::{BatchReport, FeedWriter, SetKind};
+use crate::writer::{Item, SetKind};
 
 use super::columns::Bytes;
-use super::feed::Unlocked;
+use super::feed::Batch;
 use super::nested::{optional_text, text_column, PrincipalLists};
 use super::{booleans, columns, required, unknown_column, Rows};
 
-/// Rows read into memberships and taken at once: up to this many rows, or rows of this many
-/// members in all (a member read is about 100 bytes, its name aside), enough to keep the
-/// encoding threads busy and few enough to keep memory small.
-const GROUP_ROWS: usize = 16_384;
-const GROUP_MEMBERS: usize = 65_536;
+/// About how many bytes a member encodes to, its name aside (a `principal` element and its
+/// attributes), and a membership, its members aside.
+const MEMBER_BYTES: usize = 100;
 
 /// A batch's columns, by membership field; `None` where the batch has no such column, or one
 /// of the null type (all null).
 #[derive(Default)]
-struct Memberships {
+pub struct Memberships {
+    len: usize,
     group: Option<Bytes>,
     namespace: Option<Bytes>,
     case_sensitive: Option<BooleanArray>,
@@ -40,8 +37,11 @@ struct Memberships {
 impl Memberships {
     /// Maps a batch's columns to the fields of a membership; refuses (naming it) a column that
     /// a membership does not have, or whose type cannot hold its field.
-    fn new(batch: &RecordBatch) -> Result<Memberships> {
-        let mut rows = Memberships::default();
+    fn read(batch: &RecordBatch) -> Result<Memberships> {
+        let mut rows = Memberships {
+            len: batch.num_rows(),
+            ..Memberships::default()
+        };
         for (name, array) in columns(batch, FIELDS)? {
             rows.take(name, array).map_err(Error::Config)?;
         }
@@ -100,93 +100,39 @@ impl Memberships {
     }
 }
 
+impl Batch for Memberships {
+    const MEMBERSHIPS: bool = true;
+
+    fn new(batch: &RecordBatch) -> Result<Memberships> {
+        Memberships::read(batch)
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn weight(&self, row: usize) -> usize {
+        let members = self.members.as_ref().map_or(0, |m| m.count(row));
+        MEMBER_BYTES * (1 + members)
+    }
+
+    fn with_item(
+        &self,
+        row: usize,
+        index: usize,
+        encode: &mut dyn FnMut(Item<'_, '_>) -> Result<()>,
+    ) -> Result<()> {
+        encode(Item::Membership(&self.membership(row, index)?))
+    }
+}
+
 /// Checks the columns of `schema` as a writer of `set` reads them, before any row is read (so
 /// that an empty stream's are checked too).
 pub fn check_columns(set: SetKind, schema: SchemaRef) -> Result<()> {
     let empty = RecordBatch::new_empty(schema);
     match set {
-        SetKind::Groups => Memberships::new(&empty).map(drop),
+        SetKind::Groups => Memberships::read(&empty).map(drop),
         SetKind::Feed | SetKind::Thunderstone => Rows::new(&empty).map(drop),
-    }
-}
-
-/// Writes every row of `batches` as a membership, numbered from 0 across them, through
-/// `writer`, as `add_batches` writes records: `unlocked` runs the writing, in which the rows are
-/// read into memberships on the encoding threads (batches are read where this is called); a
-/// refused row leaves every row before it written and none after it.
-pub fn add_membership_batches<E: Display>(
-    writer: &mut FeedWriter,
-    batches: impl Iterator<Item = std::result::Result<RecordBatch, E>>,
-    unlocked: impl Fn(&mut Unlocked<'_>) -> Result<BatchReport>,
-) -> (BatchReport, Option<Error>) {
-    let mut report = BatchReport::default();
-    let mut index = 0;
-    for batch in batches {
-        let read = batch
-            .map_err(|e| Error::Config(format!("cannot read the Arrow data: {e}")))
-            .and_then(|batch| Ok((Memberships::new(&batch)?, batch.num_rows())));
-        let (rows, len) = match read {
-            Ok(read) => read,
-            Err(e) => return (report, Some(e)),
-        };
-        // (index across the input, (row, members)), cut into groups.
-        let mut items: Vec<(usize, (usize, usize))> = Vec::new();
-        let mut members = 0;
-        for row in 0..=len {
-            let full = items.len() >= GROUP_ROWS || members >= GROUP_MEMBERS;
-            if (full || row == len) && !items.is_empty() {
-                let mut stop = None;
-                let done = unlocked(&mut || {
-                    let (done, error) = take(writer, &rows, &items);
-                    stop = error;
-                    Ok(done)
-                });
-                if let Ok(done) = done {
-                    report.warnings.extend(done.warnings);
-                    report.finished.extend(done.finished);
-                }
-                if stop.is_some() {
-                    return (report, stop);
-                }
-                (items, members) = (Vec::new(), 0);
-            }
-            if row < len {
-                let count = rows.members.as_ref().map_or(0, |m| m.count(row));
-                members += count;
-                items.push((index + row, (row, count)));
-            }
-        }
-        index += len;
-    }
-    (report, None)
-}
-
-/// Writes the rows of `items`, read into memberships; on a refused one, writes those before it
-/// and returns its error beside what was written.
-fn take(
-    writer: &mut FeedWriter,
-    batch: &Memberships,
-    items: &[(usize, (usize, usize))],
-) -> (BatchReport, Option<Error>) {
-    let mut add = |items| {
-        writer.add_memberships_from(
-            items,
-            |&(_, members)| 1 + members,
-            |index, &(row, _), encode| encode(&batch.membership(row, index)?),
-        )
-    };
-    // Nothing of the items is written when one is refused: those before it are written again
-    // without it.
-    match add(items) {
-        Err(error @ Error::Record { index, .. }) => {
-            let before = items.partition_point(|&(i, _)| i < index);
-            match add(&items[..before]) {
-                Ok(done) => (done, Some(error)),
-                Err(e) => (BatchReport::default(), Some(e)),
-            }
-        }
-        Ok(done) => (done, None),
-        Err(e) => (BatchReport::default(), Some(e)),
     }
 }
 
@@ -240,7 +186,7 @@ mod tests {
             ),
         ])
         .unwrap();
-        let rows = Memberships::new(&batch).unwrap();
+        let rows = Memberships::read(&batch).unwrap();
         let line = r#"{"group": "eng", "members": [{"name": "CORP\\alice", "scope": "user"},
             {"name": "qa", "scope": "group"}]}"#;
         assert_eq!(

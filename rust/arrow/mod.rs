@@ -24,10 +24,12 @@ use arrow_schema::{DataType, Fields};
 use crate::error::{Error, Result};
 use crate::jsonl::{into_record, unknown_field, Apart, RawRecord, RawTimestamp, FIELDS};
 use crate::record::{Content, Record, Timestamp};
+use crate::writer::Item;
 
 use columns::{Bytes, Ints, Seconds};
 pub use feed::{add_batches, Unlocked};
-pub use memberships::{add_membership_batches, check_columns};
+use feed::Batch;
+pub use memberships::{check_columns, Memberships};
 pub use nested::type_name;
 use nested::{text_column, wrong_type, Acl, Meta};
 
@@ -132,22 +134,6 @@ impl Rows {
         Ok(())
     }
 
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// About how much work encoding a row is, as `Record::weight` says.
-    pub fn weight(&self, row: usize) -> usize {
-        let len = |column: &Option<Bytes>| column.as_ref().map_or(0, |c| c.len(row));
-        len(&self.url)
-            + self.content.as_ref().map_or(0, |(c, _)| c.len(row))
-            + len(&self.content_base64)
-    }
-
     /// The record of `row`; `index` names it in errors.
     pub fn record<'a>(&'a self, row: usize, index: usize) -> Result<Record<'a>> {
         let bad =
@@ -227,6 +213,35 @@ impl Rows {
                 metadata,
             },
         )
+    }
+}
+
+impl Batch for Rows {
+    const MEMBERSHIPS: bool = false;
+
+    fn new(batch: &RecordBatch) -> Result<Rows> {
+        Rows::new(batch)
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// As `Record::weight` says.
+    fn weight(&self, row: usize) -> usize {
+        let len = |column: &Option<Bytes>| column.as_ref().map_or(0, |c| c.len(row));
+        len(&self.url)
+            + self.content.as_ref().map_or(0, |(c, _)| c.len(row))
+            + len(&self.content_base64)
+    }
+
+    fn with_item(
+        &self,
+        row: usize,
+        index: usize,
+        encode: &mut dyn FnMut(Item<'_, '_>) -> Result<()>,
+    ) -> Result<()> {
+        encode(Item::Record(&self.record(row, index)?))
     }
 }
 

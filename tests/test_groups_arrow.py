@@ -4,6 +4,7 @@ feed files as the same memberships given to `add_batch`."""
 from __future__ import annotations
 
 import itertools
+import json
 import random
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,59 @@ def test_thousands_of_memberships_in_small_batches_are_the_same_bytes_as_in_one(
             w.add_arrow(cut(as_table(rows), cuts))
         assert (caught.value.index, caught.value.field) == (3210, "members")
         assert w.records == 3210
+
+
+def with_json_members(rows: Rows) -> pa.Table:
+    """`rows` with each row's members as JSON text, as a content feed's `acl` may be given."""
+    table = as_table(rows)
+    members = pa.array([json.dumps(r["members"]) for r in rows], pa.string())
+    return table.set_column(table.schema.get_field_index("members"), "members", members)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=memberships, views=st.booleans())
+def test_members_as_json_text_are_the_same_bytes_as_from_dicts(  # type: ignore[no-untyped-def]
+    tmp_path_factory, rows, views
+) -> None:
+    work = Path(tmp_path_factory.mktemp("json"))
+    table = with_json_members(rows)
+    if views:
+        table = table.cast(
+            pa.schema(
+                [
+                    f.with_type(pa.string_view()) if f.type == pa.string() else f
+                    for f in table.schema
+                ]
+            )
+        )
+    assert by_arrow(work / "json", table) == by_batch(work / "dicts", rows)
+
+
+@pytest.mark.parametrize(
+    ("members", "message"),
+    [
+        ('[{"name": "a", "scope": "role"}]', "members[0]: scope 'role' is not user or group"),
+        ('[{"name": "a", "scope": "user", "access": "permit"}]', "no access"),
+        ('[{"name": "a", "scope": "user", "nmae": "b"}]', "unknown field 'nmae'"),
+        ('[{"name": "a", "scope": "user"}', "EOF while parsing"),
+        ("[]", "a group needs at least one member"),
+        (None, "a group needs at least one member"),
+    ],
+)
+def test_members_as_json_text_are_refused_naming_row_and_column(
+    tmp_path: Path, members: str | None, message: str
+) -> None:
+    rows = rows_of(3)
+    table = with_json_members(rows)
+    texts = table.column("members").to_pylist()
+    texts[1] = members
+    table = table.set_column(4, "members", pa.array(texts, pa.string()))
+    with GroupsWriter(tmp_path / "bad", "ldap") as w:
+        with pytest.raises(RecordError) as caught:
+            w.add_arrow(table)
+        assert (caught.value.index, caught.value.field) == (1, "members")
+        assert message in str(caught.value)
+        assert w.records == 1
 
 
 def as_views(table: pa.Table) -> pa.Table:

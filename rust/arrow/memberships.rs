@@ -1,7 +1,8 @@
 //! Arrow record batches as group memberships (`GroupsWriter.add_arrow`).
 //!
 //! A batch's columns are mapped to the fields of a membership by name once, with the readers
-//! of record columns (`members` is read as an ACL's `principals`); then each row is read in
+//! of record columns (`members` is read as an ACL's `principals`, or as JSON text as a content
+//! feed's `acl` may be); then each row is read in
 //! place and goes through the JSON Lines reader's checks (`MembershipInput::into_membership`),
 //! so that a membership means the same whichever way it came.
 
@@ -31,7 +32,13 @@ pub struct Memberships {
     namespace: Option<Bytes>,
     case_sensitive: Option<BooleanArray>,
     principal_type: Option<Bytes>,
-    members: Option<PrincipalLists>,
+    members: Option<Members>,
+}
+
+/// The `members` column: lists of structs, or each list as JSON text (`[{"name": ...}]`).
+enum Members {
+    Lists(PrincipalLists),
+    Json(Bytes),
 }
 
 impl Memberships {
@@ -61,7 +68,12 @@ impl Memberships {
             "namespace" => self.namespace = text()?,
             "principal_type" => self.principal_type = text()?,
             "case_sensitive" => self.case_sensitive = Some(booleans(name, array)?),
-            "members" => self.members = Some(PrincipalLists::new(name, array, Dialect::Groups)?),
+            "members" => {
+                self.members = Some(match Bytes::new(array) {
+                    Some((text, true)) => Members::Json(text),
+                    _ => Members::Lists(PrincipalLists::new(name, array, Dialect::Groups)?),
+                })
+            }
             _ => return Err(unknown_column(name, FIELDS)),
         }
         Ok(())
@@ -81,11 +93,17 @@ impl Memberships {
             ));
         };
         let members = match &self.members {
-            Some(lists) => lists
-                .get(row, "members")
-                .map_err(|m| Error::record(index, Some("members"), m))?,
-            None => Vec::new(),
-        };
+            Some(Members::Lists(lists)) => lists.get(row, "members"),
+            Some(Members::Json(text)) => match text.text(row) {
+                Ok(Some(text)) => {
+                    serde_json::from_str(text).map_err(|e| e.to_string().replace('`', "'"))
+                }
+                Ok(None) => Ok(Vec::new()),
+                Err(m) => Err(m.to_owned()),
+            },
+            None => Ok(Vec::new()),
+        }
+        .map_err(|m| Error::record(index, Some("members"), m))?;
         MembershipInput {
             group: group.to_owned(),
             namespace: text(&self.namespace, "namespace")?.map(str::to_owned),
@@ -112,8 +130,13 @@ impl Batch for Memberships {
     }
 
     fn weight(&self, row: usize) -> usize {
-        let members = self.members.as_ref().map_or(0, |m| m.count(row));
-        MEMBER_BYTES * (1 + members)
+        MEMBER_BYTES
+            + match &self.members {
+                Some(Members::Lists(lists)) => MEMBER_BYTES * lists.count(row),
+                // About what the members encode to: their JSON, less its quotes and braces.
+                Some(Members::Json(text)) => text.len(row),
+                None => 0,
+            }
     }
 
     fn with_item(

@@ -450,7 +450,9 @@ impl PyFeedWriter {
         let unlocked = |work: &mut Unlocked<'_>| py.allow_threads(work);
         let (report, error) = match set {
             SetKind::Groups => add_batches::<Memberships, _>(writer, batches, unlocked),
-            SetKind::Feed | SetKind::Thunderstone => add_batches::<Rows, _>(writer, batches, unlocked),
+            SetKind::Feed | SetKind::Thunderstone => {
+                add_batches::<Rows, _>(writer, batches, unlocked)
+            }
         };
         let error = match error {
             None => None,

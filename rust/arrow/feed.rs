@@ -40,7 +40,6 @@ pub trait Batch: Sized + Send + Sync + 'static {
     const MEMBERSHIPS: bool;
     /// Maps the columns of `batch`, refusing what cannot be read.
     fn new(batch: &RecordBatch) -> Result<Self>;
-    fn len(&self) -> usize;
     /// About how many bytes `row` encodes to.
     fn weight(&self, row: usize) -> usize;
     /// Reads `row` (`index` names it in errors) and gives it to `encode`.
@@ -119,9 +118,9 @@ pub fn add_batches<B: Batch, E: Display>(
     let (mut items, mut weights): (Vec<At>, Vec<usize>) = (Vec::new(), Vec::new());
     let (mut index, mut weight) = (0, 0);
     for batch in batches {
-        let rows = batch.and_then(|batch| B::new(&batch));
-        let rows = match rows {
-            Ok(rows) => Arc::new(rows),
+        let rows = batch.and_then(|batch| Ok((B::new(&batch)?, batch.num_rows())));
+        let (rows, len) = match rows {
+            Ok((rows, len)) => (Arc::new(rows), len),
             Err(e) => {
                 let written = flow.last(Group {
                     batches: held,
@@ -132,7 +131,7 @@ pub fn add_batches<B: Batch, E: Display>(
             }
         };
         held.push(Arc::clone(&rows));
-        for row in 0..rows.len() {
+        for row in 0..len {
             let w = rows.weight(row);
             weight += w;
             weights.push(w);

@@ -17,7 +17,7 @@ use crate::writer::{Item, SetKind};
 use super::columns::Bytes;
 use super::feed::Batch;
 use super::nested::{optional_text, text_column, PrincipalLists};
-use super::{booleans, columns, required, unknown_column, Rows};
+use super::{booleans, mapped, required, unknown_column, Rows};
 
 /// About how many bytes a member encodes to, its name aside (a `principal` element and its
 /// attributes), and a membership, its members aside.
@@ -27,7 +27,6 @@ const MEMBER_BYTES: usize = 100;
 /// of the null type (all null).
 #[derive(Default)]
 pub struct Memberships {
-    len: usize,
     group: Option<Bytes>,
     namespace: Option<Bytes>,
     case_sensitive: Option<BooleanArray>,
@@ -37,30 +36,11 @@ pub struct Memberships {
 
 /// The `members` column: lists of structs, or each list as JSON text (`[{"name": ...}]`).
 enum Members {
-    Lists(PrincipalLists),
+    Lists(Box<PrincipalLists>),
     Json(Bytes),
 }
 
 impl Memberships {
-    /// Maps a batch's columns to the fields of a membership; refuses (naming it) a column that
-    /// a membership does not have, or whose type cannot hold its field.
-    fn read(batch: &RecordBatch) -> Result<Memberships> {
-        let mut rows = Memberships {
-            len: batch.num_rows(),
-            ..Memberships::default()
-        };
-        for (name, array) in columns(batch, FIELDS)? {
-            rows.take(name, array).map_err(Error::Config)?;
-        }
-        required(batch, "group", "every membership names its group")?;
-        required(
-            batch,
-            "members",
-            "every group needs at least one member (the groups DTD has no empty group)",
-        )?;
-        Ok(rows)
-    }
-
     fn take(&mut self, name: &str, array: &dyn Array) -> std::result::Result<(), String> {
         let text = || text_column(name, array).map(Some);
         match name {
@@ -71,7 +51,9 @@ impl Memberships {
             "members" => {
                 self.members = Some(match Bytes::new(array) {
                     Some((text, true)) => Members::Json(text),
-                    _ => Members::Lists(PrincipalLists::new(name, array, Dialect::Groups)?),
+                    _ => {
+                        Members::Lists(Box::new(PrincipalLists::new(name, array, Dialect::Groups)?))
+                    }
                 })
             }
             _ => return Err(unknown_column(name, FIELDS)),
@@ -121,12 +103,17 @@ impl Memberships {
 impl Batch for Memberships {
     const MEMBERSHIPS: bool = true;
 
+    /// Maps a batch's columns to the fields of a membership; refuses (naming it) a column that
+    /// a membership does not have, or whose type cannot hold its field.
     fn new(batch: &RecordBatch) -> Result<Memberships> {
-        Memberships::read(batch)
-    }
-
-    fn len(&self) -> usize {
-        self.len
+        let rows = mapped(batch, FIELDS, Memberships::take)?;
+        required(batch, "group", "every membership names its group")?;
+        required(
+            batch,
+            "members",
+            "every group needs at least one member (the groups DTD has no empty group)",
+        )?;
+        Ok(rows)
     }
 
     fn weight(&self, row: usize) -> usize {
@@ -154,7 +141,7 @@ impl Batch for Memberships {
 pub fn check_columns(set: SetKind, schema: SchemaRef) -> Result<()> {
     let empty = RecordBatch::new_empty(schema);
     match set {
-        SetKind::Groups => Memberships::read(&empty).map(drop),
+        SetKind::Groups => Memberships::new(&empty).map(drop),
         SetKind::Feed | SetKind::Thunderstone => Rows::new(&empty).map(drop),
     }
 }
@@ -209,7 +196,7 @@ mod tests {
             ),
         ])
         .unwrap();
-        let rows = Memberships::read(&batch).unwrap();
+        let rows = Memberships::new(&batch).unwrap();
         let line = r#"{"group": "eng", "members": [{"name": "CORP\\alice", "scope": "user"},
             {"name": "qa", "scope": "group"}]}"#;
         assert_eq!(

@@ -27,8 +27,8 @@ use crate::record::{Content, Record, Timestamp};
 use crate::writer::Item;
 
 use columns::{Bytes, Ints, Seconds};
-pub use feed::{add_batches, Unlocked};
 use feed::Batch;
+pub use feed::{add_batches, Unlocked};
 pub use memberships::{check_columns, Memberships};
 pub use nested::type_name;
 use nested::{text_column, wrong_type, Acl, Meta};
@@ -37,7 +37,6 @@ use nested::{text_column, wrong_type, Acl, Meta};
 /// the null type (all null).
 #[derive(Default)]
 pub struct Rows {
-    len: usize,
     url: Option<Bytes>,
     action: Option<Bytes>,
     mimetype: Option<Bytes>,
@@ -72,20 +71,6 @@ fn booleans(path: &str, array: &dyn Array) -> std::result::Result<BooleanArray, 
 }
 
 impl Rows {
-    /// Maps a batch's columns to the record fields; refuses (naming it) a column the schema
-    /// does not have, or whose type cannot hold its field.
-    pub fn new(batch: &RecordBatch) -> Result<Rows> {
-        let mut rows = Rows {
-            len: batch.num_rows(),
-            ..Rows::default()
-        };
-        for (name, array) in columns(batch, FIELDS)? {
-            rows.take(name, array).map_err(Error::Config)?;
-        }
-        required(batch, "url", "every record needs its URL")?;
-        Ok(rows)
-    }
-
     fn take(&mut self, name: &str, array: &dyn Array) -> std::result::Result<(), String> {
         let text = || text_column(name, array).map(Some);
         match name {
@@ -219,12 +204,12 @@ impl Rows {
 impl Batch for Rows {
     const MEMBERSHIPS: bool = false;
 
+    /// Maps a batch's columns to the record fields; refuses (naming it) a column the schema
+    /// does not have, or whose type cannot hold its field.
     fn new(batch: &RecordBatch) -> Result<Rows> {
-        Rows::new(batch)
-    }
-
-    fn len(&self) -> usize {
-        self.len
+        let rows = mapped(batch, FIELDS, Rows::take)?;
+        required(batch, "url", "every record needs its URL")?;
+        Ok(rows)
     }
 
     /// As `Record::weight` says.
@@ -266,6 +251,20 @@ fn columns<'b>(batch: &'b RecordBatch, fields: &[&str]) -> Result<Vec<(&'b str, 
         }
     }
     Ok(found)
+}
+
+/// The columns of `batch` mapped by `take`, in turn, into a reader of its rows; a column it
+/// refuses (by name or type) refuses the batch.
+fn mapped<T: Default>(
+    batch: &RecordBatch,
+    fields: &[&str],
+    take: fn(&mut T, &str, &dyn Array) -> std::result::Result<(), String>,
+) -> Result<T> {
+    let mut rows = T::default();
+    for (name, array) in columns(batch, fields)? {
+        take(&mut rows, name, array).map_err(Error::Config)?;
+    }
+    Ok(rows)
 }
 
 /// Refuses a name given twice among `fields` (the columns of a batch, `prefix` empty, or the

@@ -146,13 +146,15 @@ def one_row_batches_against_one(open_writer: Callable[[Path], Any], table: pa.Ta
 def test_records_in_one_row_batches_against_one_batch(tmp_path: Path) -> None:
     """100,000 records of 200 bytes of text. Small batches are gathered into one: what is left
     is Arrow's export and import of each batch through the C stream interface (1.5 µs each
-    here, 0.15 s of CPU for the 100,000; 3.7x the one batch's whole write by itself)."""
+    here, 0.15 s of CPU for the 100,000: 4x the one batch's whole write by itself), then their
+    checks and copy into one. The ~2x of one batch hoped for is out of reach through the C
+    stream, whose export and import alone cost more."""
     table = pa.Table.from_pylist(
         [{"url": f"http://docs.example.com/{i}", "content": "x" * 200} for i in range(100_000)]
     )
     cpu = one_row_batches_against_one(lambda p: FeedWriter(tmp_path / p, "api"), table)
-    # 6.5x to 8x measured (13x to 15x before small batches were gathered).
-    assert cpu <= 10
+    # 5.9x to 7.9x measured (14x before small batches were gathered).
+    assert cpu <= 11
 
 
 def test_add_arrow_against_json_lines_for_large_records(tmp_path: Path) -> None:

@@ -200,13 +200,13 @@ def test_add_arrow_against_add_batch_of_the_same_memberships(tmp_path: Path) -> 
 def test_memberships_in_one_row_batches_against_one_batch(tmp_path: Path) -> None:
     """100,000 groups of one member each. Small batches are gathered into one: what is left is
     Arrow's export and import of each batch through the C stream interface (a list of structs
-    is five arrays: 3 µs a batch here, 0.3 s of CPU for the 100,000; 8x the one batch's whole
-    write by itself)."""
+    is five arrays: 3 µs a batch here, 0.3 s of CPU for the 100,000: 10x the one batch's whole
+    write by itself), then their checks and copy into one."""
     rows = [
         {"group": f"g{i}", "members": [{"name": f"u{i}", "scope": "user"}]} for i in range(100_000)
     ]
     table = pa.Table.from_pylist(rows)
     cpu = one_row_batches_against_one(lambda p: GroupsWriter(tmp_path / p, "ldap"), table)
-    # 15x to 20x measured (60x to 80x before rows were grouped across batches and small batches
+    # 19x to 22x measured (111x before rows were grouped across batches and small batches
     # gathered).
-    assert cpu <= 25
+    assert cpu <= 30

@@ -19,7 +19,7 @@ use pyo3::exceptions::{PyException, PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule, PyDict, PyList, PyMemoryView, PyTuple};
 
-use crate::arrow::{add_batches, add_membership_batches, check_columns, Unlocked};
+use crate::arrow::{add_batches, check_columns, Memberships, Rows, Unlocked};
 use crate::encode::Compress;
 use crate::error::Error;
 use crate::fingerprint;
@@ -449,8 +449,10 @@ impl PyFeedWriter {
         let writer = self.writer()?;
         let unlocked = |work: &mut Unlocked<'_>| py.allow_threads(work);
         let (report, error) = match set {
-            SetKind::Groups => add_membership_batches(writer, batches, unlocked),
-            SetKind::Feed | SetKind::Thunderstone => add_batches(writer, batches, unlocked),
+            SetKind::Groups => add_batches::<Memberships, _>(writer, batches, unlocked),
+            SetKind::Feed | SetKind::Thunderstone => {
+                add_batches::<Rows, _>(writer, batches, unlocked)
+            }
         };
         let error = match error {
             None => None,

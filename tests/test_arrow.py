@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import itertools
 import json
+import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -93,6 +95,69 @@ def test_feed_files_are_the_same_bytes_as_from_dicts(tmp_path_factory, batch, co
     for name in expected:
         if name.endswith(".xml"):
             assert validate_file(work / "arrow" / name) == []
+
+
+def cut(table: pa.Table, at: list[int]) -> pa.Table:
+    """`table` in batches cut at `at`, each with buffers of its own, as a table grown by
+    appends holds them (slices of one batch would share its buffers)."""
+    edges = sorted({0, table.num_rows, *(a % (table.num_rows + 1) for a in at)})
+    pieces = [table.slice(a, b - a).combine_chunks() for a, b in itertools.pairwise(edges)]
+    return pa.Table.from_batches([b for p in pieces for b in p.to_batches()], table.schema)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(batch=records(), at=st.lists(st.integers(0, 40), max_size=12))
+def test_records_in_batches_of_any_size_are_the_same_bytes(tmp_path_factory, batch, at) -> None:  # type: ignore[no-untyped-def]
+    """Small batches are gathered into one before they are read: cut anywhere, the records
+    make the same files as in one batch, and as the dicts."""
+    work = Path(tmp_path_factory.mktemp("cut"))
+    tables = as_tables(batch)
+    expected = by_batch(work / "dicts", batch, max_bytes=3000)
+    assert by_arrow(work / "cut", *(cut(t, at) for t in tables), max_bytes=3000) == expected
+
+
+#: Records of text content, metadata and a page rank.
+SMALL_SCHEMA = pa.schema(
+    [
+        ("url", pa.string()),
+        ("content", pa.string()),
+        ("metadata", META),
+        ("pagerank", pa.int64()),
+    ]
+)
+
+
+def test_thousands_of_records_in_small_batches_are_the_same_bytes_as_in_one(
+    tmp_path: Path,
+) -> None:
+    """More rows than one gathering holds, in batches of 1 to 300 rows, some sliced out of a
+    bigger one, some of their own; a bad row among them is named by its index across them."""
+    rng = random.Random(7)
+    rows: Rows = [
+        {
+            "url": url(i),
+            "content": f"<p>{i} & {'é' * (i % 50)}</p>" * (1 + i % 3),
+            "metadata": [("author", [f"a{i}"])] if i % 5 else None,
+            "pagerank": 70 + i % 30 if i % 7 else None,
+        }
+        for i in range(5000)
+    ]
+    whole = pa.Table.from_pylist(rows, pa.schema([*SMALL_SCHEMA]))
+    cuts = list(itertools.accumulate(rng.randint(1, 300) for _ in range(60)))
+    own = cut(whole, cuts)
+    shared = pa.Table.from_batches(whole.to_batches(max_chunksize=3))
+    expected = by_arrow(tmp_path / "whole", whole, max_bytes=200_000)
+    assert by_arrow(tmp_path / "own", own, max_bytes=200_000) == expected
+    assert by_arrow(tmp_path / "shared", shared, max_bytes=200_000) == expected
+    rows[4321]["pagerank"] = 300
+    bad = cut(pa.Table.from_pylist(rows, whole.schema), cuts)
+    with FeedWriter(tmp_path / "bad", "ds") as w:
+        with pytest.raises(RecordError) as caught:
+            w.add_arrow(bad)
+        assert (caught.value.index, caught.value.field) == (4321, "pagerank")
+        assert w.records == 4321
 
 
 def test_every_field_means_what_it_means_in_a_dict(tmp_path: Path) -> None:

@@ -3,6 +3,9 @@ feed files as the same memberships given to `add_batch`."""
 
 from __future__ import annotations
 
+import itertools
+import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +16,7 @@ import pytest
 from fastfeed import FeedError, GroupsWriter, RecordError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_arrow import cut
 from test_roundtrip import principal_name
 
 Rows = list[dict[str, Any]]
@@ -121,6 +125,94 @@ def test_groups_files_are_the_same_bytes_as_from_dicts(tmp_path_factory, rows, c
     assert by_arrow(work / "chunked", chunked) == expected
     padded = as_table(rows_of(2) + rows + rows_of(1))
     assert by_arrow(work / "sliced", padded.slice(2, len(rows))) == expected
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=memberships, at=st.lists(st.integers(0, 12), max_size=8), views=st.booleans())
+def test_memberships_in_batches_of_any_size_are_the_same_bytes(  # type: ignore[no-untyped-def]
+    tmp_path_factory, rows, at, views
+) -> None:
+    """Small batches are gathered into one before they are read: cut anywhere, each batch with
+    buffers of its own (a table grown by appends), in pyarrow's layout or in Polars' and
+    DuckDB's, the memberships make the same files as the dicts."""
+    work = Path(tmp_path_factory.mktemp("cut"))
+    table = as_views(as_table(rows)) if views else as_table(rows)
+    assert by_arrow(work / "cut", cut(table, at)) == by_batch(work / "dicts", rows)
+
+
+def test_thousands_of_memberships_in_small_batches_are_the_same_bytes_as_in_one(
+    tmp_path: Path,
+) -> None:
+    """More rows than one gathering holds, in batches of 1 to 300 rows, of their own or sliced
+    out of a bigger one; a bad row among them is named by its index across them, and the rows
+    before it are written."""
+    rng = random.Random(3)
+    rows = rows_of(4000)
+    whole = as_table(rows)
+    cuts = list(itertools.accumulate(rng.randint(1, 300) for _ in range(50)))
+    expected = by_arrow(tmp_path / "whole", whole)
+    assert by_arrow(tmp_path / "own", cut(whole, cuts)) == expected
+    shared = pa.Table.from_batches(whole.to_batches(max_chunksize=1))
+    assert by_arrow(tmp_path / "shared", shared) == expected
+    rows[3210]["members"][0]["scope"] = "role"
+    with GroupsWriter(tmp_path / "bad", "ldap") as w:
+        with pytest.raises(RecordError) as caught:
+            w.add_arrow(cut(as_table(rows), cuts))
+        assert (caught.value.index, caught.value.field) == (3210, "members")
+        assert w.records == 3210
+
+
+def with_json_members(rows: Rows) -> pa.Table:
+    """`rows` with each row's members as JSON text, as a content feed's `acl` may be given."""
+    table = as_table(rows)
+    members = pa.array([json.dumps(r["members"]) for r in rows], pa.string())
+    return table.set_column(table.schema.get_field_index("members"), "members", members)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=memberships, views=st.booleans())
+def test_members_as_json_text_are_the_same_bytes_as_from_dicts(  # type: ignore[no-untyped-def]
+    tmp_path_factory, rows, views
+) -> None:
+    work = Path(tmp_path_factory.mktemp("json"))
+    table = with_json_members(rows)
+    if views:
+        table = table.cast(
+            pa.schema(
+                [
+                    f.with_type(pa.string_view()) if f.type == pa.string() else f
+                    for f in table.schema
+                ]
+            )
+        )
+    assert by_arrow(work / "json", table) == by_batch(work / "dicts", rows)
+
+
+@pytest.mark.parametrize(
+    ("members", "message"),
+    [
+        ('[{"name": "a", "scope": "role"}]', "members[0]: scope 'role' is not user or group"),
+        ('[{"name": "a", "scope": "user", "access": "permit"}]', "no access"),
+        ('[{"name": "a", "scope": "user", "nmae": "b"}]', "unknown field 'nmae'"),
+        ('[{"name": "a", "scope": "user"}', "EOF while parsing"),
+        ("[]", "a group needs at least one member"),
+        (None, "a group needs at least one member"),
+    ],
+)
+def test_members_as_json_text_are_refused_naming_row_and_column(
+    tmp_path: Path, members: str | None, message: str
+) -> None:
+    rows = rows_of(3)
+    table = with_json_members(rows)
+    texts = table.column("members").to_pylist()
+    texts[1] = members
+    table = table.set_column(4, "members", pa.array(texts, pa.string()))
+    with GroupsWriter(tmp_path / "bad", "ldap") as w:
+        with pytest.raises(RecordError) as caught:
+            w.add_arrow(table)
+        assert (caught.value.index, caught.value.field) == (1, "members")
+        assert message in str(caught.value)
+        assert w.records == 1
 
 
 def as_views(table: pa.Table) -> pa.Table:

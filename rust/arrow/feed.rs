@@ -1,19 +1,19 @@
-//! A stream of record batches into a writer, in groups of rows: a batch may hold one row or
-//! millions, and a group is what is encoded at once, so that the threads stay busy on small
-//! batches and memory stays bounded on big ones. A group is encoded while the next is read and
-//! the one before is taken: the threads never wait for the caller, nor for a group's slowest
-//! record.
+//! A stream of record batches into a writer, as records or as group memberships (`Batch`), in
+//! groups of rows: a batch may hold one row or millions, and a group is what is encoded at
+//! once, so that the threads stay busy on small batches and memory stays bounded on big ones. A
+//! group is encoded while the next is read and the one before is taken: the threads never wait
+//! for the caller, nor for a group's slowest record.
 
 use std::fmt::Display;
 use std::sync::Arc;
 
-use arrow_array::RecordBatch;
+use arrow_array::{Array, RecordBatch};
+use arrow_data::ArrayData;
+use arrow_schema::DataType;
+use arrow_select::concat::concat_batches;
 
 use crate::error::{Error, Result};
-use crate::record::Record;
-use crate::writer::{BatchReport, FeedWriter, RecordSource, StartedRecords};
-
-use super::Rows;
+use crate::writer::{BatchReport, FeedWriter, Item, RecordSource, StartedRecords};
 
 /// A group ends at this many rows, or at this much content (encoded in memory at once). Three
 /// groups are in memory at a time (one encoded, one taken, one written), in buffers that the
@@ -23,22 +23,49 @@ use super::Rows;
 const GROUP_ROWS: usize = 65_536;
 const GROUP_BYTES: usize = 4 << 20;
 
+/// Batches of fewer rows and bytes than this are gathered into one (copied), up to as many rows
+/// and bytes: each batch costs a few microseconds to import and map, whatever its rows, which
+/// made 100,000 rows in 1-row batches (a table grown by appends, a DuckDB result in small
+/// vectors) 10 to 30 times slower than in one.
+const GATHER_ROWS: usize = 1024;
+const GATHER_BYTES: usize = 256 << 10;
+
 /// Work to run without the caller's lock (the GIL, for Python).
 pub type Unlocked<'a> = dyn FnMut() -> Result<BatchReport> + Send + 'a;
 
+/// A batch's rows, read in place as what a writer encodes (`Rows` as records, `Memberships` as
+/// group memberships).
+pub trait Batch: Sized + Send + Sync + 'static {
+    /// Whether its rows are group memberships, else records.
+    const MEMBERSHIPS: bool;
+    /// Maps the columns of `batch`, refusing what cannot be read.
+    fn new(batch: &RecordBatch) -> Result<Self>;
+    /// About how many bytes `row` encodes to.
+    fn weight(&self, row: usize) -> usize;
+    /// Reads `row` (`index` names it in errors) and gives it to `encode`.
+    fn with_item(
+        &self,
+        row: usize,
+        index: usize,
+        encode: &mut dyn FnMut(Item<'_, '_>) -> Result<()>,
+    ) -> Result<()>;
+}
+
 /// A row to encode: its index across the input, its batch among the group's, its row there.
-type Item = (usize, (usize, usize));
+type At = (usize, (usize, usize));
 
 /// Rows to encode at once, and the batches they are in.
-struct Group {
-    batches: Vec<Arc<Rows>>,
-    items: Vec<Item>,
+struct Group<B> {
+    batches: Vec<Arc<B>>,
+    items: Vec<At>,
     /// Each item's weight, found once as the group was made (the encoding threads share the
     /// group by it).
     weights: Vec<usize>,
 }
 
-impl RecordSource for Group {
+impl<B: Batch> RecordSource for Group<B> {
+    const MEMBERSHIPS: bool = B::MEMBERSHIPS;
+
     fn count(&self) -> usize {
         self.items.len()
     }
@@ -51,24 +78,24 @@ impl RecordSource for Group {
         self.weights[i]
     }
 
-    fn with_record(
+    fn with_item(
         &self,
         i: usize,
-        encode: &mut dyn FnMut(&Record<'_>) -> Result<()>,
+        encode: &mut dyn FnMut(Item<'_, '_>) -> Result<()>,
     ) -> Result<()> {
         let (index, (batch, row)) = self.items[i];
-        encode(&self.batches[batch].record(row, index)?)
+        self.batches[batch].with_item(row, index, encode)
     }
 }
 
 /// A group on the encoding threads.
-type Started = (Arc<Group>, StartedRecords<Group>);
+type Started<B> = (Arc<Group<B>>, StartedRecords<Group<B>>);
 
-/// Writes every row of `batches`, numbered from 0 across them, through `writer`; `unlocked`
+/// Writes every row of `batches`, read as `B`, numbered from 0 across them, through `writer`; `unlocked`
 /// runs the waiting for each group (batches are read where this is called). Returns what the
 /// writer reported, and the error that stopped it, if any: a refused row leaves every row
 /// before it written and none after it, so that the caller can go on after it.
-pub fn add_batches<E: Display>(
+pub fn add_batches<B: Batch, E: Display>(
     writer: &mut FeedWriter,
     batches: impl Iterator<Item = std::result::Result<RecordBatch, E>>,
     unlocked: impl Fn(&mut Unlocked<'_>) -> Result<BatchReport>,
@@ -79,16 +106,21 @@ pub fn add_batches<E: Display>(
         started: None,
         report: BatchReport::default(),
     };
+    let batches = Gather {
+        batches,
+        small: Vec::new(),
+        rows: 0,
+        bytes: 0,
+        next: None,
+    };
     // The batches the group's rows are in; the last may go on into the next group.
-    let mut held: Vec<Arc<Rows>> = Vec::new();
-    let (mut items, mut weights): (Vec<Item>, Vec<usize>) = (Vec::new(), Vec::new());
+    let mut held: Vec<Arc<B>> = Vec::new();
+    let (mut items, mut weights): (Vec<At>, Vec<usize>) = (Vec::new(), Vec::new());
     let (mut index, mut weight) = (0, 0);
     for batch in batches {
-        let rows = batch
-            .map_err(|e| Error::Config(format!("cannot read the Arrow data: {e}")))
-            .and_then(|batch| Rows::new(&batch));
-        let rows = match rows {
-            Ok(rows) => Arc::new(rows),
+        let rows = batch.and_then(|batch| Ok((B::new(&batch)?, batch.num_rows())));
+        let (rows, len) = match rows {
+            Ok((rows, len)) => (Arc::new(rows), len),
             Err(e) => {
                 let written = flow.last(Group {
                     batches: held,
@@ -99,7 +131,7 @@ pub fn add_batches<E: Display>(
             }
         };
         held.push(Arc::clone(&rows));
-        for row in 0..rows.len() {
+        for row in 0..len {
             let w = rows.weight(row);
             weight += w;
             weights.push(w);
@@ -130,19 +162,131 @@ pub fn add_batches<E: Display>(
     (flow.report, error)
 }
 
+/// Batches as they come, but consecutive small ones (`GATHER_ROWS`, `GATHER_BYTES`) gathered
+/// into one.
+struct Gather<I, E> {
+    batches: I,
+    /// The small batches gathered so far, their rows and bytes.
+    small: Vec<RecordBatch>,
+    rows: usize,
+    bytes: usize,
+    /// What came after them, given once they are.
+    next: Option<std::result::Result<RecordBatch, E>>,
+}
+
+impl<I, E> Iterator for Gather<I, E>
+where
+    I: Iterator<Item = std::result::Result<RecordBatch, E>>,
+    E: Display,
+{
+    type Item = Result<RecordBatch>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let read = |batch: std::result::Result<RecordBatch, E>| {
+            batch.map_err(|e| Error::Config(format!("cannot read the Arrow data: {e}")))
+        };
+        if let Some(batch) = self.next.take() {
+            return Some(read(batch));
+        }
+        while let Some(batch) = self.batches.next() {
+            let bytes = batch.as_ref().ok().and_then(small);
+            match (batch, bytes) {
+                (Ok(batch), Some(bytes)) => {
+                    self.rows += batch.num_rows();
+                    self.bytes += bytes;
+                    self.small.push(batch);
+                    if self.rows >= GATHER_ROWS || self.bytes >= GATHER_BYTES {
+                        return Some(self.gathered());
+                    }
+                }
+                (batch, _) if self.small.is_empty() => return Some(read(batch)),
+                (batch, _) => {
+                    self.next = Some(batch);
+                    return Some(self.gathered());
+                }
+            }
+        }
+        (!self.small.is_empty()).then(|| self.gathered())
+    }
+}
+
+impl<I, E> Gather<I, E> {
+    /// The small batches gathered, as one.
+    fn gathered(&mut self) -> Result<RecordBatch> {
+        (self.rows, self.bytes) = (0, 0);
+        let small = std::mem::take(&mut self.small);
+        match &small[..] {
+            [one] => Ok(one.clone()),
+            _ => concat_batches(small[0].schema_ref(), &small)
+                .map_err(|e| Error::Config(format!("cannot read the Arrow data: {e}"))),
+        }
+    }
+}
+
+/// The bytes of `batch` if it is small enough to be gathered with others and can be copied: it
+/// came unchecked through the C data interface, and is copied by its offsets, so they are
+/// checked to lie within its buffers first (a batch that fails is read on its own, which
+/// refuses the row at fault), and dictionaries, copied by their keys, are not gathered.
+fn small(batch: &RecordBatch) -> Option<usize> {
+    if batch.num_rows() >= GATHER_ROWS {
+        return None;
+    }
+    let mut total = 0;
+    for column in batch.columns() {
+        let data = column.to_data();
+        data.validate().ok()?;
+        total += bytes(&data)?;
+    }
+    (total < GATHER_BYTES).then_some(total)
+}
+
+/// The bytes of the rows of `data` (a slice of a bigger array holds only its rows' share of the
+/// buffers: a list's items, a struct's fields); `None` for a dictionary.
+fn bytes(data: &ArrayData) -> Option<usize> {
+    let (offset, len) = (data.offset(), data.len());
+    let rows = match data.data_type() {
+        DataType::Dictionary(..) => return None,
+        DataType::List(_) | DataType::Map(..) => {
+            let o = data.buffer::<i32>(0);
+            Some((o[0].try_into().ok()?, o[len].try_into().ok()?))
+        }
+        DataType::LargeList(_) => {
+            let o = data.buffer::<i64>(0);
+            Some((o[0].try_into().ok()?, o[len].try_into().ok()?))
+        }
+        DataType::FixedSizeList(_, size) => {
+            let size = usize::try_from(*size).ok()?;
+            Some((offset * size, (offset + len) * size))
+        }
+        DataType::Struct(_) => Some((offset, offset + len)),
+        _ => None,
+    };
+    let mut total = data.get_slice_memory_size().ok()?;
+    for child in data.child_data() {
+        total -= child.get_slice_memory_size().ok()?;
+        total += match rows {
+            Some((start, end)) if start <= end && end <= child.len() => {
+                bytes(&child.slice(start, end - start))?
+            }
+            _ => bytes(child)?,
+        };
+    }
+    Some(total)
+}
+
 /// The groups of an `add_batches` on their way to the writer, and what it reported of them.
-struct Flow<'w, U> {
+struct Flow<'w, U, B> {
     writer: &'w mut FeedWriter,
     unlocked: U,
     /// The group being encoded while the next is read.
-    started: Option<Started>,
+    started: Option<Started<B>>,
     report: BatchReport,
 }
 
-impl<U: Fn(&mut Unlocked<'_>) -> Result<BatchReport>> Flow<'_, U> {
+impl<U: Fn(&mut Unlocked<'_>) -> Result<BatchReport>, B: Batch> Flow<'_, U, B> {
     /// Starts encoding `group` and takes the group started before it. On an error, the group
     /// just started is waited for and dropped.
-    fn next(&mut self, group: Group) -> Result<()> {
+    fn next(&mut self, group: Group<B>) -> Result<()> {
         let group = Arc::new(group);
         let encoding = self.writer.start_records(Arc::clone(&group))?;
         let Some(before) = self.started.replace((group, encoding)) else {
@@ -161,7 +305,7 @@ impl<U: Fn(&mut Unlocked<'_>) -> Result<BatchReport>> Flow<'_, U> {
     }
 
     /// Starts the last group, if it has rows, and takes what is left.
-    fn last(&mut self, group: Group) -> Result<()> {
+    fn last(&mut self, group: Group<B>) -> Result<()> {
         if !group.items.is_empty() {
             self.next(group)?;
         }
@@ -173,7 +317,7 @@ impl<U: Fn(&mut Unlocked<'_>) -> Result<BatchReport>> Flow<'_, U> {
 
     /// Waits for a group and takes it. On a refused row, takes the rows before it and returns
     /// the error.
-    fn land(&mut self, (group, encoding): Started) -> Result<()> {
+    fn land(&mut self, (group, encoding): Started<B>) -> Result<()> {
         let writer = &mut *self.writer;
         let mut encoding = Some(encoding);
         let landed =
@@ -190,13 +334,14 @@ impl<U: Fn(&mut Unlocked<'_>) -> Result<BatchReport>> Flow<'_, U> {
             _ => 0,
         };
         if before > 0 {
-            let (items, batches) = (&group.items[..before], &group.batches);
+            let group = Arc::new(Group {
+                batches: group.batches.clone(),
+                items: group.items[..before].to_vec(),
+                weights: group.weights[..before].to_vec(),
+            });
+            let mut encoding = Some(writer.start_records(group)?);
             let done = (self.unlocked)(&mut || {
-                writer.add_records(
-                    items,
-                    |&(batch, row)| batches[batch].weight(row),
-                    |index, &(batch, row), encode| encode(&batches[batch].record(row, index)?),
-                )
+                writer.land_records(encoding.take().expect("landed once"))
             })?;
             self.merge(done);
         }

@@ -1,11 +1,10 @@
 //! Arrow record batches as group memberships (`GroupsWriter.add_arrow`).
 //!
 //! A batch's columns are mapped to the fields of a membership by name once, with the readers
-//! of record columns (`members` is read as an ACL's `principals`); then each row is read in
+//! of record columns (`members` is read as an ACL's `principals`, or as JSON text as a content
+//! feed's `acl` may be); then each row is read in
 //! place and goes through the JSON Lines reader's checks (`MembershipInput::into_membership`),
 //! so that a membership means the same whichever way it came.
-
-use std::fmt::Display;
 
 use arrow_array::{Array, BooleanArray, RecordBatch};
 use arrow_schema::SchemaRef;
@@ -13,47 +12,35 @@ use arrow_schema::SchemaRef;
 use crate::acl::Dialect;
 use crate::error::{Error, RecordErrorKind, Result};
 use crate::groups::{Membership, MembershipInput, FIELDS};
-use crate::writer::{BatchReport, FeedWriter, SetKind};
+use crate::writer::{Item, SetKind};
 
 use super::columns::Bytes;
-use super::feed::Unlocked;
+use super::feed::Batch;
 use super::nested::{optional_text, text_column, PrincipalLists};
-use super::{booleans, columns, required, unknown_column, Rows};
+use super::{booleans, mapped, required, unknown_column, Rows};
 
-/// Rows read into memberships and taken at once: up to this many rows, or rows of this many
-/// members in all (a member read is about 100 bytes, its name aside), enough to keep the
-/// encoding threads busy and few enough to keep memory small.
-const GROUP_ROWS: usize = 16_384;
-const GROUP_MEMBERS: usize = 65_536;
+/// About how many bytes a member encodes to, its name aside (a `principal` element and its
+/// attributes), and a membership, its members aside.
+const MEMBER_BYTES: usize = 100;
 
 /// A batch's columns, by membership field; `None` where the batch has no such column, or one
 /// of the null type (all null).
 #[derive(Default)]
-struct Memberships {
+pub struct Memberships {
     group: Option<Bytes>,
     namespace: Option<Bytes>,
     case_sensitive: Option<BooleanArray>,
     principal_type: Option<Bytes>,
-    members: Option<PrincipalLists>,
+    members: Option<Members>,
+}
+
+/// The `members` column: lists of structs, or each list as JSON text (`[{"name": ...}]`).
+enum Members {
+    Lists(Box<PrincipalLists>),
+    Json(Bytes),
 }
 
 impl Memberships {
-    /// Maps a batch's columns to the fields of a membership; refuses (naming it) a column that
-    /// a membership does not have, or whose type cannot hold its field.
-    fn new(batch: &RecordBatch) -> Result<Memberships> {
-        let mut rows = Memberships::default();
-        for (name, array) in columns(batch, FIELDS)? {
-            rows.take(name, array).map_err(Error::Config)?;
-        }
-        required(batch, "group", "every membership names its group")?;
-        required(
-            batch,
-            "members",
-            "every group needs at least one member (the groups DTD has no empty group)",
-        )?;
-        Ok(rows)
-    }
-
     fn take(&mut self, name: &str, array: &dyn Array) -> std::result::Result<(), String> {
         let text = || text_column(name, array).map(Some);
         match name {
@@ -61,7 +48,14 @@ impl Memberships {
             "namespace" => self.namespace = text()?,
             "principal_type" => self.principal_type = text()?,
             "case_sensitive" => self.case_sensitive = Some(booleans(name, array)?),
-            "members" => self.members = Some(PrincipalLists::new(name, array, Dialect::Groups)?),
+            "members" => {
+                self.members = Some(match Bytes::new(array) {
+                    Some((text, true)) => Members::Json(text),
+                    _ => {
+                        Members::Lists(Box::new(PrincipalLists::new(name, array, Dialect::Groups)?))
+                    }
+                })
+            }
             _ => return Err(unknown_column(name, FIELDS)),
         }
         Ok(())
@@ -81,11 +75,17 @@ impl Memberships {
             ));
         };
         let members = match &self.members {
-            Some(lists) => lists
-                .get(row, "members")
-                .map_err(|m| Error::record(index, Some("members"), m))?,
-            None => Vec::new(),
-        };
+            Some(Members::Lists(lists)) => lists.get(row, "members"),
+            Some(Members::Json(text)) => match text.text(row) {
+                Ok(Some(text)) => {
+                    serde_json::from_str(text).map_err(|e| e.to_string().replace('`', "'"))
+                }
+                Ok(None) => Ok(Vec::new()),
+                Err(m) => Err(m.to_owned()),
+            },
+            None => Ok(Vec::new()),
+        }
+        .map_err(|m| Error::record(index, Some("members"), m))?;
         MembershipInput {
             group: group.to_owned(),
             namespace: text(&self.namespace, "namespace")?.map(str::to_owned),
@@ -100,6 +100,42 @@ impl Memberships {
     }
 }
 
+impl Batch for Memberships {
+    const MEMBERSHIPS: bool = true;
+
+    /// Maps a batch's columns to the fields of a membership; refuses (naming it) a column that
+    /// a membership does not have, or whose type cannot hold its field.
+    fn new(batch: &RecordBatch) -> Result<Memberships> {
+        let rows = mapped(batch, FIELDS, Memberships::take)?;
+        required(batch, "group", "every membership names its group")?;
+        required(
+            batch,
+            "members",
+            "every group needs at least one member (the groups DTD has no empty group)",
+        )?;
+        Ok(rows)
+    }
+
+    fn weight(&self, row: usize) -> usize {
+        MEMBER_BYTES
+            + match &self.members {
+                Some(Members::Lists(lists)) => MEMBER_BYTES * lists.count(row),
+                // About what the members encode to: their JSON, less its quotes and braces.
+                Some(Members::Json(text)) => text.len(row),
+                None => 0,
+            }
+    }
+
+    fn with_item(
+        &self,
+        row: usize,
+        index: usize,
+        encode: &mut dyn FnMut(Item<'_, '_>) -> Result<()>,
+    ) -> Result<()> {
+        encode(Item::Membership(&self.membership(row, index)?))
+    }
+}
+
 /// Checks the columns of `schema` as a writer of `set` reads them, before any row is read (so
 /// that an empty stream's are checked too).
 pub fn check_columns(set: SetKind, schema: SchemaRef) -> Result<()> {
@@ -107,86 +143,6 @@ pub fn check_columns(set: SetKind, schema: SchemaRef) -> Result<()> {
     match set {
         SetKind::Groups => Memberships::new(&empty).map(drop),
         SetKind::Feed | SetKind::Thunderstone => Rows::new(&empty).map(drop),
-    }
-}
-
-/// Writes every row of `batches` as a membership, numbered from 0 across them, through
-/// `writer`, as `add_batches` writes records: `unlocked` runs the writing, in which the rows are
-/// read into memberships on the encoding threads (batches are read where this is called); a
-/// refused row leaves every row before it written and none after it.
-pub fn add_membership_batches<E: Display>(
-    writer: &mut FeedWriter,
-    batches: impl Iterator<Item = std::result::Result<RecordBatch, E>>,
-    unlocked: impl Fn(&mut Unlocked<'_>) -> Result<BatchReport>,
-) -> (BatchReport, Option<Error>) {
-    let mut report = BatchReport::default();
-    let mut index = 0;
-    for batch in batches {
-        let read = batch
-            .map_err(|e| Error::Config(format!("cannot read the Arrow data: {e}")))
-            .and_then(|batch| Ok((Memberships::new(&batch)?, batch.num_rows())));
-        let (rows, len) = match read {
-            Ok(read) => read,
-            Err(e) => return (report, Some(e)),
-        };
-        // (index across the input, (row, members)), cut into groups.
-        let mut items: Vec<(usize, (usize, usize))> = Vec::new();
-        let mut members = 0;
-        for row in 0..=len {
-            let full = items.len() >= GROUP_ROWS || members >= GROUP_MEMBERS;
-            if (full || row == len) && !items.is_empty() {
-                let mut stop = None;
-                let done = unlocked(&mut || {
-                    let (done, error) = take(writer, &rows, &items);
-                    stop = error;
-                    Ok(done)
-                });
-                if let Ok(done) = done {
-                    report.warnings.extend(done.warnings);
-                    report.finished.extend(done.finished);
-                }
-                if stop.is_some() {
-                    return (report, stop);
-                }
-                (items, members) = (Vec::new(), 0);
-            }
-            if row < len {
-                let count = rows.members.as_ref().map_or(0, |m| m.count(row));
-                members += count;
-                items.push((index + row, (row, count)));
-            }
-        }
-        index += len;
-    }
-    (report, None)
-}
-
-/// Writes the rows of `items`, read into memberships; on a refused one, writes those before it
-/// and returns its error beside what was written.
-fn take(
-    writer: &mut FeedWriter,
-    batch: &Memberships,
-    items: &[(usize, (usize, usize))],
-) -> (BatchReport, Option<Error>) {
-    let mut add = |items| {
-        writer.add_memberships_from(
-            items,
-            |&(_, members)| 1 + members,
-            |index, &(row, _), encode| encode(&batch.membership(row, index)?),
-        )
-    };
-    // Nothing of the items is written when one is refused: those before it are written again
-    // without it.
-    match add(items) {
-        Err(error @ Error::Record { index, .. }) => {
-            let before = items.partition_point(|&(i, _)| i < index);
-            match add(&items[..before]) {
-                Ok(done) => (done, Some(error)),
-                Err(e) => (BatchReport::default(), Some(e)),
-            }
-        }
-        Ok(done) => (done, None),
-        Err(e) => (BatchReport::default(), Some(e)),
     }
 }
 

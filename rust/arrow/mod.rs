@@ -24,10 +24,12 @@ use arrow_schema::{DataType, Fields};
 use crate::error::{Error, Result};
 use crate::jsonl::{into_record, unknown_field, Apart, RawRecord, RawTimestamp, FIELDS};
 use crate::record::{Content, Record, Timestamp};
+use crate::writer::Item;
 
 use columns::{Bytes, Ints, Seconds};
+use feed::Batch;
 pub use feed::{add_batches, Unlocked};
-pub use memberships::{add_membership_batches, check_columns};
+pub use memberships::{check_columns, Memberships};
 pub use nested::type_name;
 use nested::{text_column, wrong_type, Acl, Meta};
 
@@ -35,7 +37,6 @@ use nested::{text_column, wrong_type, Acl, Meta};
 /// the null type (all null).
 #[derive(Default)]
 pub struct Rows {
-    len: usize,
     url: Option<Bytes>,
     action: Option<Bytes>,
     mimetype: Option<Bytes>,
@@ -70,20 +71,6 @@ fn booleans(path: &str, array: &dyn Array) -> std::result::Result<BooleanArray, 
 }
 
 impl Rows {
-    /// Maps a batch's columns to the record fields; refuses (naming it) a column the schema
-    /// does not have, or whose type cannot hold its field.
-    pub fn new(batch: &RecordBatch) -> Result<Rows> {
-        let mut rows = Rows {
-            len: batch.num_rows(),
-            ..Rows::default()
-        };
-        for (name, array) in columns(batch, FIELDS)? {
-            rows.take(name, array).map_err(Error::Config)?;
-        }
-        required(batch, "url", "every record needs its URL")?;
-        Ok(rows)
-    }
-
     fn take(&mut self, name: &str, array: &dyn Array) -> std::result::Result<(), String> {
         let text = || text_column(name, array).map(Some);
         match name {
@@ -130,22 +117,6 @@ impl Rows {
             _ => return Err(unknown_column(name, FIELDS)),
         }
         Ok(())
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// About how much work encoding a row is, as `Record::weight` says.
-    pub fn weight(&self, row: usize) -> usize {
-        let len = |column: &Option<Bytes>| column.as_ref().map_or(0, |c| c.len(row));
-        len(&self.url)
-            + self.content.as_ref().map_or(0, |(c, _)| c.len(row))
-            + len(&self.content_base64)
     }
 
     /// The record of `row`; `index` names it in errors.
@@ -230,6 +201,35 @@ impl Rows {
     }
 }
 
+impl Batch for Rows {
+    const MEMBERSHIPS: bool = false;
+
+    /// Maps a batch's columns to the record fields; refuses (naming it) a column the schema
+    /// does not have, or whose type cannot hold its field.
+    fn new(batch: &RecordBatch) -> Result<Rows> {
+        let rows = mapped(batch, FIELDS, Rows::take)?;
+        required(batch, "url", "every record needs its URL")?;
+        Ok(rows)
+    }
+
+    /// As `Record::weight` says.
+    fn weight(&self, row: usize) -> usize {
+        let len = |column: &Option<Bytes>| column.as_ref().map_or(0, |c| c.len(row));
+        len(&self.url)
+            + self.content.as_ref().map_or(0, |(c, _)| c.len(row))
+            + len(&self.content_base64)
+    }
+
+    fn with_item(
+        &self,
+        row: usize,
+        index: usize,
+        encode: &mut dyn FnMut(Item<'_, '_>) -> Result<()>,
+    ) -> Result<()> {
+        encode(Item::Record(&self.record(row, index)?))
+    }
+}
+
 fn unknown_column(name: &str, fields: &[&str]) -> String {
     // "unknown field 'x': did you mean...": a column, here.
     unknown_field(name, fields).replacen("field", "column", 1)
@@ -251,6 +251,20 @@ fn columns<'b>(batch: &'b RecordBatch, fields: &[&str]) -> Result<Vec<(&'b str, 
         }
     }
     Ok(found)
+}
+
+/// The columns of `batch` mapped by `take`, in turn, into a reader of its rows; a column it
+/// refuses (by name or type) refuses the batch.
+fn mapped<T: Default>(
+    batch: &RecordBatch,
+    fields: &[&str],
+    take: fn(&mut T, &str, &dyn Array) -> std::result::Result<(), String>,
+) -> Result<T> {
+    let mut rows = T::default();
+    for (name, array) in columns(batch, fields)? {
+        take(&mut rows, name, array).map_err(Error::Config)?;
+    }
+    Ok(rows)
 }
 
 /// Refuses a name given twice among `fields` (the columns of a batch, `prefix` empty, or the

@@ -372,13 +372,18 @@ impl FeedWriter {
         })
     }
 
-    /// Like `add_records`, returning at once: the records of `source` are made and encoded on
-    /// the encoding threads while the caller goes on (reads the next batch, takes the one
-    /// before). `land_records` takes them; batches started and landed in turn keep the threads
-    /// busy, where one at a time each ended with the threads waiting for the slowest.
+    /// Like `add_records`, returning at once: the items of `source` (records, or memberships)
+    /// are made and encoded on the encoding threads while the caller goes on (reads the next
+    /// batch, takes the one before). `land_records` takes them; batches started and landed in
+    /// turn keep the threads busy, where one at a time each ended with the threads waiting for
+    /// the slowest.
     pub fn start_records<S: RecordSource>(&self, source: Arc<S>) -> Result<StartedRecords<S>> {
-        let Some(encode) = self.set.form().encode_record else {
-            return Err(self.refuse("document records"));
+        let form = self.set.form();
+        let encode = match (S::MEMBERSHIPS, form.encode_record) {
+            (false, Some(encode)) => Some(encode),
+            (false, None) => return Err(self.refuse("document records")),
+            (true, _) if form.memberships => None,
+            (true, _) => return Err(self.refuse("group memberships")),
         };
         let (kind, enc) = (self.kind, self.encode_options());
         let weights = (0..source.count()).map(|i| source.weight(i));
@@ -390,8 +395,13 @@ impl FeedWriter {
                 |i| source.index(i),
                 scratch,
                 |i, scratch, out| {
-                    source.with_record(i, &mut |record| {
-                        encode(source.index(i), record, kind, enc, scratch, out)
+                    let index = source.index(i);
+                    source.with_item(i, &mut |item| match (item, encode) {
+                        (Item::Record(record), Some(encode)) => {
+                            encode(index, record, kind, enc, scratch, out)
+                        }
+                        (Item::Membership(m), None) => m.encode_into(index, out),
+                        _ => unreachable!("a source gives the items it says it gives"),
                     })
                 },
             )
@@ -584,18 +594,23 @@ struct Chunk {
     how: LineEncoding,
 }
 
-/// Records that `start_records` makes and encodes on the encoding threads, the `i`th of them
-/// named `index(i)` in errors and about `weight(i)` of work.
+/// Records (or group memberships, if `MEMBERSHIPS`) that `start_records` makes and encodes on
+/// the encoding threads, the `i`th of them named `index(i)` in errors and about `weight(i)` of
+/// work.
 pub trait RecordSource: Send + Sync + 'static {
+    const MEMBERSHIPS: bool;
     fn count(&self) -> usize;
     fn index(&self, i: usize) -> usize;
     fn weight(&self, i: usize) -> usize;
-    /// Makes the `i`th record and gives it to `encode`.
-    fn with_record(
-        &self,
-        i: usize,
-        encode: &mut dyn FnMut(&Record<'_>) -> Result<()>,
-    ) -> Result<()>;
+    /// Makes the `i`th item and gives it to `encode`.
+    fn with_item(&self, i: usize, encode: &mut dyn FnMut(Item<'_, '_>) -> Result<()>)
+        -> Result<()>;
+}
+
+/// An item of a `RecordSource`.
+pub enum Item<'s, 'r> {
+    Record(&'s Record<'r>),
+    Membership(&'s Membership),
 }
 
 /// Records on the encoding threads (`FeedWriter::start_records`). Dropped before they are

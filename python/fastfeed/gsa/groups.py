@@ -77,8 +77,9 @@ class GroupsWriter(SetWriter):
         as memberships, read in place by the Rust core, as `FeedWriter.add_arrow` reads records:
         columns `group`, `namespace`, `case_sensitive`, `principal_type` as in `Membership`, and
         `members` a list of structs with the fields of a `Principal` (`name`, `scope`,
-        `namespace`, `case_sensitive`, `principal_type`). The same memberships make the same
-        files as `add_batch`; errors are those of `SetWriter.add_arrow`."""
+        `namespace`, `case_sensitive`, `principal_type`), or that list as JSON text. The same
+        memberships make the same files as `add_batch`; errors are those of
+        `SetWriter.add_arrow`."""
         super().add_arrow(data)
 
 

@@ -164,8 +164,8 @@ class _Builder:
         """Starts each chunk on the writer's threads, then yields the one `ahead` before it to
         be taken: the threads encode the next chunk while Python takes the last and reads on.
         Started two ahead, a chunk is planned (its files opened and read ahead) while the two
-        before it are encoded, and encoded from when the one before the last is taken (see
-        `start_jsonl`)."""
+        before it are encoded, and encoded once Python is done with the first of them (see
+        `FeedWriter::start_jsonl` in the core)."""
         started: collections.deque[tuple[Chunk, T]] = collections.deque()
         for item in chunks:
             self.writer.start_jsonl(item[0])

@@ -339,3 +339,64 @@ fn a_chunk_keeps_the_setting_it_started_with_in_its_later_rounds() {
     let good: Vec<usize> = (0..300).filter(|i| *i != 250).collect();
     assert_eq!(numbers_written(out.path()), good);
 }
+
+/// Chunks started two ahead are planned while the two before them are encoded, and encoded once
+/// the caller is back; a chunk's next round is planned while its round before is encoded. All
+/// their records are written once, in order, and the last reference to each chunk is dropped
+/// by the caller, that of a chunk whose next round was planned and never encoded (the round
+/// before failed) included.
+#[test]
+fn chunks_and_rounds_planned_ahead_are_written_in_order_and_let_go_of_by_the_caller() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = big_file(dir.path());
+    let dropped_on = Arc::new(Mutex::new(Vec::new()));
+    // Lines `first..first + count` naming the big file, but line `bad` a missing one.
+    let chunk = |first: usize, count: usize, bad: Option<usize>| -> SharedChunk {
+        let bytes = (first..first + count)
+            .map(|i| {
+                let path = match bad == Some(i) {
+                    true => std::path::Path::new("/no/such"),
+                    false => &big,
+                };
+                format!("{{\"url\": \"http://h.example.com/{i}\", \"content_path\": {path:?}}}\n")
+            })
+            .collect::<String>()
+            .into_bytes();
+        Arc::new(Noted {
+            bytes,
+            dropped_on: Arc::clone(&dropped_on),
+        })
+    };
+    let opts = Options {
+        workers: 2,
+        ..Options::default()
+    };
+    let (out, mut w) = common::docs_writer(opts.clone());
+    // Two rounds each (128 big files a round).
+    w.start_jsonl(chunk(0, 130, None));
+    w.start_jsonl(chunk(130, 130, None));
+    for first in (260..520).step_by(130) {
+        w.start_jsonl(chunk(first, 130, None));
+        assert_eq!(w.wait_jsonl().unwrap().lines, 130);
+    }
+    for _ in 0..2 {
+        assert_eq!(w.wait_jsonl().unwrap().lines, 130);
+    }
+    w.finish().unwrap();
+    assert_eq!(numbers_written(out.path()), (0..520).collect::<Vec<_>>());
+
+    // Line 250 fails the second round, while the third is planned.
+    let (_out, mut w) = common::docs_writer(opts);
+    w.start_jsonl(chunk(0, 300, Some(250)));
+    w.start_jsonl(chunk(300, 3, None));
+    w.start_jsonl(chunk(303, 3, None));
+    match w.wait_jsonl() {
+        Err(fastfeed_core::Error::Record { index: 250, .. }) => {}
+        other => panic!("{:?}", other.map(|r| r.lines)),
+    }
+    assert_eq!(w.written_before_error(), 128);
+    drop(w);
+    let dropped_on = dropped_on.lock().unwrap();
+    assert_eq!(dropped_on.len(), 7);
+    assert!(dropped_on.iter().all(|&id| id == thread::current().id()));
+}

@@ -431,14 +431,30 @@ impl FeedWriter {
     /// `add_batch`) goes ahead of it. Chunks started one ahead keep the threads busy while the
     /// caller takes the last one and reads the next: one at a time, each chunk ended with the
     /// threads waiting for the slowest, then for the caller, about 0.4 ms a chunk on two cores.
+    ///
+    /// Chunks started further ahead are planned at once (their files opened and read ahead)
+    /// but encoded only from the next call after fewer than `ENCODED_AHEAD` chunks are ahead of
+    /// them (the caller is done with the last one taken): a chunk's plan is ready when the
+    /// encoding threads are done with the chunk before, and no more chunks hold records than
+    /// when chunks were started one ahead.
     pub fn start_jsonl(&mut self, chunk: SharedChunk) {
-        let started = self.launch(chunk);
+        self.open_started();
+        let open = self.started().len() < ENCODED_AHEAD;
+        let started = self.launch(chunk, open);
         self.started().push_back(started);
+    }
+
+    /// Lets the first `ENCODED_AHEAD` chunks started be encoded (see `start_jsonl`).
+    fn open_started(&mut self) {
+        for chunk in self.started().iter().take(ENCODED_AHEAD) {
+            chunk.started.open();
+        }
     }
 
     /// Waits for the oldest chunk started and takes it, as `add_jsonl` would have.
     pub fn wait_jsonl(&mut self) -> Result<BatchReport> {
         self.written = 0;
+        self.open_started();
         let started = self
             .started()
             .pop_front()
@@ -452,7 +468,7 @@ impl FeedWriter {
     /// is no error while `skip_refused`: see `take_refused`). The report's
     /// `lines` counts the chunk's lines.
     pub fn add_jsonl(&mut self, chunk: SharedChunk) -> Result<BatchReport> {
-        let started = self.launch(chunk);
+        let started = self.launch(chunk, true);
         self.land(started)
     }
 
@@ -461,8 +477,9 @@ impl FeedWriter {
     }
 
     /// Hands the pieces of a chunk to the encoding threads (see `tasks::start_chunk`), to be
-    /// encoded, in all its rounds, with the writer's settings of now.
-    fn launch(&self, chunk: SharedChunk) -> Chunk {
+    /// encoded, in all its rounds, with the writer's settings of now; unless `open`, they are
+    /// planned and held back (see `tasks::start_chunk`).
+    fn launch(&self, chunk: SharedChunk, open: bool) -> Chunk {
         let how = LineEncoding {
             set: self.set,
             kind: self.kind,
@@ -472,7 +489,7 @@ impl FeedWriter {
             skip: self.skip.then_some(self.limits.overhead),
         };
         Chunk {
-            started: start_chunk(&self.pool, chunk, 0, how),
+            started: start_chunk(&self.pool, chunk, 0, how, open),
             how,
         }
     }
@@ -498,8 +515,13 @@ impl FeedWriter {
         let Chunk { started, how } = chunk;
         let mut next = Some(started);
         while let Some(started) = next.take() {
-            let (pieces, rest) = started.wait_rounds();
-            match self.land_round(pieces, report.lines) {
+            // The next round is planned (its files opened) while this one is encoded, and
+            // encoded once this one is taken: planned after, its plan kept both encoding
+            // threads waiting.
+            next = started
+                .rest()
+                .map(|(chunk, from)| start_chunk(&self.pool, chunk, from, how, false));
+            match self.land_round(started.wait(), report.lines) {
                 Ok(round) => {
                     report.warnings.extend(round.warnings);
                     report.finished.extend(round.finished);
@@ -507,13 +529,18 @@ impl FeedWriter {
                 }
                 Err(e) => {
                     // The rounds before went to the writing thread: written, unless that
-                    // thread is what failed.
+                    // thread is what failed. The next round, planned, is not encoded.
+                    if let Some(next) = next {
+                        next.discard();
+                    }
                     self.written = if self.writing_failed { 0 } else { report.lines };
                     self.unreported = report.finished;
                     return Err(e);
                 }
             }
-            next = rest.map(|(chunk, from)| start_chunk(&self.pool, chunk, from, how));
+            if let Some(next) = &next {
+                next.open();
+            }
         }
         Ok(report)
     }
@@ -586,6 +613,10 @@ impl FeedWriter {
         Ok((std::mem::take(&mut self.entries), finished))
     }
 }
+
+/// How many of the chunks of JSON Lines started are encoded at once, the oldest (being waited
+/// for) included (see `FeedWriter::start_jsonl`).
+const ENCODED_AHEAD: usize = 2;
 
 /// A chunk of JSON Lines on the encoding threads, and how its lines are encoded: its later
 /// rounds too, whatever the writer's settings when they start.

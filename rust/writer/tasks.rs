@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex};
 
 use crate::encode::Scratch;
 use crate::error::{Error, RecordErrorKind, Result};
@@ -257,22 +257,51 @@ pub(super) struct Results {
     /// The results in chunk order, and how many pieces are still out.
     pub(super) slots: Mutex<(Vec<Option<Piece>>, usize)>,
     pub(super) all_in: Condvar,
-    /// Where the lines the plan left for another round start, if it left any (see
-    /// `CHUNK_FILES`).
-    rest: OnceLock<usize>,
+    /// Once the plan is done, where the lines it left for another round start, if it left any
+    /// (see `CHUNK_FILES`).
+    rest: Mutex<Option<Option<usize>>>,
+    planned: Condvar,
+    /// The pieces planned and held back until the chunk may be encoded (see `Started::open`),
+    /// or `None` once it may.
+    held: Mutex<Option<Vec<HeldPieces>>>,
 }
 
+/// Pieces planned while their chunk waited its turn to be encoded: they go to the encoding
+/// threads when it comes.
+type HeldPieces = Box<dyn FnOnce() + Send>;
+
 impl Results {
-    /// Results for `pieces`, or, while a chunk is planned, for none yet and the plan out.
-    fn new(pieces: usize, planning: bool) -> Self {
+    /// Results for `pieces`, or, while a chunk is planned, for none yet and the plan out; its
+    /// pieces are held back until `open` unless `open` already.
+    fn new(pieces: usize, planning: bool, open: bool) -> Self {
         Results {
             slots: Mutex::new((
                 (0..pieces).map(|_| None).collect(),
                 pieces + usize::from(planning),
             )),
             all_in: Condvar::new(),
-            rest: OnceLock::new(),
+            rest: Mutex::new((!planning).then_some(None)),
+            planned: Condvar::new(),
+            held: Mutex::new((!open).then(Vec::new)),
         }
+    }
+
+    /// Hands pieces to the encoding threads by `spawn`, now if the chunk may be encoded, or
+    /// once it may.
+    fn pass(&self, spawn: impl FnOnce() + Send + 'static) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        match held.as_mut() {
+            Some(waiting) => waiting.push(Box::new(spawn)),
+            None => spawn(),
+        }
+    }
+
+    /// Lets the chunk be encoded: the pieces held back go to the encoding threads, in the
+    /// order they were planned, and those planned after go at once.
+    fn open(&self) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        // Spawned under the lock, so that a wave planned meanwhile follows those held.
+        held.take().into_iter().flatten().for_each(|spawn| spawn());
     }
 
     /// The plan cut `pieces` more of the chunk, which follow those before; returns the first
@@ -291,8 +320,10 @@ impl Results {
         self.one_less(slots);
     }
 
-    /// The plan has started every piece.
-    fn planned(&self) {
+    /// The plan has started every piece, and left the lines from `rest` for another round.
+    fn planned(&self, rest: Option<usize>) {
+        *self.rest.lock().unwrap_or_else(|e| e.into_inner()) = Some(rest);
+        self.planned.notify_all();
         self.one_less(self.slots.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
@@ -305,6 +336,11 @@ impl Results {
 }
 
 impl<K> Started<K> {
+    /// Lets the chunk's pieces be encoded, if `start_chunk` held them back.
+    pub(super) fn open(&self) {
+        self.results.open();
+    }
+
     /// Waits for every piece; returns their results in chunk order.
     pub(super) fn wait(self) -> Vec<Piece> {
         self.wait_keep().0
@@ -312,6 +348,7 @@ impl<K> Started<K> {
 
     /// `wait`, and gives back what the pieces read.
     fn wait_keep(self) -> (Vec<Piece>, K) {
+        self.open();
         let slots = self.results.slots.lock().unwrap_or_else(|e| e.into_inner());
         let mut slots = self
             .results
@@ -329,13 +366,29 @@ impl<K> Started<K> {
 }
 
 impl Started {
-    /// `wait`, with the chunk and where its lines left for another round start, if the plan
-    /// left some.
-    pub(super) fn wait_rounds(self) -> (Vec<Piece>, Option<(SharedChunk, usize)>) {
-        let results = Arc::clone(&self.results);
-        let (pieces, chunk) = self.wait_keep();
-        let rest = results.rest.get().map(|&from| (chunk, from));
-        (pieces, rest)
+    /// Waits for the chunk's plan only; returns the chunk and where the lines it left for
+    /// another round start, if it left some.
+    pub(super) fn rest(&self) -> Option<(SharedChunk, usize)> {
+        let rest = self.results.rest.lock().unwrap_or_else(|e| e.into_inner());
+        let rest = self
+            .results
+            .planned
+            .wait_while(rest, |rest| rest.is_none())
+            .unwrap_or_else(|e| e.into_inner());
+        rest.flatten().map(|from| (Arc::clone(&self.keep), from))
+    }
+
+    /// Lets go of a chunk whose pieces are held back (see `start_chunk`) without encoding
+    /// them, once its plan let go of it: the last reference goes here (see `SharedChunk`).
+    pub(super) fn discard(self) {
+        drop(self.rest());
+        let held = self
+            .results
+            .held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        drop(held);
     }
 }
 
@@ -467,18 +520,21 @@ const LATER_HELD: u64 = 4 << 20;
 /// the reading threads, which ask the kernel to read its files ahead and learn their sizes, so
 /// that its pieces are cut by what their records cost and not by their bytes of JSON, and so
 /// that a round takes no more than `CHUNK_FILES`. Planned while the chunk before is encoded, it
-/// keeps many file reads in flight, however few the encoding threads.
+/// keeps many file reads in flight, however few the encoding threads. Unless `open`, the
+/// pieces are planned but held back until `Started::open`: a chunk planned while two before it
+/// are encoded is ready the moment its turn comes, and holds no records meanwhile.
 pub(super) fn start_chunk(
     pool: &Arc<rayon::ThreadPool>,
     chunk: SharedChunk,
     from: usize,
     how: LineEncoding,
+    open: bool,
 ) -> Started {
     let count = pool.current_num_threads() * 8;
     if !jsonl::names_files(&(*chunk).as_ref()[from..]) {
-        return start_by_bytes(pool, chunk, from, count, how);
+        return start_by_bytes(pool, chunk, from, count, how, open);
     }
-    let results = Arc::new(Results::new(0, true));
+    let results = Arc::new(Results::new(0, true, open));
     let (plan_pool, plan_chunk, plan_results) =
         (Arc::clone(pool), Arc::clone(&chunk), Arc::clone(&results));
     // A thread of its own: planning waits for the disk where the cache is cold.
@@ -499,6 +555,7 @@ pub(super) fn start_chunk(
         if from > 0 {
             budget.held = LATER_HELD;
         }
+        let mut rest = None;
         for (lines, pieces) in waves.into_iter().filter(|(lines, _)| !lines.is_empty()) {
             let (planned, taken) = catch_unwind(AssertUnwindSafe(|| {
                 // Files past the budget are not opened: a round of a chunk naming many opens
@@ -516,22 +573,22 @@ pub(super) fn start_chunk(
                 (vec![by_bytes(lines.start..one)], one)
             });
             let first_piece = plan_results.expect(planned.len());
-            spawn_pieces(
-                &plan_pool,
-                &plan_chunk,
-                &plan_results,
-                planned,
-                first_piece,
-                how,
+            let (pool, chunk, results) = (
+                Arc::clone(&plan_pool),
+                Arc::clone(&plan_chunk),
+                Arc::clone(&plan_results),
             );
+            plan_results.pass(move || {
+                spawn_pieces(&pool, &chunk, &results, planned, first_piece, how);
+            });
             if taken < lines.end {
-                let _ = plan_results.rest.set(taken);
+                rest = Some(taken);
                 break;
             }
         }
         // Before the plan reports: the writer's own reference must be the last (see SharedChunk).
         drop(plan_chunk);
-        plan_results.planned();
+        plan_results.planned(rest);
     });
     match planning {
         Ok(_) => Started {
@@ -539,7 +596,7 @@ pub(super) fn start_chunk(
             results,
         },
         // No thread to plan on (out of threads): cut by bytes, as a chunk naming no file.
-        Err(_) => start_by_bytes(pool, chunk, from, count, how),
+        Err(_) => start_by_bytes(pool, chunk, from, count, how, open),
     }
 }
 
@@ -597,18 +654,21 @@ const FAST_BYTES: u64 = 256 << 20;
 
 /// Starts the lines of a chunk from `from` cut into `count` pieces of equal bytes of JSON.
 fn start_by_bytes(
-    pool: &rayon::ThreadPool,
+    pool: &Arc<rayon::ThreadPool>,
     chunk: SharedChunk,
     from: usize,
     count: usize,
     how: LineEncoding,
+    open: bool,
 ) -> Started {
     let pieces: Vec<_> = jsonl::pieces((*chunk).as_ref().len() - from, count)
         .into_iter()
         .map(|p| by_bytes(p.start + from..p.end + from))
         .collect();
-    let results = Arc::new(Results::new(pieces.len(), false));
-    spawn_pieces(pool, &chunk, &results, pieces, 0, how);
+    let results = Arc::new(Results::new(pieces.len(), false, open));
+    let (spawn_pool, spawn_chunk, spawn_results) =
+        (Arc::clone(pool), Arc::clone(&chunk), Arc::clone(&results));
+    results.pass(move || spawn_pieces(&spawn_pool, &spawn_chunk, &spawn_results, pieces, 0, how));
     Started {
         keep: chunk,
         results,
@@ -693,7 +753,7 @@ where
     K: Send + Sync + 'static,
     W: Fn(&K, Range<usize>, usize, &mut Scratch) -> Result<Encoded> + Clone + Send + 'static,
 {
-    let results = Arc::new(Results::new(runs.len(), false));
+    let results = Arc::new(Results::new(runs.len(), false, true));
     let mut order: Vec<(usize, (Range<usize>, usize))> = runs.into_iter().enumerate().collect();
     order.sort_by_key(|(_, (_, weight))| std::cmp::Reverse(*weight));
     for (at, (run, weight)) in order {

@@ -10,6 +10,7 @@ reported with its file and line.
 
 from __future__ import annotations
 
+import collections
 import errno
 import functools
 import glob
@@ -28,7 +29,7 @@ from typing import BinaryIO, Literal, TextIO, TypeVar
 from fastfeed.errors import FastfeedError, FeedError, InputError, RecordError, SettingsError
 from fastfeed.progress import Progress, Stage, human_bytes, plural, stage
 from fastfeed.sets import tables
-from fastfeed.sets.inputs import MappedInput, directory_batches, mappable, stream_chunks
+from fastfeed.sets.inputs import AHEAD, MappedInput, directory_batches, mappable, stream_chunks
 from fastfeed.sets.manifest import ManifestEntry
 from fastfeed.sets.writer import FeedWarning, SetWriter
 
@@ -112,7 +113,7 @@ class _Builder:
         self._changed = functools.partial(self._check_unchanged, name, changed)
         try:
             first = 1
-            for chunk, _ in self._one_ahead((chunk, None) for chunk in chunks):
+            for chunk, _ in self._ahead(((chunk, None) for chunk in chunks), AHEAD):
                 encoded = self.writer.bytes
                 first += self._take(chunk, functools.partial(_line_of, name, first))
                 resize(len(chunk), self.writer.bytes - encoded)
@@ -134,7 +135,7 @@ class _Builder:
     def directory(self, root: Path, base_url: str, skip: str) -> None:
         # The files' records go as JSON Lines too: one way into the core, one way to refuse.
         batches = ((batch.lines, batch) for batch in directory_batches(root, base_url, skip))
-        for chunk, batch in self._one_ahead(batches):
+        for chunk, batch in self._ahead(batches):
             for path, reason in batch.refused:
                 self.refuse(path, json.dumps({"content_path": path}).encode() + b"\n", reason)
             self._take(chunk, batch.paths.__getitem__)
@@ -162,17 +163,21 @@ class _Builder:
         self.refuse(self._locate(row), raw, reason)
         self._done = row + 1
 
-    def _one_ahead(self, chunks: Iterator[tuple[Chunk, T]]) -> Iterator[tuple[Chunk, T]]:
-        """Starts each chunk on the writer's threads, then yields the one before it to be
-        taken: the threads encode the next chunk while Python takes the last and reads on."""
-        previous = None
+    def _ahead(
+        self, chunks: Iterator[tuple[Chunk, T]], ahead: int = 1
+    ) -> Iterator[tuple[Chunk, T]]:
+        """Starts each chunk on the writer's threads, then yields the one `ahead` before it to
+        be taken: the threads encode the next chunk while Python takes the last and reads on.
+        Started two ahead, a chunk is planned (its files opened and read ahead) while the two
+        before it are encoded, and encoded once Python is done with the first of them (see
+        `FeedWriter::start_jsonl` in the core)."""
+        started: collections.deque[tuple[Chunk, T]] = collections.deque()
         for item in chunks:
             self.writer.start_jsonl(item[0])
-            if previous is not None:
-                yield previous
-            previous = item
-        if previous is not None:
-            yield previous
+            started.append(item)
+            if len(started) > ahead:
+                yield started.popleft()
+        yield from started
 
     def _take(self, chunk: Chunk, locate: Callable[[int], str]) -> int:
         """Takes the oldest chunk started, whose line `i` is named by `locate(i)`; returns how

@@ -5,6 +5,7 @@ newline-aligned chunks, directories of documents as batches of records. The buil
 
 from __future__ import annotations
 
+import collections
 import mmap
 import os
 import stat
@@ -26,6 +27,10 @@ CHUNK_BYTES = 4 * 1024 * 1024
 MIN_CHUNK_BYTES = 64 * 1024
 FILES_CHUNK_BYTES = 256 * 1024
 FILES_PROBE = 64 * 1024
+#: How many chunks of a mapped input the builder starts before it takes the first (see
+#: `Builder._ahead`).
+AHEAD = 2
+
 #: A directory's files go to the core in batches of at most DIR_BATCH files or DIR_BATCH_BYTES
 #: of them: each batch is a chunk, whose end the encoding threads may wait at (the next one's
 #: opens), so fewer are better; twice CHUNK_BYTES, since a file's record is mostly smaller than
@@ -76,7 +81,9 @@ class MappedInput:
 
     def chunks(self) -> Iterator[memoryview]:
         mapped, size = self._mapped, self.size
-        start = last = released = 0
+        start = released = 0
+        # The starts of the chunks yielded and perhaps still encoding (see below).
+        recent: collections.deque[int] = collections.deque(maxlen=AHEAD)
         while start < size:
             length = self._chunk_bytes
             if length > FILES_CHUNK_BYTES and (
@@ -89,16 +96,18 @@ class MappedInput:
                 if cut < 0:
                     cut = mapped.find(b"\n", end)
                 end = size if cut < 0 else cut + 1
-            # The chunks before the last one are written (the builder starts one chunk ahead,
-            # so the last may still be encoding): unmap their pages, or they would count in
-            # this process's memory up to the file's size (they stay in the page cache, and
+            # The chunks before the last AHEAD ones are written (the builder starts chunks
+            # ahead, so those may still be encoding): unmap their pages, or they would count
+            # in this process's memory up to the file's size (they stay in the page cache, and
             # come back if read again).
+            last = recent[0] if len(recent) == AHEAD else 0
             upto = last - last % mmap.PAGESIZE
             if upto > released:
                 mapped.madvise(mmap.MADV_DONTNEED, released, upto - released)
                 released = upto
             yield memoryview(mapped)[start:end]
-            last, start = start, end
+            recent.append(start)
+            start = end
 
 
 def stream_chunks(stream: IO[bytes], name: str) -> Iterator[bytes | memoryview]:

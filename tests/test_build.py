@@ -20,6 +20,8 @@ from fastfeed._core import Blake3, Xxh3
 from fastfeed.cli import main
 from fastfeed.errors import FastfeedError
 from fastfeed.gsa.validate import validate_file
+from fastfeed.progress import stage
+from fastfeed.sets.build import _Builder
 from feeds import decode_file, decode_set
 
 
@@ -638,6 +640,29 @@ def test_a_huge_refused_line_is_set_aside_from_the_input_never_copied(
     assert (out / "rejected.jsonl").read_bytes() == huge + b"\n"
     assert ":2: pagerank: invalid type" in (out / "rejected.log").read_text()
     assert [f.url for f in decode_set(out)] == ["http://docs.example.com/1"]
+
+
+@pytest.mark.parametrize(
+    ("indices", "written"),
+    [([1, 1], b'{"b":2}\n'), ([2, 1], b'{"c":3}\n'), ([3], b"")],
+    ids=["repeated", "out of order", "past the chunk"],
+)
+def test_a_refused_index_that_is_no_next_line_of_its_chunk_stops_the_build(
+    tmp_path: Path, indices: list[int], written: bytes
+) -> None:
+    """The core refuses each line of a chunk once, in order: any other index is a bug, which
+    stops the build rather than write another line (or an empty one) to rejected.jsonl."""
+    builder = _Builder("skip", stage(None, "build"), tmp_path)
+    refused = []
+    for index in indices:
+        exc = RecordError("invalid type")
+        exc.index, exc.field, exc.reason = index, None, "invalid type"
+        refused.append(exc)
+    with pytest.raises(RuntimeError, match="refused out of order or past its end"):
+        builder._refuse_lines(b'{"a":1}\n{"b":2}\n{"c":3}\n', refused)
+    builder.rejected.close()
+    rejected = tmp_path / "rejected.jsonl"
+    assert (rejected.read_bytes() if rejected.exists() else b"") == written
 
 
 def test_files_just_under_the_big_ones_wait_in_memory_a_round_at_a_time(tmp_path: Path) -> None:

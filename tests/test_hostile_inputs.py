@@ -5,6 +5,7 @@ output. Each must give every record, or stop with a message naming what could no
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 import textwrap
@@ -125,6 +126,33 @@ def test_an_endless_line_from_a_device_is_refused_not_held(
     assert main(build_args("/dev/zero", tmp_path / "out")) == 1
     err = capsys.readouterr().err
     assert "/dev/zero:1: the line is longer than 20 MB" in err
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
+
+
+def test_a_long_line_from_a_pipe_that_tmpdir_cannot_hold_names_the_line_and_tmpdir(
+    tmp_path: Path,
+) -> None:
+    """A line longer than a block (4 MB) from a pipe waits in a temporary file: one that cannot
+    be written there (a full $TMPDIR; here, files limited to 2 MB) stops the build naming the
+    line, the directory, and what to do, not only the system's error."""
+    spool = tmp_path / "tmp"
+    spool.mkdir()
+    line = orjson.dumps({"url": "http://docs.example.com/long", "content": "x" * 10_000_000})
+
+    def limit_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2_000_000, 2_000_000))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "fastfeed", *build_args("-", tmp_path / "out")],
+        input=DATA + line + b"\n",
+        capture_output=True,
+        env={**os.environ, "TMPDIR": str(spool)},
+        preexec_fn=limit_files,
+    )
+    assert done.returncode == 1
+    err = done.stderr.decode()
+    assert f"<stdin>:4: cannot hold the line in a temporary file in {spool} (File too large)" in err
+    assert "set TMPDIR to a directory on a file system with room for it" in err
     assert not (tmp_path / "out" / "manifest.jsonl").exists()
 
 

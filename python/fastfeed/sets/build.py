@@ -212,6 +212,12 @@ class _Builder:
                 self._changed()
             for _ in range(exc.index - line):
                 start = _end_of_line(data, start)
+            if exc.index < line or start == len(data):
+                # The core refuses lines of the chunk, each once, in order: any other index
+                # would write another line as refused, or none.
+                raise RuntimeError(
+                    f"line {exc.index} of a chunk refused out of order or past its end"
+                )
             end = _end_of_line(data, start)
             reason = f"{exc.field}: {exc.reason}" if exc.field else exc.reason
             self.refuse(self.where(exc.index), data[start:end], reason)

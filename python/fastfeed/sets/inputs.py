@@ -6,11 +6,12 @@ newline-aligned chunks, directories of documents as batches of records. The buil
 from __future__ import annotations
 
 import collections
+import contextlib
 import mmap
 import os
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -120,25 +121,23 @@ def stream_chunks(stream: IO[bytes], name: str) -> Iterator[bytes | memoryview]:
     held = lines = 0
     while block := stream.read(CHUNK_BYTES):
         cut = block.rfind(b"\n") + 1
+        where = f"{name}:{lines + 1}"  # the line that ends in this block, or past it
         if cut == 0:
-            if spool is None:
-                spool = tempfile.TemporaryFile()  # noqa: SIM115 - closed once mapped, or too long
-                spool.writelines(pending)
-                pending = []
-            spool.write(block)
+            spool = _spooled(spool, [*pending, block], where)
+            pending = []
             held += len(block)
             if held > MAX_STREAMED_LINE:
                 spool.close()
                 raise InputError(
-                    f"{name}:{lines + 1}",
+                    where,
                     f"the line is longer than {MAX_STREAMED_LINE // 1_000_000} MB (no record that "
                     "long fits in a feed file); give large content by content_path",
                 )
             continue
         lines += block.count(b"\n", 0, cut)
         if spool is not None:
-            spool.write(memoryview(block)[:cut])
-            chunk: bytes | memoryview = _mapped(spool)
+            spool = _spooled(spool, [memoryview(block)[:cut]], where)
+            chunk: bytes | memoryview = _mapped(spool, where)
             spool = None
         else:
             chunk = b"".join((*pending, block[:cut])) if pending else block[:cut]
@@ -146,17 +145,43 @@ def stream_chunks(stream: IO[bytes], name: str) -> Iterator[bytes | memoryview]:
         held = len(block) - cut
         yield chunk
     if spool is not None:
-        yield _mapped(spool)
+        yield _mapped(spool, f"{name}:{lines + 1}")
     elif pending:
         yield b"".join(pending)
 
 
-def _mapped(spool: IO[bytes]) -> memoryview:
+def _spooled(spool: IO[bytes] | None, parts: Iterable[bytes | memoryview], where: str) -> IO[bytes]:
+    """`spool`, or a new unnamed temporary file, with `parts` of the line at `where` written."""
+    try:
+        if spool is None:
+            spool = tempfile.TemporaryFile()  # noqa: SIM115 - closed once mapped, or too long
+        spool.writelines(parts)
+    except OSError as exc:
+        if spool is not None:
+            with contextlib.suppress(OSError):  # what it buffers cannot be written either
+                spool.close()
+        raise _unspooled(where, exc) from exc
+    return spool
+
+
+def _mapped(spool: IO[bytes], where: str) -> memoryview:
     """The bytes written to `spool`, mapped for reading; the file is closed, and gone once the
     mapping is."""
-    with spool:
-        spool.flush()
-        return memoryview(mmap.mmap(spool.fileno(), 0, access=mmap.ACCESS_READ))
+    try:
+        with spool:
+            spool.flush()
+            return memoryview(mmap.mmap(spool.fileno(), 0, access=mmap.ACCESS_READ))
+    except OSError as exc:
+        raise _unspooled(where, exc) from exc
+
+
+def _unspooled(where: str, exc: OSError) -> InputError:
+    """The line at `where`, too long to read in one block, could not wait in a temporary file."""
+    return InputError(
+        where,
+        f"cannot hold the line in a temporary file in {tempfile.gettempdir()} ({exc.strerror}); "
+        "set TMPDIR to a directory on a file system with room for it",
+    )
 
 
 def mappable(stream: IO[bytes]) -> bool:

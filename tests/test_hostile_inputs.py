@@ -153,6 +153,7 @@ def test_a_long_line_from_a_pipe_that_tmpdir_cannot_hold_names_the_line_and_tmpd
     err = done.stderr.decode()
     assert f"<stdin>:4: cannot hold the line in a temporary file in {spool} (File too large)" in err
     assert "set TMPDIR to a directory on a file system with room for it" in err
+    assert "--on-error skip" not in err  # the disk failed, not the line: skipping cannot help
     assert not (tmp_path / "out" / "manifest.jsonl").exists()
 
 

@@ -175,12 +175,14 @@ def _mapped(spool: IO[bytes], where: str) -> memoryview:
         raise _unspooled(where, exc) from exc
 
 
-def _unspooled(where: str, exc: OSError) -> InputError:
-    """The line at `where`, too long to read in one block, could not wait in a temporary file."""
-    return InputError(
-        where,
-        f"cannot hold the line in a temporary file in {tempfile.gettempdir()} ({exc.strerror}); "
-        "set TMPDIR to a directory on a file system with room for it",
+def _unspooled(where: str, exc: OSError) -> OSError:
+    """The line at `where`, too long to read in one block, could not wait in a temporary file.
+    An OSError, not a refused record: the disk failed, not the line, so `--on-error skip` must
+    not pass over it."""
+    return OSError(
+        exc.errno,
+        f"{where}: cannot hold the line in a temporary file in {tempfile.gettempdir()} "
+        f"({exc.strerror}); set TMPDIR to a directory on a file system with room for it",
     )
 
 

@@ -677,13 +677,13 @@ fn encode_run(
 }
 
 impl Drop for FeedWriter {
-    /// Waits for the chunks still being encoded (see `SharedChunk`), stops the writing thread
-    /// and waits for it, so that the unfinished file is gone (see `Files::drop`) when the writer
-    /// is.
+    /// Lets go of the chunks started (those held back unencoded: a writer dropped on an error
+    /// would encode them only to throw them away), stops the writing thread and waits for it,
+    /// so that the unfinished file is gone (see `Files::drop`) when the writer is.
     fn drop(&mut self) {
         self.started()
             .drain(..)
-            .for_each(|chunk| drop(chunk.started.wait()));
+            .for_each(|chunk| chunk.started.discard());
         self.jobs = None;
         let _ = self.join();
     }

@@ -378,8 +378,9 @@ impl Started {
         rest.flatten().map(|from| (Arc::clone(&self.keep), from))
     }
 
-    /// Lets go of a chunk whose pieces are held back (see `start_chunk`) without encoding
-    /// them, once its plan let go of it: the last reference goes here (see `SharedChunk`).
+    /// Lets go of a chunk without its results, once its plan let go of it: pieces held back
+    /// (see `start_chunk`) are dropped unencoded, those already given to the encoding threads
+    /// waited for, so that the last reference goes here (see `SharedChunk`).
     pub(super) fn discard(self) {
         drop(self.rest());
         let held = self
@@ -388,7 +389,10 @@ impl Started {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
-        drop(held);
+        match held {
+            Some(pieces) => drop(pieces),
+            None => drop(self.wait()),
+        }
     }
 }
 

@@ -3,8 +3,10 @@
 //! DTD in upper case (`USER`, `EVERYTHING_CASE_SENSITIVE`).
 
 use std::borrow::Cow;
+use std::fmt;
 
-use serde::Deserialize;
+use serde::de::{self, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 
 use crate::escape::{attr, escape_into, first_unrepresentable, Context};
 
@@ -253,7 +255,7 @@ impl Acl {
 /// A principal as given in JSON Lines or a Python dict, before its values are checked.
 /// The enumerations are borrowed from the input: a groups feed parses millions of them.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub struct PrincipalInput<'a> {
     pub name: String,
     #[serde(borrow)]
@@ -264,6 +266,12 @@ pub struct PrincipalInput<'a> {
     pub case_sensitive: Option<bool>,
     #[serde(borrow)]
     pub principal_type: Option<Cow<'a, str>>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for PrincipalInput<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        PrincipalInput::deserialize(ObjectOnly(deserializer, "each principal"))
+    }
 }
 
 impl PrincipalInput<'_> {
@@ -303,7 +311,7 @@ impl PrincipalInput<'_> {
 
 /// An ACL as given, before its values are checked.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub struct AclInput<'a> {
     #[serde(default, borrow)]
     pub principals: Vec<PrincipalInput<'a>>,
@@ -311,6 +319,63 @@ pub struct AclInput<'a> {
     pub inherit_from: Option<String>,
     /// Never allowed: read only to refuse it with a message that says why.
     pub url: Option<String>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for AclInput<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        AclInput::deserialize(ObjectOnly(deserializer, "the acl"))
+    }
+}
+
+/// A deserializer that gives a struct (`.1` names it in the message) from an object only:
+/// serde's derived structs take an array too, field by field (`["alice", "user"]` for a
+/// principal), which the JSON Lines reader refuses for a record, and so refuses within one.
+struct ObjectOnly<D>(D, &'static str);
+
+impl<'de, D: Deserializer<'de>> Deserializer<'de> for ObjectOnly<D> {
+    type Error = D::Error;
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.0
+            .deserialize_struct(name, fields, Object(visitor, self.1))
+    }
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        self.0.deserialize_any(visitor)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+        ignored_any
+    }
+}
+
+/// The visitor of `ObjectOnly`: `visitor`'s, without its arrays.
+struct Object<V>(V, &'static str);
+
+impl<'de, V: Visitor<'de>> Visitor<'de> for Object<V> {
+    type Value = V::Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        self.0.expecting(f)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<V::Value, A::Error> {
+        self.0.visit_map(map)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<V::Value, A::Error> {
+        Err(de::Error::custom(format!(
+            "expected {} as a JSON object, not an array",
+            self.1
+        )))
+    }
 }
 
 impl AclInput<'_> {
@@ -433,5 +498,23 @@ mod tests {
             .legacy_metadata()
             .unwrap_err()
             .contains("legacy ACL format"));
+    }
+
+    #[test]
+    fn a_principal_or_an_acl_given_as_an_array_is_refused() {
+        let refused = |text: &str| {
+            serde_json::from_str::<AclInput>(text)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(
+            refused(r#"{"principals": [["bob", "user", "permit", null, null, null]]}"#)
+                .starts_with("expected each principal as a JSON object, not an array")
+        );
+        assert!(refused(r#"[[], null, null, null]"#)
+            .starts_with("expected the acl as a JSON object, not an array"));
+        let acl: AclInput =
+            serde_json::from_str(r#"{"principals": [{"name": "bob", "scope": "user"}]}"#).unwrap();
+        assert_eq!(acl.principals[0].name, "bob");
     }
 }

@@ -21,7 +21,7 @@ use pyo3::types::{PyBytes, PyCapsule, PyDict, PyList, PyMemoryView, PyTuple};
 
 use crate::arrow::{add_batches, check_columns, Memberships, Rows, Unlocked};
 use crate::encode::Compress;
-use crate::error::Error;
+use crate::error::{Error, Fenced};
 use crate::fingerprint;
 use crate::guard::Guard;
 use crate::jsonl::FIELDS;
@@ -238,17 +238,10 @@ fn entries_list<'py>(py: Python<'py>, entries: &[ManifestEntry]) -> PyResult<Bou
 /// Writes records into size-capped feed files. See `fastfeed.FeedWriter` for the documented API.
 #[pyclass(module = "fastfeed._core", name = "FeedWriter")]
 struct PyFeedWriter {
-    inner: Option<FeedWriter>,
+    /// Every call that may change the writer goes through `Fenced::with`.
+    inner: Fenced<FeedWriter>,
     /// What the writer takes as rows of Arrow data: records, or a groups feed's memberships.
     set: SetKind,
-}
-
-impl PyFeedWriter {
-    fn writer(&mut self) -> PyResult<&mut FeedWriter> {
-        self.inner
-            .as_mut()
-            .ok_or_else(|| FeedError::new_err("this writer is closed"))
-    }
 }
 
 /// A Python buffer kept exported, so alive and in place, while the encoding threads read it.
@@ -410,7 +403,7 @@ impl PyFeedWriter {
         let writer =
             py.allow_threads(|| FeedWriter::create(set, &out_dir, datasource, feedtype, opts))?;
         Ok(PyFeedWriter {
-            inner: Some(writer),
+            inner: Fenced::new(writer),
             set,
         })
     }
@@ -430,8 +423,9 @@ impl PyFeedWriter {
         for (index, item) in records.try_iter()?.enumerate() {
             batch.push(read.record(index, item?)?);
         }
-        let writer = self.writer()?;
-        let report = py.allow_threads(|| writer.add_batch(&batch))?;
+        let report = self
+            .inner
+            .with(|writer| py.allow_threads(|| writer.add_batch(&batch)))?;
         drop(batch);
         Ok((report.warnings, entries_list(py, &report.finished)?))
     }
@@ -446,14 +440,15 @@ impl PyFeedWriter {
         data: &Bound<'py, PyAny>,
     ) -> PyResult<(Vec<(usize, String)>, Bound<'py, PyList>, Option<PyObject>)> {
         let (set, batches) = (self.set, arrow_batches(data, self.set)?);
-        let writer = self.writer()?;
         let unlocked = |work: &mut Unlocked<'_>| py.allow_threads(work);
-        let (report, error) = match set {
-            SetKind::Groups => add_batches::<Memberships, _>(writer, batches, unlocked),
-            SetKind::Feed | SetKind::Thunderstone => {
-                add_batches::<Rows, _>(writer, batches, unlocked)
-            }
-        };
+        let (report, error) = self.inner.with(|writer| {
+            PyResult::Ok(match set {
+                SetKind::Groups => add_batches::<Memberships, _>(writer, batches, unlocked),
+                SetKind::Feed | SetKind::Thunderstone => {
+                    add_batches::<Rows, _>(writer, batches, unlocked)
+                }
+            })
+        })?;
         let error = match error {
             None => None,
             Some(e @ Error::Record { .. }) => Some(PyErr::from(e).into_value(py).into_any()),
@@ -473,26 +468,28 @@ impl PyFeedWriter {
         chunk: &Bound<'py, PyAny>,
     ) -> PyResult<JsonlReport<'py>> {
         let chunk = shared_chunk(py, chunk)?;
-        let writer = self.writer()?;
-        let report = py
-            .allow_threads(|| writer.add_jsonl(chunk))
-            .map_err(|e| jsonl_error(py, e, writer.written_before_error()))?;
+        let report = self.inner.with(|writer| {
+            py.allow_threads(|| writer.add_jsonl(chunk))
+                .map_err(|e| jsonl_error(py, e, writer.written_before_error()))
+        })?;
         jsonl_report(py, report)
     }
 
     /// Starts encoding a chunk of JSON Lines on the worker threads and returns at once.
     fn start_jsonl(&mut self, py: Python<'_>, chunk: &Bound<'_, PyAny>) -> PyResult<()> {
         let chunk = shared_chunk(py, chunk)?;
-        self.writer()?.start_jsonl(chunk);
-        Ok(())
+        self.inner.with(|writer| {
+            writer.start_jsonl(chunk);
+            PyResult::Ok(())
+        })
     }
 
     /// Waits for the oldest chunk started and writes it; returns as `add_jsonl`.
     fn wait_jsonl<'py>(&mut self, py: Python<'py>) -> PyResult<JsonlReport<'py>> {
-        let writer = self.writer()?;
-        let report = py
-            .allow_threads(|| writer.wait_jsonl())
-            .map_err(|e| jsonl_error(py, e, writer.written_before_error()))?;
+        let report = self.inner.with(|writer| {
+            py.allow_threads(|| writer.wait_jsonl())
+                .map_err(|e| jsonl_error(py, e, writer.written_before_error()))
+        })?;
         jsonl_report(py, report)
     }
 
@@ -502,36 +499,38 @@ impl PyFeedWriter {
         &mut self,
         py: Python<'py>,
     ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
-        let writer = self
-            .inner
-            .take()
-            .ok_or_else(|| FeedError::new_err("this writer is closed"))?;
+        let writer = self.inner.take()?;
         let (all, finished) = py.allow_threads(|| writer.finish())?;
         Ok((entries_list(py, &all)?, entries_list(py, &finished)?))
     }
 
     /// Stops without a manifest, removing the half-written file.
     fn abort(&mut self) {
-        self.inner = None;
+        self.inner.close();
     }
 
     /// From now on (`on`), or no longer, fingerprints each record taken as JSON Lines on the
     /// encoding threads, refusing deletes and updates (a snapshot's records).
     fn fingerprint_records(&mut self, on: bool) -> PyResult<()> {
-        Ok(self.writer()?.fingerprint_records(on)?)
+        self.inner
+            .with(|writer| Ok(writer.fingerprint_records(on)?))
     }
 
     /// From now on (`on`), or no longer, a refused line of JSON Lines is set aside and the
     /// chunk's other lines are written, in one pass: `take_refused` hands the refusals over.
     fn skip_refused(&mut self, on: bool) -> PyResult<()> {
-        self.writer()?.skip_refused(on);
-        Ok(())
+        self.inner.with(|writer| {
+            writer.skip_refused(on);
+            PyResult::Ok(())
+        })
     }
 
     /// The `RecordError`s of up to `most` of the lines set aside and not yet handed over, in
     /// input order, each indexed by its line in its chunk.
     fn take_refused(&mut self, py: Python<'_>, most: usize) -> PyResult<Vec<PyObject>> {
-        let refused = self.writer()?.take_refused(most);
+        let refused = self
+            .inner
+            .with(|writer| PyResult::Ok(writer.take_refused(most)))?;
         Ok(refused
             .into_iter()
             .map(|e| PyErr::from(e).into_value(py).into_any())
@@ -547,7 +546,9 @@ impl PyFeedWriter {
         source: i64,
         base: i64,
     ) -> PyResult<Fingerprinted<'py>> {
-        let found = self.writer()?.take_fingerprints();
+        let found = self
+            .inner
+            .with(|writer| PyResult::Ok(writer.take_fingerprints()))?;
         Ok(fingerprinted(py, &found, source, base))
     }
 
@@ -559,17 +560,17 @@ impl PyFeedWriter {
 
     #[getter]
     fn records(&self) -> u64 {
-        self.inner.as_ref().map_or(0, FeedWriter::records)
+        self.inner.get().map_or(0, FeedWriter::records)
     }
 
     #[getter]
     fn bytes(&self) -> u64 {
-        self.inner.as_ref().map_or(0, FeedWriter::bytes)
+        self.inner.get().map_or(0, FeedWriter::bytes)
     }
 
     #[getter]
     fn files(&self) -> usize {
-        self.inner.as_ref().map_or(0, |w| w.entries().len())
+        self.inner.get().map_or(0, |w| w.entries().len())
     }
 }
 

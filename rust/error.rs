@@ -1,6 +1,8 @@
 //! The core's one error type. The bindings module is the only place it becomes a Python exception.
 
+use std::any::Any;
 use std::fmt;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 
 /// What is wrong with a refused record, for programs that sort refusals (`RecordError.kind`);
@@ -134,4 +136,74 @@ impl std::error::Error for Error {
             _ => None,
         }
     }
+}
+
+/// What a panic says, if it says it in words.
+pub fn panic_message(panic: &(dyn Any + Send)) -> Option<&str> {
+    (panic.downcast_ref::<&str>().copied())
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+}
+
+/// A writer that a call may have left half-way: a panic (a bug) can end a call with rows on the
+/// encoding threads, taken by neither its files nor an error. The writer is then dropped (as an
+/// abort drops it: the unfinished file is removed) and every later call is refused, naming the
+/// panic, so that no caller goes on and closes a feed that lacks those rows without a word.
+pub struct Fenced<T> {
+    value: Option<T>,
+    /// What the panic said, once a call panicked.
+    panicked: Option<String>,
+}
+
+impl<T> Fenced<T> {
+    pub fn new(value: T) -> Self {
+        Fenced {
+            value: Some(value),
+            panicked: None,
+        }
+    }
+
+    /// The writer, unless it is closed or stopped.
+    pub fn get(&self) -> Option<&T> {
+        self.value.as_ref()
+    }
+
+    /// Runs `call` on the writer. A panic in it goes on, after the writer is dropped and the panic
+    /// noted.
+    pub fn with<R, E: From<Error>>(
+        &mut self,
+        call: impl FnOnce(&mut T) -> std::result::Result<R, E>,
+    ) -> std::result::Result<R, E> {
+        let value = (self.value.as_mut()).ok_or_else(|| gone(&self.panicked))?;
+        // Nothing is read of the writer after a panic: it is dropped.
+        match catch_unwind(AssertUnwindSafe(|| call(value))) {
+            Ok(done) => done,
+            Err(panic) => {
+                self.panicked = Some(panic_message(&*panic).unwrap_or("no message").to_owned());
+                self.value = None;
+                resume_unwind(panic)
+            }
+        }
+    }
+
+    /// Takes the writer, to finish it.
+    pub fn take(&mut self) -> Result<T> {
+        self.value.take().ok_or_else(|| gone(&self.panicked))
+    }
+
+    /// Drops the writer, as an abort does: a writer that stopped stays stopped.
+    pub fn close(&mut self) {
+        self.value = None;
+    }
+}
+
+/// Why a `Fenced` has no writer, given what its panic said, if it panicked.
+fn gone(panicked: &Option<String>) -> Error {
+    Error::Config(match panicked {
+        None => "this writer is closed".into(),
+        Some(why) => format!(
+            "this writer stopped when a call failed on an internal error, a bug in fastfeed \
+             (please report it): {why}. The records given to it since its last finished file \
+             may be lost, and it has no manifest: write the feed again"
+        ),
+    })
 }

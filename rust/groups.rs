@@ -154,5 +154,10 @@ mod tests {
         assert!(err(r#"{"group": "g", "members": []}"#)
             .contains("field 'members': a group needs at least one member"));
         assert!(err(r#"{"group": "g"}"#).contains("field 'members'"));
+        assert!(
+            err(r#"{"group": "g", "members": [["a", "user", null, null, null, null]]}"#).contains(
+                "field 'members': expected each principal as a JSON object, not an array"
+            )
+        );
     }
 }

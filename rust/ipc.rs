@@ -32,7 +32,7 @@ use arrow_ipc::{root_as_footer, root_as_message, Block, MessageHeader, MetadataV
 use arrow_schema::{ArrowError, SchemaRef};
 
 use crate::arrow::check_columns;
-use crate::error::Result;
+use crate::error::{panic_message, Result};
 use crate::mapped::{batch_rows, unreadable, Batches, Mapping, SHRANK};
 use crate::writer::SetKind;
 
@@ -578,9 +578,7 @@ fn decode<T>(
     match catch_unwind(AssertUnwindSafe(call)) {
         Ok(read) => read.map_err(arrow_why),
         Err(panic) => {
-            let why = (panic.downcast_ref::<&str>().copied())
-                .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-                .unwrap_or("the decoder failed");
+            let why = panic_message(&*panic).unwrap_or("the decoder failed");
             Err(format!("it cannot be decoded ({why})"))
         }
     }

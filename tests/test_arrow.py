@@ -9,6 +9,7 @@ import json
 import random
 from collections.abc import Callable
 from pathlib import Path
+from struct import pack
 from typing import Any
 
 import duckdb
@@ -621,6 +622,11 @@ def test_a_bad_row_names_its_row_and_column(
         (lambda: {"metadata": pa.array([{"t": ["x", None]}])}, "metadata", "'t' holds a null"),
         (lambda: {"acl": pa.array(["{not json"])}, "acl", "key must be a string"),
         (lambda: {"acl": pa.array([{"principals": [{"name": "x"}]}])}, "acl", "scope is required"),
+        (
+            lambda: {"acl": ['{"principals": [["bob", "user", "permit", null, null, null]]}']},
+            "acl",
+            "expected each principal as a JSON object, not an array",
+        ),
         (lambda: {"pagerank": pa.array([2**63], pa.uint64())}, "pagerank", "outside 68 to 100"),
         (lambda: {"content": ["x"], "content_path": ["/etc/hosts"]}, "content", "at most one"),
         (lambda: {"action": ["remove"]}, "action", "'remove' is not an action"),
@@ -634,6 +640,74 @@ def test_a_bad_value_deep_in_a_column_names_the_field(
         w.add_arrow(table)
     assert (caught.value.index, caught.value.field) == (0, field)
     assert reason in caught.value.reason
+
+
+def offsets(*values: int) -> pa.Buffer:
+    return pa.py_buffer(pack(f"<{len(values)}i", *values))
+
+
+def metadata_going_down() -> pa.Array:
+    """Metadata whose map offsets go down (0, 2, 1, 3): its row 1 ends before it starts."""
+    entries = pa.array([[("a", ["v"]), ("b", ["v"]), ("c", ["v"])]], META).values
+    return pa.Array.from_buffers(META, 3, [None, offsets(0, 2, 1, 3)], children=[entries])
+
+
+def text_going_below_zero() -> pa.Array:
+    """Display URLs whose row 0, null, hides an offset below zero, where row 1 starts."""
+    validity = pa.py_buffer(bytes([0b10]))
+    buffers = [validity, offsets(0, -3, 2), pa.py_buffer(b"/x")]
+    return pa.Array.from_buffers(pa.string(), 2, buffers, null_count=1)
+
+
+def text_past_its_values() -> pa.Array:
+    """Display URLs whose row 0 ends past the 2 bytes of values: in the next batch's, gathered."""
+    buffers = [None, offsets(0, 30, 2), pa.py_buffer(b"/x")]
+    return pa.Array.from_buffers(pa.string(), 2, buffers)
+
+
+def view_of_a_missing_buffer() -> pa.Array:
+    """A display URL whose view names data buffer 0, which its batch does not have."""
+    view = pack("<I4sII", 24, b"http", 0, 0)  # length, prefix, buffer, offset
+    return pa.Array.from_buffers(pa.string_view(), 1, [None, pa.py_buffer(view)])
+
+
+@pytest.mark.parametrize(
+    "malformed, field, row",
+    [
+        (metadata_going_down, "metadata", 1),
+        (text_going_below_zero, "displayurl", 1),
+        (text_past_its_values, "displayurl", 0),
+        (view_of_a_missing_buffer, "displayurl", 0),
+    ],
+)
+@pytest.mark.parametrize("before", [1, 70_000])
+def test_a_malformed_batch_among_small_ones_is_refused_at_its_row(
+    tmp_path: Path, malformed: Callable[[], pa.Array], field: str, row: int, before: int
+) -> None:
+    """Arrow data from a foreign exporter is not trusted: gathered with small batches around
+    it, a batch whose offsets or views lie is refused at the row read alone, which reads no other
+    batch's bytes, and the rows before it are written (a big batch's too)."""
+    column = malformed()
+    schema = pa.schema([("url", pa.string()), (field, column.type)])
+
+    def batch(first: int, values: pa.Array) -> pa.RecordBatch:
+        urls = pa.array([url(first + i) for i in range(len(values))])
+        return pa.record_batch([urls, values], schema=schema)
+
+    def others(count: int) -> pa.Array:
+        """Values of its own for each row, bytes that a lying batch could reach, gathered."""
+        if column.type == META:
+            return pa.array([[("other", [f"from another batch {i}"])] for i in range(count)], META)
+        return pa.array(
+            [f"http://other.example.com/{i}/from-another-batch" for i in range(count)], column.type
+        )
+
+    batches = [batch(0, others(before)), batch(before, column), batch(before + 9, others(1))]
+    with FeedWriter(tmp_path / "out", "ds") as w:
+        with pytest.raises(RecordError) as caught:
+            w.add_arrow(pa.RecordBatchReader.from_batches(schema, batches))
+        assert (caught.value.index, caught.value.field) == (before + row, field)
+        assert w.records == before + row
 
 
 def test_what_is_not_arrow_data_is_refused_naming_what_it_is(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +196,7 @@ def test_members_as_json_text_are_the_same_bytes_as_from_dicts(  # type: ignore[
         ('[{"name": "a", "scope": "user", "access": "permit"}]', "no access"),
         ('[{"name": "a", "scope": "user", "nmae": "b"}]', "unknown field 'nmae'"),
         ('[{"name": "a", "scope": "user"}', "EOF while parsing"),
+        ('[["a", "user", null, null, null]]', "expected each principal as a JSON object"),
         ("[]", "a group needs at least one member"),
         (None, "a group needs at least one member"),
     ],
@@ -302,6 +304,32 @@ def test_a_bad_value_is_refused_with_the_error_add_batch_gives(
         w.add_arrow(as_table(rows))
     assert (caught.value.index, caught.value.field) == (2, field)
     assert message in str(caught.value)
+
+
+def test_members_whose_offsets_go_down_among_small_batches_are_refused_at_their_row(
+    tmp_path: Path,
+) -> None:
+    """A foreign exporter's list offsets that go down (0, 2, 1, 3), gathered with the small
+    batches around them, are refused at the row as read alone: not a panic, nor rows lost."""
+    good = as_table(rows_of(4))
+    members = good.column("members").combine_chunks()
+    lying = pa.Array.from_buffers(
+        members.type,
+        3,
+        [None, pa.py_buffer(struct.pack("<4i", 0, 2, 1, 3))],
+        children=[members.values],
+    )
+    bad = good.slice(0, 3).combine_chunks().set_column(4, "members", lying)
+    batches = [
+        *good.slice(0, 2).to_batches(max_chunksize=1),
+        *bad.to_batches(),
+        *good.slice(3).to_batches(),
+    ]
+    with GroupsWriter(tmp_path / "out", "ldap") as w:
+        with pytest.raises(RecordError) as caught:
+            w.add_arrow(pa.RecordBatchReader.from_batches(good.schema, batches))
+        assert (caught.value.index, caught.value.field) == (3, "members")
+        assert w.records == 3
 
 
 def refused(tmp_path: Path, table: Any) -> str:

@@ -93,10 +93,10 @@ impl<B: Batch> RecordSource for Group<B> {
 /// A group on the encoding threads.
 type Started<B> = (Arc<Group<B>>, StartedRecords<Group<B>>);
 
-/// Writes every row of `batches`, read as `B`, numbered from 0 across them, through `writer`; `unlocked`
-/// runs the waiting for each group (batches are read where this is called). Returns what the
-/// writer reported, and the error that stopped it, if any: a refused row leaves every row
-/// before it written and none after it, so that the caller can go on after it.
+/// Writes every row of `batches`, read as `B`, numbered from 0 across them, through `writer`;
+/// `unlocked` runs the waiting for each group (batches are read where this is called). Returns
+/// what the writer reported, and the error that stopped it, if any: a refused row leaves every
+/// row before it written and none after it, so that the caller can go on after it.
 pub fn add_batches<B: Batch, E: Display>(
     writer: &mut FeedWriter,
     batches: impl Iterator<Item = std::result::Result<RecordBatch, E>>,

@@ -152,7 +152,9 @@ def test_help_fits_the_terminal_and_names_each_argument_once(
     prose = out.split("examples:")[0]  # examples are shown as written, to be copied
     assert max(len(line) for line in prose.splitlines()) <= 72
     # The argument's own line, once (click lists arguments under a heading of its own).
-    listed = [line for line in out.splitlines() if line.startswith(("  INPUT  ", "  DIR|FILE  "))]
+    listed = [
+        line for line in out.splitlines() if line.startswith(("  INPUT...  ", "  DIR|FILE...  "))
+    ]
     assert len(listed) == 1
 
 
@@ -198,3 +200,203 @@ def test_a_mistyped_command_is_told_the_closest_one(
         main(argv)
     assert stopped.value.code == 2
     assert said in capsys.readouterr().err
+
+
+def test_a_thunderstone_url_in_http_to_the_https_port_says_to_give_https(
+    emulator: Emulator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sent = thunderstone_set(tmp_path)
+    url = f"http://127.0.0.1:{emulator.port}/texis/dowalk/recvdata.xml"
+    capsys.readouterr()
+
+    assert main(["thunderstone", "push", sent, "--url", url]) == 3
+    assert f"port {emulator.port} answers in HTTPS, not plain HTTP: give an https:// --url" in (
+        capsys.readouterr().err
+    )
+
+
+def test_the_usage_shows_that_commands_take_several_paths(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    usages = {}
+    for command in (["build"], ["push"], ["replay"], ["sync"], ["seedlist", "load"]):
+        assert main([*command, "--help"]) == 0
+        usages[command[-1]] = capsys.readouterr().out.splitlines()[0]
+    assert usages["build"] == "Usage: fastfeed build [OPTIONS] INPUT..."
+    assert usages["push"] == "Usage: fastfeed push [OPTIONS] DIR|FILE..."
+    assert usages["replay"].endswith(" DIR...") and usages["sync"].endswith(" INPUT...")
+    assert usages["load"].endswith(" INPUT...")
+
+
+def test_the_help_gives_the_range_the_command_takes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["push", "--help"]) == 0
+    help_ = " ".join(capsys.readouterr().out.split())
+    assert "--concurrency N files in flight at once, across datasources (default 4) [x>=1]" in help_
+    with pytest.raises(SystemExit) as stopped:
+        main(["push", "feeds", "--host", "gsa", "--concurrency", "0"])
+    assert stopped.value.code == 2
+    assert "'--concurrency': 0 is not in the range x>=1" in capsys.readouterr().err
+
+
+def test_the_emulator_help_lists_every_fault_kind(capsys: pytest.CaptureFixture[str]) -> None:
+    from fastfeed.emulator.faults import KINDS
+
+    assert main(["emulator", "--help"]) == 0
+    help_ = " ".join(capsys.readouterr().out.split())
+    for kind in (*KINDS, "disk_full"):
+        assert f" {kind}" in help_
+
+
+def test_forget_says_what_it_forgot_in_the_right_number(
+    emulator: Emulator, tls: TLSFiles, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = str(tmp_path / "docs.state")
+    source = write(tmp_path / "a.jsonl", GOOD)
+    assert main(["sync", source, "--datasource", "d", "--state", state, "--host", "127.0.0.1",
+                 "--port", str(emulator.port), "--cacert", str(tls.ca_path)]) == 0  # fmt: skip
+    capsys.readouterr()
+
+    assert main(["state", "forget", state, "--url", "http://e.example.com/1",
+                 "--url", "http://e.example.com/gone"]) == 0  # fmt: skip
+    assert capsys.readouterr().err == (
+        "fastfeed state forget: forgot 1 URL of 2 given (the state did not hold the others); "
+        "the next sync sends it again\n"
+    )
+
+
+def test_a_sync_says_it_first_finished_the_set_an_earlier_one_left(
+    emulator: Emulator, tls: TLSFiles, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Else the user reads "nothing to send" while the sync just sent the rest of a set."""
+    lines = "".join(f'{{"url": "http://e.example.com/{n}", "content": "{n}"}}\n' for n in range(4))
+    source = write(tmp_path / "a.jsonl", lines)
+    argv = ["sync", source, "--datasource", "d", "--state", str(tmp_path / "d.state"),
+            "--host", "127.0.0.1", "--port", str(emulator.port), "--cacert", str(tls.ca_path),
+            "--retries", "0", "--max-records", "2"]  # fmt: skip
+    emulator.add_fault(Fault.slow(0))  # the first file goes through, the second fails
+    emulator.add_fault(Fault.http_status(503, times=100))
+    assert main([*argv, "--out", str(tmp_path / "s1")]) == 1
+    emulator.clear_faults()
+    capsys.readouterr()
+
+    assert main([*argv, "--out", str(tmp_path / "s2")]) == 0
+    err = capsys.readouterr().err
+    assert "first finished the set an earlier sync left unfinished (2 records)" in err
+    assert "nothing to send (0 new, 0 changed, 0 deleted, 4 unchanged)" in err
+
+
+def test_an_input_that_cannot_be_read_whole_is_not_said_to_be_skippable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--on-error skip sets refused records aside; a truncated Parquet file stops the build
+    whatever it says, so the hint must not send the user there."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    whole = tmp_path / "whole.parquet"
+    pq.write_table(pa.table({"url": ["http://e.example.com/1"], "content": ["one"]}), whole)
+    cut = tmp_path / "cut.parquet"
+    cut.write_bytes(whole.read_bytes()[:100])
+    bad = write(tmp_path / "bad.jsonl", GOOD + '{"url": "not a url"}\n')
+
+    for on_error in ("stop", "skip"):
+        out = str(tmp_path / f"o-{on_error}")
+        argv = ["build", str(cut), "--datasource", "d", "--out", out, "--on-error", on_error]
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert f"{out} has no manifest and cannot be pushed. Fix the input and build again" in err
+        assert "--on-error skip" not in err
+    assert main(["build", bad, "--datasource", "d", "--out", str(tmp_path / "o-bad")]) == 1
+    assert "Fix the record (or use --on-error skip)" in capsys.readouterr().err
+
+
+def test_a_flood_of_warnings_is_cut_short_and_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--max-bytes 100 (meant as 100MB) puts every record alone in a file, each with a warning:
+    the first ones are shown, the rest counted, and the summary stays in sight."""
+    lines = "".join(f'{{"url": "http://e.example.com/{n}", "content": "{n}"}}\n' for n in range(30))
+    source = write(tmp_path / "a.jsonl", lines)
+
+    argv = ["build", source, "--datasource", "d", "--out", str(tmp_path / "o"), "--max-bytes"]
+    assert main([*argv, "100", "--json"]) == 0
+    out, err = capsys.readouterr()
+
+    assert err.count("warning: ") == 20
+    *_, more, summary = err.splitlines()
+    assert more == "fastfeed build: 10 more warnings not shown"
+    assert summary.startswith("wrote 30 records into 30 files")
+    assert json.loads(out)["warnings"] == 30
+
+
+def test_stdout_closed_by_its_reader_ends_the_command_quietly(
+    emulator: Emulator, tls: TLSFiles, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`fastfeed state export docs.state | head -1`: no "error: Broken pipe" once head has
+    its line, and the status a program killed by SIGPIPE has (141)."""
+    import os
+    import subprocess
+    import sys
+
+    state = str(tmp_path / "docs.state")
+    source = write(tmp_path / "a.jsonl", GOOD)
+    assert main(["sync", source, "--datasource", "d", "--state", state, "--host", "127.0.0.1",
+                 "--port", str(emulator.port), "--cacert", str(tls.ca_path)]) == 0  # fmt: skip
+    reader, writer = os.pipe()
+    os.close(reader)  # the reader is gone before the first line is written
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "fastfeed", "state", "export", state],
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(writer)
+    assert (done.returncode, done.stderr) == (141, "")
+
+
+NO_AIOHTTP = """
+import sys
+
+class BrokenAiohttp:
+    # As a broken install raises it: an ImportError that names no module.
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "aiohttp":
+            raise ImportError("libc.so.6: version `GLIBC_2.99' not found")
+        return None
+
+sys.meta_path.insert(0, BrokenAiohttp())
+from fastfeed.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("command", "argv"),
+    [
+        ("emulator", ["emulator", "--http-port", "0", "--https-port", "0"]),
+        ("demo", ["demo"]),
+        ("seedlist serve", ["seedlist", "serve", "s.db", "--port", "0"]),
+    ],
+)
+def test_a_server_command_without_its_extra_names_what_is_missing(
+    command: str, argv: list[str], tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", NO_AIOHTTP, *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"fastfeed {command}: error: `fastfeed {command}` needs aiohttp, of the server extra, "
+        "which cannot be imported (libc.so.6: version `GLIBC_2.99' not found): "
+        "pip install 'fastfeed[server]'\n"
+    )

@@ -288,6 +288,40 @@ def test_https_to_the_plain_http_port_says_to_use_http(
     )
 
 
+def test_plain_http_to_the_https_port_stops_at_once_saying_to_leave_out_http(
+    emulator: Emulator, make_feed_set: MakeSet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The TLS server drops the plain request without an answer: without the check, six
+    attempts over 20 s, then "ReadError: no detail given"."""
+    wrong = ["--host", "127.0.0.1", "--http", "--port", str(emulator.port)]
+    started = time.monotonic()
+    pushed = main(["push", str(make_feed_set("docs", files=1)), *wrong])
+    push_err = capsys.readouterr().err
+    polled = main(["backlog", *wrong])
+    backlog_err = capsys.readouterr().err
+
+    assert pushed == polled == 3
+    assert time.monotonic() - started < 5
+    said = f"port {emulator.port} answers in HTTPS, not plain HTTP: leave out --http"
+    assert said in push_err and said in backlog_err
+    assert emulator.pushes() == []
+
+
+def test_a_missing_tls_file_is_named_with_its_option(
+    make_feed_set: MakeSet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    feeds = str(make_feed_set("docs", files=1))
+    missing = str(tmp_path / "corp-ca.pem")
+    base = ["push", feeds, "--host", "127.0.0.1", "--port", str(free_port())]
+
+    assert main([*base, "--cacert", missing]) == 3
+    assert f"cannot load --cacert {missing}: No such file or directory" in (capsys.readouterr().err)
+    assert main([*base, "--client-cert", missing]) == 3
+    err = capsys.readouterr().err
+    assert f"cannot load --client-cert {missing}: No such file or directory" in err
+    assert "Errno" not in err
+
+
 def test_backlog_without_the_ca_is_refused_with_the_hint_as_push_is(
     emulator: Emulator, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -20,7 +20,14 @@ from fastfeed.cli.options import (
     require_datasource,
     take_encoding,
 )
-from fastfeed.cli.reports import ExitCode, build_stopped, refused, stopped
+from fastfeed.cli.reports import (
+    ExitCode,
+    Warnings,
+    build_stopped,
+    refused,
+    skippable,
+    stopped,
+)
 from fastfeed.errors import InputError
 from fastfeed.gsa.build import build
 from fastfeed.gsa.writer import FeedOptions, FeedType
@@ -112,31 +119,40 @@ def build_command(
     encoding = take_encoding(options)
     progress = Progress()
     try:
-        if format_ == "thunderstone":
-            from fastfeed.thunderstone.build import build_thunderstone
+        with Warnings("build") as warn:
+            if format_ == "thunderstone":
+                from fastfeed.thunderstone.build import build_thunderstone
 
-            assert profile is not None
-            # Thunderstone data is not compressed, nor has it ACLs.
-            for gsa_only in FeedOptions.__optional_keys__ - WriterOptions.__optional_keys__:
-                del encoding[gsa_only]
-            summary = build_thunderstone(
-                inputs, out, profile, on_error=on_error, progress=progress, **encoding
-            )
-        else:
-            summary = build(
-                inputs,
-                out,
-                require_datasource(datasource),
-                feedtype,
-                allow_empty_full=allow_empty_full,
-                on_error=on_error,
-                progress=progress,
-                **encoding,
-            )
+                assert profile is not None
+                # Thunderstone data is not compressed, nor has it ACLs.
+                for gsa_only in FeedOptions.__optional_keys__ - WriterOptions.__optional_keys__:
+                    del encoding[gsa_only]
+                summary = build_thunderstone(
+                    inputs,
+                    out,
+                    profile,
+                    on_error=on_error,
+                    on_warning=warn,
+                    progress=progress,
+                    **encoding,
+                )
+            else:
+                summary = build(
+                    inputs,
+                    out,
+                    require_datasource(datasource),
+                    feedtype,
+                    allow_empty_full=allow_empty_full,
+                    on_error=on_error,
+                    on_warning=warn,
+                    progress=progress,
+                    **encoding,
+                )
     # OSError: writing the set (disk full, permissions). The command's own errors (settings, an
     # empty full feed) are Command.invoke's.
     except (InputError, OSError) as exc:
-        return build_stopped("build", exc, as_json, out=out, item="record")
+        can_skip = skippable(exc, on_error, inputs, encoding["base_url"])
+        return build_stopped("build", exc, as_json, out=out, item="record", skippable=can_skip)
     result: dict[str, Any] = {
         "ok": not summary.rejected,  # as the exit status: 1 when records were refused
         "out": summary.out_dir,

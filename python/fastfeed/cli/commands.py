@@ -131,6 +131,11 @@ class Command(click.Command):
             return status
         except FastfeedError as exc:
             return self.errors(command, exc, as_json)
+        except BrokenPipeError:
+            # The reader of stdout went away (`fastfeed state export ... | head`): what it
+            # wanted, it has; the rest has nowhere to go, and saying so would be noise.
+            _drop_stdout()
+            return ExitCode.BROKEN_PIPE
         except OSError as exc:
             return failed(command, describe(exc), as_json)
         except KeyboardInterrupt:
@@ -140,6 +145,14 @@ class Command(click.Command):
                 print(f"fastfeed {command}: {hint}", file=sys.stderr)
             emit({"ok": False, "error": "interrupted"}, as_json)
             return ExitCode.INTERRUPTED
+
+
+def _drop_stdout() -> None:
+    """Points stdout at /dev/null, so that flushing what is left in its buffer at exit does not
+    raise again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 class Group(click.Group):

@@ -33,7 +33,8 @@ refreshes).
 
 Script failures for tests with POST /_emulator/faults, a JSON object or list, e.g.
 {"kind": "http_status", "status": 503, "times": 2}; kinds: http_status, answer (with "body"),
-disk_full, slow ("seconds"), drop_connection ("after_bytes"). POST /_emulator/settings
+disk_full, slow ("seconds"), drop_connection ("after_bytes"), fail_in_feeder (accepted, then
+failed by the feeder, as its feed log tells). POST /_emulator/settings
 {"feeder_paused": true} holds the backlog; {"backlog_unsupported": true} makes
 /getbacklogcount answer 404.
 

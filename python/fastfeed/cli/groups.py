@@ -16,7 +16,16 @@ from fastfeed.cli.options import (
     push_settings,
     set_options,
 )
-from fastfeed.cli.reports import ExitCode, build_stopped, emit, push_sets, refused, stopped
+from fastfeed.cli.reports import (
+    ExitCode,
+    Warnings,
+    build_stopped,
+    emit,
+    push_sets,
+    refused,
+    skippable,
+    stopped,
+)
 from fastfeed.errors import InputError, PushError
 from fastfeed.progress import Progress, human_bytes, plural
 from fastfeed.sets.build import OnError
@@ -123,18 +132,21 @@ def build_command(
     from fastfeed.gsa.groups import build_groups
 
     try:
-        summary = build_groups(
-            inputs,
-            out,
-            groupsource,
-            feedtype,
-            max_bytes=max_bytes,
-            max_records=max_records,
-            on_error=on_error,
-            progress=Progress(),
-        )
+        with Warnings("groups build") as warn:
+            summary = build_groups(
+                inputs,
+                out,
+                groupsource,
+                feedtype,
+                max_bytes=max_bytes,
+                max_records=max_records,
+                on_error=on_error,
+                on_warning=warn,
+                progress=Progress(),
+            )
     except (InputError, OSError) as exc:
-        return build_stopped("groups build", exc, as_json, out=out, item="line")
+        can_skip = skippable(exc, on_error, inputs)
+        return build_stopped("groups build", exc, as_json, out=out, item="line", skippable=can_skip)
     emit(
         {
             "ok": not summary.rejected,

@@ -68,8 +68,9 @@ SNAPSHOT = (
 
 def paths_argument(name: str, metavar: str, help: str) -> Callable[[F], F]:
     """The one or more inputs or sets a command works on, the arguments of every command that
-    takes paths."""
-    return click.argument(name, nargs=-1, required=True, metavar=metavar, help=help)
+    takes paths; the usage shows that more than one may be given (`INPUT...`), which click
+    does not when the metavar is named."""
+    return click.argument(name, nargs=-1, required=True, metavar=f"{metavar}...", help=help)
 
 
 def one_of(
@@ -140,9 +141,12 @@ def allow_empty_full(section: str | None = None) -> Callable[[F], F]:
     )
 
 
-def _setting(name: str, metavar: str, section: str, help: str) -> Callable[[F], F]:
+def _setting(
+    name: str, metavar: str, section: str, help: str, *, least: int = 0
+) -> Callable[[F], F]:
     """The option of the PushSettings field `name`: its flag, type and default come from the
-    field, so that the option and the setting cannot disagree."""
+    field, so that the option and the setting cannot disagree; a whole number is at least
+    `least`, as the help says."""
     # The push settings are imported by the commands that push, not by every command.
     from fastfeed.delivery.settings import PushSettings
 
@@ -150,7 +154,7 @@ def _setting(name: str, metavar: str, section: str, help: str) -> Callable[[F], 
     unit = " s" if metavar == "S" else ""
     return option(
         f"--{name.replace('_', '-')}",
-        type=count(0) if isinstance(default, int) else float,
+        type=count(least) if isinstance(default, int) else float,
         default=default,
         metavar=metavar,
         section=section,
@@ -243,7 +247,7 @@ def push_options(*, full_feeds: bool = True) -> Callable[[F], F]:
     s = "pushing"
     empty_full = [allow_empty_full(s)] if full_feeds else []
     return together(
-        _setting("concurrency", "N", s, "files in flight at once, across datasources"),
+        _setting("concurrency", "N", s, "files in flight at once, across datasources", least=1),
         option(
             "--overlap-incremental",
             is_flag=True,

@@ -20,7 +20,16 @@ from fastfeed.cli.options import (
     record_options,
     take_encoding,
 )
-from fastfeed.cli.reports import ExitCode, emit, failed, push_sets, report, stopped
+from fastfeed.cli.reports import (
+    ExitCode,
+    Warnings,
+    emit,
+    failed,
+    push_sets,
+    report,
+    skippable,
+    stopped,
+)
 from fastfeed.delivery.settings import HTTP_PORT, HTTPS_PORT, PushSettings
 from fastfeed.errors import BacklogError, InputError
 from fastfeed.gsa.writer import FeedType
@@ -158,22 +167,29 @@ def run_command(
     try:
         settings = push_settings("run", options)
         pushing([out], settings.target)
-        _, pushed = build_and_push(
-            inputs,
-            out,
-            datasource,
-            feedtype,
-            settings,
-            max_ahead=max_ahead,
-            progress=Progress(),
-            allow_empty_full=options["allow_empty_full"],
-            on_error=on_error,
-            **encoding,
-        )
+        with Warnings("run") as warn:
+            _, pushed = build_and_push(
+                inputs,
+                out,
+                datasource,
+                feedtype,
+                settings,
+                max_ahead=max_ahead,
+                progress=Progress(),
+                allow_empty_full=options["allow_empty_full"],
+                on_error=on_error,
+                on_warning=warn,
+                **encoding,
+            )
     except InputError as exc:
+        skip = (
+            " (or use --on-error skip)"
+            if skippable(exc, on_error, inputs, encoding["base_url"])
+            else ""
+        )
         hint = (
             f"the build stopped; the files built before were pushed. {out} has no manifest: fix "
-            "the input (or use --on-error skip) and run again with a new --out."
+            f"the input{skip} and run again with a new --out."
         )
         return failed("run", str(exc), as_json, hint=hint, data={"out": out})
     print(f"fastfeed run: the feed set is kept in {out}", file=sys.stderr)

@@ -4,9 +4,11 @@ summaries of pushes and syncs (on stderr, and as JSON on stdout with --json)."""
 from __future__ import annotations
 
 import errno
+import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from enum import IntEnum
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import orjson
@@ -30,6 +32,8 @@ class ExitCode(IntEnum):
     REFUSED = 3
     #: Stopped by Ctrl-C (128 + SIGINT, as shells report it).
     INTERRUPTED = 130
+    #: Stdout's reader went away (128 + SIGPIPE, as a program killed by it exits).
+    BROKEN_PIPE = 141
 
 
 def describe(exc: Exception) -> str:
@@ -81,16 +85,75 @@ def failed(
 
 
 def build_stopped(
-    command: str, exc: InputError | OSError, as_json: bool, *, out: str, item: str
+    command: str,
+    exc: InputError | OSError,
+    as_json: bool,
+    *,
+    out: str,
+    item: str,
+    skippable: bool,
 ) -> int:
-    """A build stopped by a refused `item` (record, line) or by the disk: it left no manifest,
-    so nothing half-built can be pushed; says what to fix."""
-    remedy = f"the {item} (or use --on-error skip)" if isinstance(exc, InputError) else "it"
+    """A build stopped by a refused `item` (record, line), by an input it cannot read whole
+    or by the disk: it left no manifest, so nothing half-built can be pushed; says what to fix,
+    and that --on-error skip sets the item aside where it would (`skippable`)."""
+    if not isinstance(exc, InputError):
+        remedy = "it"
+    elif skippable:
+        remedy = f"the {item} (or use --on-error skip)"
+    else:
+        remedy = "the input"
     hint = (
         f"stopped; {out} has no manifest and cannot be pushed. Fix {remedy} and build again "
         "into an empty directory."
     )
     return failed(command, describe(exc), as_json, hint=hint, data={"out": out})
+
+
+class Warnings:
+    """Says a build's warnings on stderr, the first `SHOWN` of them, and at the end how many
+    more there were: a flood (a --max-bytes smaller than every record puts each alone in a
+    file, with a warning) would bury the summary and the errors. Called on the builder's
+    thread; `--json` counts them all."""
+
+    SHOWN = 20
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.count = 0
+
+    def __call__(self, message: str) -> None:
+        self.count += 1
+        if self.count <= self.SHOWN:
+            print(f"warning: {message}", file=sys.stderr)
+
+    def __enter__(self) -> Warnings:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        hidden = self.count - self.SHOWN
+        if hidden > 0:
+            print(
+                f"fastfeed {self.command}: {plural(hidden, 'more warning')} not shown",
+                file=sys.stderr,
+            )
+
+
+#: Where a refused line or row is named: `docs.jsonl:17`, `docs.parquet, row 16`.
+_ITEM = re.compile(r"(:\d+|, row \d+)$")
+
+
+def skippable(
+    exc: InputError | OSError, on_error: str, inputs: Sequence[str], base_url: str | None = None
+) -> bool:
+    """Whether --on-error skip would have set aside what stopped a build: a refused line or
+    row, or a file of a directory of documents; not an input that cannot be read whole (a
+    truncated Parquet file), which stops a build whatever --on-error says."""
+    if not isinstance(exc, InputError) or on_error == "skip":
+        return False
+    if _ITEM.search(exc.location):
+        return True
+    trees = [Path(i) for i in inputs if base_url and Path(i).is_dir()]
+    return any(Path(exc.location).is_relative_to(tree) for tree in trees)
 
 
 def push_sets(
@@ -161,6 +224,12 @@ def run_sync_command(command: str, as_json: bool, call: Callable[[], SyncSummary
         return failed(command, str(exc), as_json, hint=hint)
     except MassDelete as exc:
         return mass_delete(command, exc, as_json)
+    if summary.resumed:
+        print(
+            f"fastfeed {command}: first finished the set an earlier sync left unfinished "
+            f"({plural(summary.resumed, 'record')}), then compared anew",
+            file=sys.stderr,
+        )
     for kind, urls in summary.diff.examples.items():
         if urls:
             print(f"  {kind}: {', '.join(urls)}", file=sys.stderr)

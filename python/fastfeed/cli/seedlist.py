@@ -9,7 +9,7 @@ import sys
 import click
 
 from fastfeed.cli.commands import group, option
-from fastfeed.cli.options import allow_deletes_option, json_option
+from fastfeed.cli.options import allow_deletes_option, json_option, paths_argument
 from fastfeed.cli.reports import ExitCode, emit, failed, mass_delete
 from fastfeed.cli.serving import require_server_extra, serve_until_stopped
 from fastfeed.errors import FastfeedError
@@ -97,9 +97,7 @@ def seedlist() -> None:
 
 
 @seedlist.command("load", help=LOAD_HELP, short_help="load records into a state file")
-@click.argument(
-    "inputs", nargs=-1, required=True, metavar="INPUT", help="JSON Lines file or - (stdin)"
-)
+@paths_argument("inputs", "INPUT", "JSON Lines file or - (stdin)")
 @option("--db", required=True, metavar="STATE", help="the state file (SQLite)")
 @option(
     "--snapshot",

@@ -3,6 +3,7 @@ serving in the foreground until Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
 
+import importlib
 import signal
 import threading
 from collections.abc import Callable
@@ -10,18 +11,22 @@ from types import FrameType
 
 from fastfeed.errors import FastfeedError
 
+#: The modules of the `server` extra (pyproject.toml) that these commands import.
+SERVER_EXTRA = ("aiohttp", "trustme")
+
 
 def require_server_extra(command: str) -> None:
     """The emulator, the demo and the seedlist server run on aiohttp and make certificates with
     trustme: the `server` extra, which a pipeline that only builds and pushes does without."""
-    try:
-        import aiohttp  # noqa: F401
-        import trustme  # noqa: F401
-    except ImportError as exc:
-        raise FastfeedError(
-            f"`fastfeed {command}` needs {exc.name}, of the server extra: "
-            "pip install 'fastfeed[server]'"
-        ) from None
+    for module in SERVER_EXTRA:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            # Named here: an ImportError need not name its module (a broken install's does not).
+            raise FastfeedError(
+                f"`fastfeed {command}` needs {module}, of the server extra, which cannot be "
+                f"imported ({exc}): pip install 'fastfeed[server]'"
+            ) from None
 
 
 def serve_until_stopped(banner: Callable[[], None]) -> None:

@@ -11,6 +11,7 @@ import orjson
 from fastfeed.cli.commands import group, option
 from fastfeed.cli.options import json_option
 from fastfeed.cli.reports import ExitCode
+from fastfeed.progress import plural
 from fastfeed.sets.state import SyncState
 from fastfeed.sets.sync import locked
 
@@ -139,8 +140,15 @@ def forget_command(path: str, url: tuple[str, ...], forget_all: bool, yes: bool)
         )
     with locked(path), SyncState(path, None) as st:
         forgotten = st.forget(None if forget_all else url)
-    given = "every URL" if forget_all else f"{forgotten:,} of {len(url):,} URLs"
-    print(f"fastfeed state: forgot {given}; the next sync sends them again", file=sys.stderr)
+    if forget_all:
+        said = "forgot every URL; the next sync sends the whole snapshot again"
+    else:
+        said = f"forgot {plural(forgotten, 'URL')} of {len(url):,} given"
+        if forgotten < len(url):
+            said += " (the state did not hold the others)"
+        if forgotten:
+            said += f"; the next sync sends {'it' if forgotten == 1 else 'them'} again"
+    print(f"fastfeed state forget: {said}", file=sys.stderr)
     return ExitCode.OK
 
 
@@ -159,11 +167,11 @@ def abandon_command(path: str) -> int:
         pending, left = st.pending_set, st.pending_count()
         st.clear_pending()
     if pending is None:
-        print(f"fastfeed state: {path} has no unfinished set", file=sys.stderr)
+        print(f"fastfeed state abandon: {path} has no unfinished set", file=sys.stderr)
     else:
         print(
-            f"fastfeed state: abandoned {pending} ({left:,} records not accepted); the next "
-            "sync compares anew",
+            f"fastfeed state abandon: abandoned {pending} ({left:,} records not accepted); the "
+            "next sync compares anew",
             file=sys.stderr,
         )
     return ExitCode.OK

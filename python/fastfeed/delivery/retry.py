@@ -71,9 +71,10 @@ def cause(exc: BaseException, kind: type[E]) -> E | None:
 #: What mends a wrong address, in the options of `fastfeed push` (host, port and scheme apart).
 ADDRESS_HINT = "check --host and --port, or --http"
 PLAIN_HTTP_HINT = "give --http (or the appliance's HTTPS port with --port)"
+TLS_PORT_HINT = "leave out --http (or give the appliance's HTTP port with --port)"
 
 
-def transport_problem(
+async def transport_problem(
     exc: httpx.HTTPError,
     target: str,
     hint: str,
@@ -81,14 +82,24 @@ def transport_problem(
     first: bool,
     address_hint: str = ADDRESS_HINT,
     plain_http_hint: str = PLAIN_HTTP_HINT,
+    tls_port_hint: str = TLS_PORT_HINT,
 ) -> Again:
     """What went wrong on the way to the appliance, to retry on. But what no retry mends stops
     the push as refused: a TLS failure (`hint` names the option that fixes it; an answer in
-    plain HTTP means the port is the HTTP one: `plain_http_hint`), and a connection refused at
+    plain HTTP means the port is the HTTP one: `plain_http_hint`), a connection refused at
     the first attempt (nothing listens there: a wrong host or port, `address_hint`; later, an
-    appliance restarting). The hints name the options of the command that gave the address."""
+    appliance restarting), and plain HTTP to a port that speaks TLS (`tls_port_hint`). The
+    hints name the options of the command that gave the address."""
     url = httpx.URL(target)
     port = url.port or {"https": 443, "http": 80}.get(url.scheme)  # None: the scheme's own
+    # A TLS server drops a plain HTTP request without an answer, which would be retried for
+    # minutes; a TLS handshake with the same port tells it from a dropped connection.
+    dropped = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
+    if first and url.scheme == "http" and isinstance(exc, dropped) and await _speaks_tls(url):
+        raise PushError(
+            f"{target}: port {port} answers in HTTPS, not plain HTTP: {tls_port_hint}",
+            refused=True,
+        ) from None
     tls = cause(exc, ssl.SSLError) if isinstance(exc, httpx.ConnectError) else None
     if tls is not None and tls.reason == "WRONG_VERSION_NUMBER":
         raise PushError(
@@ -117,3 +128,18 @@ def transport_problem(
         httpx.PoolTimeout: "no free connection within --timeout",
     }
     return Again(f"{name}: {waits.get(type(exc), 'no detail given')}")
+
+
+async def _speaks_tls(url: httpx.URL, timeout: float = 5) -> bool:
+    """Whether a TLS handshake with `url`'s host and port succeeds (the certificate unchecked:
+    only the protocol is asked)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        connecting = asyncio.open_connection(url.host, url.port or 80, ssl=context)
+        _, writer = await asyncio.wait_for(connecting, timeout)
+    except (OSError, TimeoutError):  # ssl.SSLError is an OSError
+        return False
+    writer.close()
+    return True

@@ -138,17 +138,30 @@ class PushSettings:
         """The verification the push will use; a bad CA or key file is reported here, early."""
         import ssl  # here: a build's options are these settings' too, and need no TLS
 
+        # ssl's errors do not name the file: the message does.
         try:
             context = ssl.create_default_context(cafile=self.cacert)
-            if self.client_cert:
-                password = self.client_key_password.reveal() if self.client_key_password else None
-                context.load_cert_chain(self.client_cert, self.client_key, password)
         except (OSError, ssl.SSLError) as exc:
-            raise SettingsError(f"cannot load the TLS files: {exc}") from None
+            cas = f"--cacert {self.cacert}" if self.cacert else "the system's CA certificates"
+            raise SettingsError(f"cannot load {cas}: {_reason(exc)}") from None
+        if self.client_cert:
+            password = self.client_key_password.reveal() if self.client_key_password else None
+            try:
+                context.load_cert_chain(self.client_cert, self.client_key, password)
+            except (OSError, ssl.SSLError) as exc:
+                key = f" with --client-key {self.client_key}" if self.client_key else ""
+                raise SettingsError(
+                    f"cannot load --client-cert {self.client_cert}{key}: {_reason(exc)}"
+                ) from None
         if self.insecure:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
         return context
+
+
+def _reason(exc: OSError) -> str:
+    """What the system or OpenSSL said, without Python's "[Errno 2]"."""
+    return exc.strerror or str(exc)
 
 
 def http_client(settings: PushSettings, connections: int = 1) -> httpx.AsyncClient:

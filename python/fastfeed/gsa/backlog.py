@@ -43,7 +43,7 @@ async def fetch_backlog(client: httpx.AsyncClient, settings: PushSettings) -> in
         )
     except httpx.HTTPError as exc:
         # What no retry mends (TLS, nothing listening) raises PushError, as for a push.
-        again = transport_problem(exc, settings.base_url, TLS_HINT, first=True)
+        again = await transport_problem(exc, settings.base_url, TLS_HINT, first=True)
         raise BacklogError(f"cannot read {settings.base_url}{PATH}: {again.problem}") from None
     return _parse(answer)
 

@@ -317,7 +317,9 @@ class Pusher:
                 except FileChanged as exc:
                     return Outcome.FAILED, f"not sent: {exc}"
                 except httpx.HTTPError as exc:
-                    return transport_problem(exc, s.base_url, TLS_HINT, first=not self._answered)
+                    return await transport_problem(
+                        exc, s.base_url, TLS_HINT, first=not self._answered
+                    )
                 self._answered = True
                 answer = classify(text) if status == 200 else None
                 if answer is Answer.SUCCESS:

@@ -312,13 +312,14 @@ class _Pusher:
             except FileChanged as exc:
                 return FileResult(feed, Outcome.FAILED, attempts, f"not sent: {exc}")
             except httpx.HTTPError as exc:
-                return transport_problem(
+                return await transport_problem(
                     exc,
                     self.url,
                     "--cacert",
                     first=not self.answered,
                     address_hint="check the host and port in --url",
                     plain_http_hint="give an http:// --url (or the HTTPS port in it)",
+                    tls_port_hint="give an https:// --url (or the HTTP port in it)",
                 )
             self.answered = True
             status, text = answer.status, answer.text.strip()

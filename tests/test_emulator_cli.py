@@ -146,15 +146,28 @@ def test_cli_emulator_needs_cert_and_key_together(
     assert "give both --cert and --key" in capsys.readouterr().err
 
 
+#: Ways aiohttp fails to import: absent, as in an install without the extra; broken, as an
+#: install whose library does not load, with an ImportError that names no module.
+UNIMPORTABLE = {
+    "absent": "sys.modules['aiohttp'] = None",
+    "broken": """
+class Broken:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "aiohttp":
+            raise ImportError("libc.so.6: version `GLIBC_2.99' not found")
+sys.meta_path.insert(0, Broken())""",
+}
+
+
+@pytest.mark.parametrize("how", UNIMPORTABLE)
 @pytest.mark.parametrize(
     "command", [["demo"], ["emulator"], ["seedlist", "serve", "x.db", "--port", "0"]]
 )
 def test_server_commands_without_the_server_extra_say_how_to_install_it(
-    command: list[str], tmp_path: Path
+    command: list[str], how: str, tmp_path: Path
 ) -> None:
-    # aiohttp made unimportable, as in an install without the extra.
     script = (
-        "import sys; sys.modules['aiohttp'] = None\n"
+        f"import sys\n{UNIMPORTABLE[how]}\n"
         "from fastfeed.cli import main\n"
         f"sys.exit(main({command!r}))\n"
     )
@@ -163,6 +176,9 @@ def test_server_commands_without_the_server_extra_say_how_to_install_it(
     )
     assert done.returncode == 1
     assert "needs aiohttp, of the server extra: pip install 'fastfeed[server]'" in done.stderr
+    assert "needs None" not in done.stderr and "Traceback" not in done.stderr
+    if how == "broken":
+        assert "(aiohttp cannot be imported: libc.so.6: version `GLIBC_2.99'" in done.stderr
 
 
 def test_building_needs_no_server_extra(tmp_path: Path) -> None:

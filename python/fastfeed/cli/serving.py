@@ -24,8 +24,8 @@ def require_server_extra(command: str) -> None:
         except ImportError as exc:
             # Named here: an ImportError need not name its module (a broken install's does not).
             raise FastfeedError(
-                f"`fastfeed {command}` needs {module}, of the server extra, which cannot be "
-                f"imported ({exc}): pip install 'fastfeed[server]'"
+                f"`fastfeed {command}` needs {module}, of the server extra: pip install "
+                f"'fastfeed[server]' ({module} cannot be imported: {exc})"
             ) from None
 
 

@@ -115,8 +115,11 @@ def test_an_explicit_config_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("toml", "message"),
     [
-        ('hots = "gsa"\n', "unknown setting 'hots'"),
-        ('[push]\nhost = "gsa"\nconcurency = 2\n', "[push] has no setting 'concurency'"),
+        ('hots = "gsa"\n', "unknown setting 'hots' (did you mean 'host'?)"),
+        (
+            '[push]\nhost = "gsa"\nconcurency = 2\n',
+            "[push] has no setting 'concurency' (did you mean 'concurrency'?)",
+        ),
         ('[psuh]\nhost = "gsa"\n', "[psuh] is not a fastfeed command"),
         ('host = "gsa"\nconcurrency = "many"\n', "invalid value 'many' for --concurrency"),
         ('host = "gsa"\ninsecure = "maybe"\n', "expected true or false for --insecure"),

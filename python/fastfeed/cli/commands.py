@@ -178,11 +178,9 @@ class Group(click.Group):
         """As click resolves it; a mistyped command is told the one it is closest to."""
         name = args[0] if args else ""
         if name and self.get_command(ctx, name) is None and not ctx.resilient_parsing:
-            import difflib  # here: only a mistyped command needs it
-
-            close = difflib.get_close_matches(name, self.list_commands(ctx), n=1)
+            close = settings.closest(name, self.list_commands(ctx))
             if close:
-                ctx.fail(f"No such command {name!r}. Did you mean {close[0]!r}?")
+                ctx.fail(f"No such command {name!r}. Did you mean {close!r}?")
         return super().resolve_command(ctx, args)
 
 

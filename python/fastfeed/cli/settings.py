@@ -24,7 +24,7 @@ generic: a new option of any command is configurable without touching it. Positi
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,7 +102,8 @@ def _check(ctx: click.Context, settings: _File) -> None:
     known = set().union(*(_names(c) for c in commands.values()))
     for key in settings.top:
         if key not in known:
-            raise click.UsageError(f"{settings.path}: unknown setting {key!r}", ctx)
+            hint = _did_you_mean(key, known)
+            raise click.UsageError(f"{settings.path}: unknown setting {key!r}{hint}", ctx)
     for table, keys in settings.tables.items():
         # A table names a command, or a command with actions (its keys apply to all of them).
         scope = [c for n, c in commands.items() if n == table or n.startswith(table + " ")]
@@ -110,8 +111,23 @@ def _check(ctx: click.Context, settings: _File) -> None:
         if not scope:
             raise click.UsageError(f"{where} is not a fastfeed command", ctx)
         for key in keys:
-            if not any(key in _names(c) for c in scope):
-                raise click.UsageError(f"{where} has no setting {key!r}", ctx)
+            names = set().union(*(_names(c) for c in scope))
+            if key not in names:
+                hint = _did_you_mean(key, names)
+                raise click.UsageError(f"{where} has no setting {key!r}{hint}", ctx)
+
+
+def closest(word: str, choices: Iterable[str]) -> str | None:
+    """The one of `choices` a mistyped `word` is closest to, if one is close."""
+    import difflib  # here: only a mistyped word needs it
+
+    close = difflib.get_close_matches(word, sorted(choices), n=1)
+    return close[0] if close else None
+
+
+def _did_you_mean(key: str, names: Iterable[str]) -> str:
+    close = closest(key, names)
+    return f" (did you mean {close!r}?)" if close else ""
 
 
 def _words(ctx: click.Context) -> list[str]:

@@ -152,3 +152,34 @@ def test_the_resume_hint_of_a_replay_keeps_its_arguments_and_no_secret(
     assert json.loads(done.stdout)["files"] == {
         "accepted": 2, "skipped": 1, "failed": 0, "blocked": 0,
     }  # fmt: skip
+
+
+def test_ctrl_c_during_a_run_names_its_set_and_how_to_send_the_rest(
+    emulator: Emulator, tls: Any, tmp_path: Path
+) -> None:
+    """A run's set is in a directory the user may not have chosen (--out defaults to a
+    timestamped one): the hint names it, and whether `fastfeed push` can finish it."""
+    source = tmp_path / "docs.jsonl"
+    source.write_text(
+        "".join(f'{{"url": "http://e.example.com/{n}", "content": "{n}"}}\n' for n in range(6))
+    )
+    out = tmp_path / "run-set"
+    argv = cli(Path(source), emulator, tls, "--datasource", "docs", "--max-records", "2",
+               "--out", str(out))  # fmt: skip
+    argv[argv.index("push")] = "run"
+    emulator.add_fault(Fault.slow(seconds=0.0))
+    emulator.add_fault(Fault.slow(seconds=5.0))
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until_accepted(child, out, 1)
+        time.sleep(0.3)  # the second file is being sent now, held by the appliance
+    finally:
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=30)
+    emulator.clear_faults()
+
+    assert child.returncode == 130
+    assert (
+        f"fastfeed run: 1 of 3 files accepted; the build had finished: send the rest with "
+        f"fastfeed push {out}, giving it this run's appliance options" in err
+    )

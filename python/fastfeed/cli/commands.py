@@ -269,10 +269,17 @@ def _resume(ctx: click.Context) -> str | None:
             "the state holds what the appliance accepted; run the same sync again: it first "
             f"sends what this one left: {again}{note}"
         )
-    if words == ["run"]:
+    if words == ["run"] and pushed is not None:
+        from fastfeed.sets.manifest import MANIFEST
+
+        out = str(pushed[0][0])
+        if (Path(out) / MANIFEST).is_file():
+            return (
+                f"{tally}the build had finished: send the rest with fastfeed push {out}, "
+                "giving it this run's appliance options (--host...)"
+            )
         return (
-            f"{tally}the files built so far were pushed as far as the journal says; if the "
-            "build had finished (the set has a manifest), send the rest with fastfeed push on "
-            "its --out directory, else run again into a new --out"
+            f"the build had not finished ({out} has no manifest); the files built so far were "
+            "pushed as far as its push-journal.jsonl says: run again with a new --out"
         )
     return None

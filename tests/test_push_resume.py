@@ -43,6 +43,26 @@ def wait_until_accepted(child: subprocess.Popen[Any], feeds: Path, files: int) -
         time.sleep(0.02)
 
 
+def interrupted(
+    emulator: Emulator, argv: list[str], journaled: Path, cwd: Path | None = None
+) -> tuple[int, str]:
+    """Runs `argv`, Ctrl-C once the appliance accepted its first file and holds the second;
+    returns its exit status and stderr."""
+    emulator.add_fault(Fault.slow(seconds=0.0))
+    emulator.add_fault(Fault.slow(seconds=5.0))
+    child = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd
+    )
+    try:
+        wait_until_accepted(child, journaled, 1)
+        time.sleep(0.3)  # the second file is being sent now, held by the appliance
+    finally:
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=30)
+    emulator.clear_faults()
+    return child.returncode, err
+
+
 def test_a_push_killed_mid_file_and_run_again_loses_nothing(
     emulator: Emulator, make_feed_set: Callable[..., Path], tls: Any
 ) -> None:
@@ -97,44 +117,23 @@ def test_ctrl_c_says_how_to_send_the_rest(
     emulator: Emulator, make_feed_set: Callable[..., Path], tls: Any
 ) -> None:
     feeds = make_feed_set("docs", "full", files=3)
-    emulator.add_fault(Fault.slow(seconds=0.0))
-    emulator.add_fault(Fault.slow(seconds=5.0))
-    argv = cli(feeds, emulator, tls)
-    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_until_accepted(child, feeds, 1)
-        time.sleep(0.3)  # the second file is being sent now, held by the appliance
-    finally:
-        child.send_signal(signal.SIGINT)
-        _, err = child.communicate(timeout=30)
-    assert child.returncode == 130
+    status, err = interrupted(emulator, cli(feeds, emulator, tls), feeds)
+    assert status == 130
     assert "interrupted" in err
     assert "1 of 3 files accepted;" in err
     assert f"to send the rest: fastfeed push {feeds}" in err
-    emulator.clear_faults()
 
 
 def test_the_resume_hint_of_a_replay_keeps_its_arguments_and_no_secret(
     emulator: Emulator, make_feed_set: Callable[..., Path], tls: Any, tmp_path: Path
 ) -> None:
     make_feed_set("docs", "full", files=3, name="replay")  # a set whose name is a command
-    emulator.add_fault(Fault.slow(seconds=0.0))
-    emulator.add_fault(Fault.slow(seconds=5.0))
     key = ["--client-cert", str(tls.cert_path), "--client-key", str(tls.key_path)]
     argv = cli(Path("replay"), emulator, tls, *key, "--client-key-password", "s3cret")
     argv[argv.index("push")] = "replay"
-    child = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path
-    )
-    try:
-        wait_until_accepted(child, tmp_path / "replay", 1)
-        time.sleep(0.3)
-    finally:
-        child.send_signal(signal.SIGINT)
-        _, err = child.communicate(timeout=30)
-    emulator.clear_faults()
+    status, err = interrupted(emulator, argv, tmp_path / "replay", cwd=tmp_path)
 
-    assert child.returncode == 130
+    assert status == 130
     assert "1 of 3 files accepted;" in err
     assert "s3cret" not in err
     hint = err.split("to send the rest: ")[1].split(" (--client-key-password left out")[0]
@@ -167,18 +166,9 @@ def test_ctrl_c_during_a_run_names_its_set_and_how_to_send_the_rest(
     argv = cli(Path(source), emulator, tls, "--datasource", "docs", "--max-records", "2",
                "--out", str(out))  # fmt: skip
     argv[argv.index("push")] = "run"
-    emulator.add_fault(Fault.slow(seconds=0.0))
-    emulator.add_fault(Fault.slow(seconds=5.0))
-    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_until_accepted(child, out, 1)
-        time.sleep(0.3)  # the second file is being sent now, held by the appliance
-    finally:
-        child.send_signal(signal.SIGINT)
-        _, err = child.communicate(timeout=30)
-    emulator.clear_faults()
+    status, err = interrupted(emulator, argv, out)
 
-    assert child.returncode == 130
+    assert status == 130
     assert (
         f"fastfeed run: 1 of 3 files accepted; the build had finished: send the rest with "
         f"fastfeed push {out}, giving it this run's appliance options" in err

@@ -307,6 +307,28 @@ def test_plain_http_to_the_https_port_stops_at_once_saying_to_leave_out_http(
     assert emulator.pushes() == []
 
 
+def test_a_certificate_for_another_host_says_to_change_the_host_not_the_ca(
+    make_emulator: Callable[..., Emulator],
+    tls: Any,
+    make_feed_set: MakeSet,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The CA is the right one: telling the user to give it with --cacert sends them astray."""
+    elsewhere = tmp_path / "gsa.pem"
+    tls.ca.issue_cert("gsa.example.com").private_key_and_cert_chain_pem.write_to_path(elsewhere)
+    emulator = make_emulator(tls=(elsewhere, elsewhere))
+    argv = ["push", str(make_feed_set("docs", files=1)), "--host", "127.0.0.1"]
+
+    assert main([*argv, "--port", str(emulator.port), "--cacert", str(tls.ca_path)]) == 3
+    err = capsys.readouterr().err
+    assert (
+        "certificate is not valid for '127.0.0.1': give the host by a name its certificate" in err
+    )
+    assert "(check --host and --port, or --http)" in err
+    assert "CA certificate" not in err
+
+
 def test_a_missing_tls_file_is_named_with_its_option(
     make_feed_set: MakeSet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -72,6 +72,8 @@ def cause(exc: BaseException, kind: type[E]) -> E | None:
 ADDRESS_HINT = "check --host and --port, or --http"
 PLAIN_HTTP_HINT = "give --http (or the appliance's HTTPS port with --port)"
 TLS_PORT_HINT = "leave out --http (or give the appliance's HTTP port with --port)"
+#: OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and X509_V_ERR_IP_ADDRESS_MISMATCH.
+NAME_MISMATCH = (62, 64)
 
 
 async def transport_problem(
@@ -104,6 +106,13 @@ async def transport_problem(
     if tls is not None and tls.reason == "WRONG_VERSION_NUMBER":
         raise PushError(
             f"{target}: port {port} answers in plain HTTP, not HTTPS: {plain_http_hint}",
+            refused=True,
+        ) from None
+    if isinstance(tls, ssl.SSLCertVerificationError) and tls.verify_code in NAME_MISMATCH:
+        # The CA is trusted: the certificate names another host than the one given.
+        raise PushError(
+            f"TLS with {target} failed: {tls.verify_message.rstrip('.')}: give the host by a "
+            f"name its certificate holds ({address_hint})",
             refused=True,
         ) from None
     if tls is not None:

@@ -30,6 +30,23 @@ def test_demo_runs_end_to_end_into_the_directory_given(
         assert read_manifest(path)
 
 
+def test_a_second_demo_into_the_same_directory_is_refused_before_touching_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out)]) == 0
+    ca = (out / "ca.pem").read_bytes()
+    capsys.readouterr()
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["demo", "--out", str(out)])
+    assert stopped.value.code == 2
+    assert f"--out {out} is not an empty directory: give the demo a new one" in (
+        capsys.readouterr().err
+    )
+    assert (out / "ca.pem").read_bytes() == ca  # the first demo's CA still trusts its server
+
+
 def test_the_demo_leaves_the_working_directory_as_it_was(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -19,6 +19,8 @@ import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import click
+
 from fastfeed.cli.commands import command, option
 from fastfeed.cli.options import json_option
 from fastfeed.cli.reports import ExitCode, emit
@@ -118,6 +120,13 @@ def push_command_line(sets: list[Path], port: int, ca: Path) -> str:
 )
 @json_option("print the index summary as JSON")
 def demo_command(out: str | None, keep_running: bool, as_json: bool) -> int:
+    # Before anything is written into it: a second demo into the same directory would write
+    # over the first one's CA, then stop on its feed sets.
+    if out and Path(out).exists() and (not Path(out).is_dir() or any(Path(out).iterdir())):
+        raise click.UsageError(
+            f"--out {out} is not an empty directory: give the demo a new one (or none: it "
+            "makes a temporary one)"
+        )
     require_server_extra("demo")
     import trustme
 

@@ -355,3 +355,39 @@ def test_stdout_closed_by_its_reader_ends_the_command_quietly(
     finally:
         os.close(writer)
     assert (done.returncode, done.stderr) == (141, "")
+
+
+def test_a_dash_read_from_a_terminal_says_what_the_command_waits_for(tmp_path: Path) -> None:
+    """`fastfeed build -` typed without a pipe would wait for the keyboard in silence."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    line = b'{"url": "http://e.example.com/1", "content": "one"}\n'
+    argv = [sys.executable, "-m", "fastfeed", "build", "-", "--datasource", "d", "--out"]
+    keyboard, terminal = os.openpty()
+    child = subprocess.Popen(
+        [*argv, str(tmp_path / "typed")], stdin=terminal, stderr=subprocess.PIPE, text=True
+    )
+    os.close(terminal)
+    try:
+        os.write(keyboard, line)
+        for _ in range(50):  # Ctrl-D until the reader takes it as the end
+            os.write(keyboard, b"\x04")
+            time.sleep(0.1)
+            if child.poll() is not None:
+                break
+        _, err = child.communicate(timeout=30)
+    finally:
+        os.close(keyboard)
+    piped = subprocess.run(
+        [*argv, str(tmp_path / "piped")], input=line, capture_output=True, timeout=60
+    )
+
+    assert child.returncode == 0 and piped.returncode == 0
+    assert err.startswith(
+        "fastfeed build: reading JSON Lines from the terminal until Ctrl-D; pipe the records in, "
+        "or give a file instead of -\n"
+    )
+    assert b"terminal" not in piped.stderr

@@ -125,6 +125,13 @@ class Command(click.Command):
     def invoke(self, ctx: click.Context) -> Any:
         command = " ".join(ctx.command_path.split()[1:])
         as_json = bool(ctx.params.get("as_json"))
+        if "-" in ctx.params.get("inputs", ()) and sys.stdin.isatty():
+            # Else a command given `-` without a pipe waits for the keyboard, saying nothing.
+            print(
+                f"fastfeed {command}: reading JSON Lines from the terminal until Ctrl-D; pipe "
+                "the records in, or give a file instead of -",
+                file=sys.stderr,
+            )
         try:
             status = super().invoke(ctx)
             ctx.meta[QUICK_EXIT] = self.quick_exit

@@ -102,6 +102,18 @@ def test_an_unknown_answer_fails_the_file_with_its_text(
     assert result.message == "Error - feed too strange"
 
 
+def test_a_lower_case_success_is_a_success(
+    emulator: Emulator, make_feed_set: MakeSet, push_settings: Settings
+) -> None:
+    feeds = make_feed_set("docs", files=1)
+    emulator.add_fault(Fault.answer("success\n"))
+
+    summary = push(feeds, push_settings(emulator))
+
+    assert outcomes(summary) == [("docs-000001.xml", Outcome.ACCEPTED)]
+    assert summary.ok and summary.results[0].attempts == 1
+
+
 def test_insufficient_disk_space_waits_and_sends_again(
     emulator: Emulator, make_feed_set: MakeSet, push_settings: Settings
 ) -> None:

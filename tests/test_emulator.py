@@ -209,6 +209,24 @@ def test_metadata_and_url_feed_records_urls_without_content(
     assert page.metadata == [("author", "ann")]
 
 
+def test_an_incremental_web_feed_ignores_metadata_as_the_appliance_does(
+    client: httpx.Client, emulator: Emulator
+) -> None:
+    meta = (
+        '<metadata><meta name="author" content="ann"/>'
+        '<meta name="google:aclusers" content="joe"/></metadata>'
+    )
+    records = f'<record url="http://e.com/page" mimetype="text/html">{meta}</record>'
+    push(client, emulator, "web", "incremental", feed("web", "incremental", group(records)))
+    emulator.wait_idle()
+
+    page = emulator.documents("web")["http://e.com/page"]
+    assert (page.kind, page.metadata) == ("web", [])
+    assert emulator.acls("web") == {}
+    [pushed] = emulator.pushes()
+    assert pushed.status() == "processed"
+
+
 def test_incremental_metadata_only_keeps_the_content(
     client: httpx.Client, emulator: Emulator
 ) -> None:

@@ -130,6 +130,39 @@ def test_each_problem_is_reported_with_its_line(
     assert {p.line for p in problems} == {10}
 
 
+@pytest.mark.parametrize(
+    ("body", "datasource", "words"),
+    [
+        (
+            rec('<metadata><meta name="author" content="ann"/></metadata>'),
+            "web",
+            "takes no metadata",
+        ),
+        (
+            rec('<metadata><meta name="google:aclusers" content="joe=reader"/></metadata>'),
+            "docs",
+            "role suffix",
+        ),
+        (
+            rec('<metadata><meta name="google:acldenygroups" content="eng=peeker"/></metadata>'),
+            "docs",
+            "role suffix",
+        ),
+    ],
+)
+def test_what_the_appliance_ignores_or_changes_is_reported_but_not_fatal(
+    tmp_path: Path, body: str, datasource: str, words: str
+) -> None:
+    [problem] = validate_file(feed(tmp_path, body, datasource=datasource))
+    assert words in problem.message and not problem.fatal
+    assert problem.line == 9
+
+
+def test_a_metadata_and_url_feed_of_the_web_datasource_takes_metadata(tmp_path: Path) -> None:
+    body = rec('<metadata><meta name="author" content="ann"/></metadata>')
+    assert validate_file(feed(tmp_path, body, "web", "metadata-and-url")) == []
+
+
 def test_unpadded_base64_as_in_the_guide_is_accepted(tmp_path: Path) -> None:
     body = rec('<content encoding="base64binary">Zm9vIGJhcgo</content>')
     assert validate_file(feed(tmp_path, body)) == []

@@ -118,6 +118,11 @@ class _Applier:
                 f"Skipping the record, Line number: {elem.sourceline}, Error: {exc}"
             )
             return
+        if self.push.datasource == "web" and self.push.feedtype != "metadata-and-url":
+            # The guide's table of feed types: an incremental feed of the 'web' datasource
+            # allows no metadata (legacy ACLs included): the appliance ignores it, as
+            # `fastfeed validate` warns.
+            metadata_elems, metadata = [], []
         acl_elem = elem.find("acl")
         acl = None if acl_elem is None else self._acl(url, acl_elem)
         legacy = legacy_acl(url, metadata)

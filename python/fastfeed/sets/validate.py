@@ -67,6 +67,17 @@ def declares(tree: etree._ElementTree) -> bool:
 #: The root element of each kind of file, as `ManifestEntry.kind` names the kinds.
 ROOTS = {"feed": "gsafeed", "groups": "xmlgroups"}
 INHERITANCE_TYPES = ("child-overrides", "parent-overrides", "and-both-permit", "leaf-node")
+#: Legacy ACL meta names (guide: "Legacy Metadata Format") and the principals they give.
+LEGACY_PRINCIPALS = {
+    "google:aclusers": ("user", "permit"),
+    "google:aclgroups": ("group", "permit"),
+    "google:acldenyusers": ("user", "deny"),
+    "google:acldenygroups": ("group", "deny"),
+}
+#: "If a content string ends in =owner, =peeker, =reader, or =writer, that suffix is stripped
+#: [...] if a content string ends in =peeker, that ACL entry is ignored."
+LEGACY_ROLE_SUFFIXES = ("=owner", "=peeker", "=reader", "=writer")
+LEGACY_IGNORED = "=peeker"
 
 
 class _Checker:
@@ -160,6 +171,14 @@ class _Checker:
         metas = elem.findall("metadata/meta")
         for meta in metas:
             self.meta(meta)
+        if metas and self.datasource == "web" and self.feedtype != "metadata-and-url":
+            # The guide's table of feed types: "web", incremental, allows no metadata.
+            self.report(
+                line,
+                "an incremental feed of the 'web' datasource takes no metadata: the appliance"
+                " ignores it (push metadata in a metadata-and-url feed)",
+                fatal=False,
+            )
         delete = elem.get("action") == "delete" or elem.getparent().get("action") == "delete"
         if (
             self.feedtype == "full"
@@ -202,6 +221,13 @@ class _Checker:
             self.report(
                 elem.sourceline,
                 f"meta '{name}' has empty content, which makes the appliance reject the record",
+            )
+        elif name in LEGACY_PRINCIPALS and content.endswith(LEGACY_ROLE_SUFFIXES):
+            self.report(
+                elem.sourceline,
+                f"{name} '{content}' ends in a role suffix the appliance strips (and drops the"
+                " entry for =peeker): write the ACL as an <acl> element",
+                fatal=False,
             )
         elif name == "google:aclinheritancetype" and content not in INHERITANCE_TYPES:
             self.report(

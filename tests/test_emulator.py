@@ -227,6 +227,17 @@ def test_an_incremental_web_feed_ignores_metadata_as_the_appliance_does(
     assert pushed.status() == "processed"
 
 
+def test_a_records_pagerank_overrides_its_groups(client: httpx.Client, emulator: Emulator) -> None:
+    records = record("http://e.com/a", "a", pagerank="90") + record("http://e.com/b", "b")
+    data = feed("docs", "incremental", group(records).replace("<group>", '<group pagerank="80">'))
+
+    push(client, emulator, "docs", "incremental", data)
+    emulator.wait_idle()
+
+    docs = emulator.documents("docs")
+    assert (docs["http://e.com/a"].pagerank, docs["http://e.com/b"].pagerank) == (90, 80)
+
+
 def test_incremental_metadata_only_keeps_the_content(
     client: httpx.Client, emulator: Emulator
 ) -> None:

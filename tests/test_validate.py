@@ -163,6 +163,17 @@ def test_a_metadata_and_url_feed_of_the_web_datasource_takes_metadata(tmp_path: 
     assert validate_file(feed(tmp_path, body, "web", "metadata-and-url")) == []
 
 
+def test_a_groups_pagerank_follows_the_records_rules(tmp_path: Path) -> None:
+    path = feed(tmp_path, rec("<content>x</content>"))
+    path.write_text(path.read_text().replace("<group>", '<group pagerank="40">'))
+
+    [problem] = validate_file(path)
+
+    assert (problem.line, problem.message) == (8, "pagerank '40' is not an integer from 68 to 100")
+    [web] = validate_file(path, feedtype="metadata-and-url", datasource="docs")[-1:]
+    assert web.message == "pagerank applies to content feeds only"
+
+
 def test_unpadded_base64_as_in_the_guide_is_accepted(tmp_path: Path) -> None:
     body = rec('<content encoding="base64binary">Zm9vIGJhcgo</content>')
     assert validate_file(feed(tmp_path, body)) == []

@@ -154,7 +154,8 @@ class _Applier:
         metadata_json = json.dumps(metadata)
         if not metadata_elems and old is not None:
             metadata_json = old[1]
-        pagerank = elem.get("pagerank") or None
+        # The guide: "The PageRank for a URL overrides one for a group."
+        pagerank = elem.get("pagerank") or elem.getparent().get("pagerank")
         self.db.execute(
             "INSERT OR REPLACE INTO documents (datasource, url, kind, mimetype, content, metadata,"
             " displayurl, last_modified, lock, authmethod, pagerank, crawl_immediately,"

@@ -146,12 +146,7 @@ class _Checker:
         problem = _core.url_problem(url)
         if problem:
             self.report(line, f"url: {problem}")
-        rank = elem.get("pagerank")
-        if rank is not None:
-            if not self.carries_content:
-                self.report(line, "pagerank applies to content feeds only")
-            elif not (rank.isdigit() and 68 <= int(rank) <= 100):
-                self.report(line, f"pagerank '{rank}' is not an integer from 68 to 100")
+        self.pagerank(elem)
         date = elem.get("last-modified")
         if date is not None:
             try:
@@ -188,6 +183,16 @@ class _Checker:
             and not delete
         ):
             self.report(line, "a full feed cannot push metadata alone: the record needs content")
+
+    def pagerank(self, elem: etree._Element) -> None:
+        """A record's or a group's PageRank (the guide: content feeds only, 68 to 100)."""
+        rank = elem.get("pagerank")
+        if rank is None:
+            return
+        if not self.carries_content:
+            self.report(elem.sourceline, "pagerank applies to content feeds only")
+        elif not (rank.isdigit() and 68 <= int(rank) <= 100):
+            self.report(elem.sourceline, f"pagerank '{rank}' is not an integer from 68 to 100")
 
     def content(self, elem: etree._Element) -> None:
         encoding = elem.get("encoding")
@@ -332,6 +337,7 @@ def _validate(checker: _Checker, stream: BinaryIO | _Counted, kind: str | None) 
                 if not seen_header:
                     checker.report(elem.sourceline, "<group> before <header>")
                 groups += 1
+                checker.pagerank(elem)
                 if elem.get("action") not in (None, "add", "delete"):
                     checker.report(
                         elem.sourceline, f"group action '{elem.get('action')}' is not add or delete"

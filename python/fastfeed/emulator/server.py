@@ -300,6 +300,9 @@ async def getbacklogcount(request: web.Request) -> web.Response:
     state = request.app[STATE]
     if state.backlog_unsupported:
         raise web.HTTPNotFound(text="Not Found")
+    if state.trusted_ips is not None and request.remote not in state.trusted_ips:
+        # As the feedergate's other requests: the count is for trusted clients only.
+        return plain_text(UNAUTHORIZED)
     return plain_text(str(state.feeder.backlog))
 
 

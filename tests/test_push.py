@@ -90,30 +90,31 @@ def test_retries_are_bounded_and_later_files_of_the_datasource_wait(
     assert len(emulator.pushes()) == 3  # three attempts of the first file, nothing else
 
 
-def test_an_unknown_answer_fails_the_file_with_its_text(
-    emulator: Emulator, make_feed_set: MakeSet, push_settings: Settings
+@pytest.mark.parametrize(
+    ("answer", "outcome", "message"),
+    [
+        # Not retried: sending it again would get the same answer.
+        ("Error - feed too strange", Outcome.FAILED, "Error - feed too strange"),
+        # In any case, as Google's own feed clients take it.
+        ("success\n", Outcome.ACCEPTED, "Success"),
+    ],
+    ids=["unknown", "lower-case-success"],
+)
+def test_an_answer_decides_the_file_at_once(
+    emulator: Emulator,
+    make_feed_set: MakeSet,
+    push_settings: Settings,
+    answer: str,
+    outcome: Outcome,
+    message: str,
 ) -> None:
     feeds = make_feed_set("docs", files=1)
-    emulator.add_fault(Fault.answer("Error - feed too strange"))
+    emulator.add_fault(Fault.answer(answer))
 
     summary = push(feeds, push_settings(emulator))
 
-    result = summary.results[0]
-    assert result.outcome is Outcome.FAILED
-    assert result.attempts == 1  # not retried: sending it again would get the same answer
-    assert result.message == "Error - feed too strange"
-
-
-def test_a_lower_case_success_is_a_success(
-    emulator: Emulator, make_feed_set: MakeSet, push_settings: Settings
-) -> None:
-    feeds = make_feed_set("docs", files=1)
-    emulator.add_fault(Fault.answer("success\n"))
-
-    summary = push(feeds, push_settings(emulator))
-
-    assert outcomes(summary) == [("docs-000001.xml", Outcome.ACCEPTED)]
-    assert summary.ok and summary.results[0].attempts == 1
+    [result] = summary.results
+    assert (result.outcome, result.attempts, result.message) == (outcome, 1, message)
 
 
 def test_insufficient_disk_space_waits_and_sends_again(

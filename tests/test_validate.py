@@ -114,6 +114,15 @@ def test_the_guides_example_is_valid(tmp_path: Path) -> None:
             "incremental",
             "does not follow the DTD",
         ),
+        (
+            rec(
+                '<acl><principal scope="user" access="permit">ann</principal></acl>'
+                '<metadata><meta encoding="base64binary" name="Z29vZ2xlOmFjbHVzZXJz"'
+                ' content="am9l"/></metadata><content>x</content>'
+            ),
+            "incremental",
+            "both in an <acl> element and in google:acl* metadata",
+        ),
     ],
 )
 def test_each_problem_is_reported_with_its_line(

@@ -125,15 +125,8 @@ class _Applier:
             metadata_elems, metadata = [], []
         acl_elem = elem.find("acl")
         acl = None if acl_elem is None else self._acl(url, acl_elem)
+        # An ACL in both forms was refused with the file (`sets.validate.ACL_TWICE`).
         legacy = legacy_acl(url, metadata)
-        if acl is not None and legacy is not None:
-            # Guide: "A per-URL ACL can be defined either in the metadata portion of the feed,
-            # or in the document itself, but not in both places."
-            self.changes.errors.append(
-                f"Skipping the record, Line number: {elem.sourceline}, Error: a per-URL ACL both"
-                " in an <acl> element and in google:acl* metadata"
-            )
-            return
         if legacy is not None and any(m.get("overwrite-acls") == "false" for m in metadata_elems):
             # overwrite-acls="false": the metadata's principals add to the URL's ACL.
             old_acl = self.index.acl(self.db, self.push.datasource, url)

@@ -15,15 +15,18 @@ from typing import Any
 
 from lxml import etree
 
-from fastfeed.sets.validate import LEGACY_IGNORED, LEGACY_PRINCIPALS, LEGACY_ROLE_SUFFIXES
+from fastfeed.sets.validate import (
+    LEGACY_IGNORED,
+    LEGACY_INHERIT_FROM,
+    LEGACY_INHERITANCE,
+    LEGACY_PRINCIPALS,
+    LEGACY_ROLE_SUFFIXES,
+)
 
 #: Defaults of the gsafeed DTD (7.x guide).
 DEFAULT_INHERITANCE = "leaf-node"
 #: The groups feed DTD defaults the namespace; the gsafeed DTD leaves it out (None here).
 GROUPS_NAMESPACE = "Default"
-
-LEGACY_INHERIT_FROM = "google:aclinheritfrom"
-LEGACY_INHERITANCE = "google:aclinheritancetype"
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,13 @@ LEGACY_PRINCIPALS = {
 #: [...] if a content string ends in =peeker, that ACL entry is ignored."
 LEGACY_ROLE_SUFFIXES = ("=owner", "=peeker", "=reader", "=writer")
 LEGACY_IGNORED = "=peeker"
+LEGACY_INHERIT_FROM = "google:aclinheritfrom"
+LEGACY_INHERITANCE = "google:aclinheritancetype"
+#: Every meta name that gives a record a legacy ACL.
+LEGACY_ACL_NAMES = frozenset({*LEGACY_PRINCIPALS, LEGACY_INHERIT_FROM, LEGACY_INHERITANCE})
+#: The guide: "A per-URL ACL can be defined either in the metadata portion of the feed, or in
+#: the document itself, but not in both places."
+ACL_TWICE = "a per-URL ACL both in an <acl> element and in google:acl* metadata"
 
 
 class _Checker:
@@ -164,8 +171,9 @@ class _Checker:
         if acl is not None:
             self.acl(acl, standalone=False)
         metas = elem.findall("metadata/meta")
-        for meta in metas:
-            self.meta(meta)
+        names = {self.meta(meta) for meta in metas}
+        if acl is not None and not names.isdisjoint(LEGACY_ACL_NAMES):
+            self.report(line, ACL_TWICE)
         if metas and self.datasource == "web" and self.feedtype != "metadata-and-url":
             # The guide's table of feed types: "web", incremental, allows no metadata.
             self.report(
@@ -213,15 +221,17 @@ class _Checker:
         except zlib.error as exc:
             self.report(elem.sourceline, f"base64compressed content does not inflate: {exc}")
 
-    def meta(self, elem: etree._Element) -> None:
-        name, content = elem.get("name", ""), elem.get("content", "")
+    def meta(self, elem: etree._Element) -> str | None:
+        """Checks a meta; returns its name (decoded), None if it does not decode."""
+        name: str = elem.get("name", "")
+        content: str = elem.get("content", "")
         if elem.get("encoding") == "base64binary":
             try:
                 name = decode_base64(name).decode("utf-8", "surrogateescape")
                 content = decode_base64(content).decode("utf-8", "surrogateescape")
             except (binascii.Error, ValueError) as exc:
                 self.report(elem.sourceline, f"meta is not valid base64: {exc}")
-                return
+                return None
         if content == "":
             self.report(
                 elem.sourceline,
@@ -234,11 +244,12 @@ class _Checker:
                 " entry for =peeker): write the ACL as an <acl> element",
                 fatal=False,
             )
-        elif name == "google:aclinheritancetype" and content not in INHERITANCE_TYPES:
+        elif name == LEGACY_INHERITANCE and content not in INHERITANCE_TYPES:
             self.report(
                 elem.sourceline,
-                f"google:aclinheritancetype '{content}' is not one of {INHERITANCE_TYPES}",
+                f"{LEGACY_INHERITANCE} '{content}' is not one of {INHERITANCE_TYPES}",
             )
+        return name
 
 
 def validate_file(

@@ -184,6 +184,11 @@ impl Principal {
     }
 }
 
+/// The guide's Legacy Metadata Format: "If a content string ends in =owner, =peeker, =reader,
+/// or =writer, that suffix is stripped from the user name. Furthermore, if a content string
+/// ends in =peeker, that ACL entry is ignored." A name ending so would reach the index changed.
+const LEGACY_ROLE_SUFFIXES: [&str; 4] = ["=owner", "=peeker", "=reader", "=writer"];
+
 impl Acl {
     pub fn check(&self) -> Result<(), String> {
         for (i, p) in self.principals.iter().enumerate() {
@@ -229,6 +234,13 @@ impl Acl {
                 return Err(format!(
                     "principals[{i}]: the legacy ACL format has no namespace, case sensitivity \
                      or principal type; use --acl-format per-url"
+                ));
+            }
+            if let Some(suffix) = LEGACY_ROLE_SUFFIXES.iter().find(|s| p.name.ends_with(*s)) {
+                return Err(format!(
+                    "principals[{i}]: '{}' ends in '{suffix}', which the appliance strips from a \
+                     legacy ACL name (and drops the entry for =peeker); use --acl-format per-url",
+                    p.name
                 ));
             }
             let name = match (p.scope, p.access) {
@@ -498,6 +510,21 @@ mod tests {
             .legacy_metadata()
             .unwrap_err()
             .contains("legacy ACL format"));
+        for name in ["joe=owner", "joe=peeker", "joe=reader", "joe=writer"] {
+            let role = Acl {
+                principals: vec![Principal {
+                    name: name.into(),
+                    namespace: None,
+                    case_sensitive: None,
+                    ..alice()
+                }],
+                ..Acl::default()
+            };
+            assert!(
+                role.legacy_metadata().unwrap_err().contains("strips"),
+                "{name}"
+            );
+        }
     }
 
     #[test]

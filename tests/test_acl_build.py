@@ -214,6 +214,25 @@ def test_bad_acls_are_refused_with_their_line_and_leave_no_feed(
     assert all(validate_file(f) == [] for f in Path("out").glob("*.xml"))
 
 
+@pytest.mark.parametrize("role", ["=owner", "=peeker", "=reader", "=writer"])
+def test_a_legacy_acl_name_the_appliance_would_strip_is_refused(
+    role: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The guide: legacy ACL names ending in these lose the suffix, and =peeker the entry."""
+    bad = {"url": "http://d.example.com/a", "content": "a", "acl": {"principals": [principal()]}}
+    bad["acl"]["principals"][0]["name"] = f"joe{role}"
+    source = jsonl(Path("in.jsonl"), [bad])
+    legacy = ["build", str(source), "--datasource", "docs", "--acl-format", "legacy"]
+
+    status = main([*legacy, "--out", "out"])
+
+    assert status == 1
+    err = capsys.readouterr().err
+    assert f"in.jsonl:1: acl: principals[0]: 'joe{role}' ends in '{role}'" in err
+    assert "--acl-format per-url" in err
+    assert main(["build", str(source), "--datasource", "docs", "--out", "per-url"]) == 0
+
+
 def test_bad_groups_are_refused_with_their_line(capsys: pytest.CaptureFixture[str]) -> None:
     source = jsonl(
         Path("groups.jsonl"),

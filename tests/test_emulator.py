@@ -209,6 +209,35 @@ def test_metadata_and_url_feed_records_urls_without_content(
     assert page.metadata == [("author", "ann")]
 
 
+def test_an_incremental_web_feed_ignores_metadata_as_the_appliance_does(
+    client: httpx.Client, emulator: Emulator
+) -> None:
+    meta = (
+        '<metadata><meta name="author" content="ann"/>'
+        '<meta name="google:aclusers" content="joe"/></metadata>'
+    )
+    records = f'<record url="http://e.com/page" mimetype="text/html">{meta}</record>'
+    push(client, emulator, "web", "incremental", feed("web", "incremental", group(records)))
+    emulator.wait_idle()
+
+    page = emulator.documents("web")["http://e.com/page"]
+    assert (page.kind, page.metadata) == ("web", [])
+    assert emulator.acls("web") == {}
+    [pushed] = emulator.pushes()
+    assert pushed.status() == "processed"
+
+
+def test_a_records_pagerank_overrides_its_groups(client: httpx.Client, emulator: Emulator) -> None:
+    records = record("http://e.com/a", "a", pagerank="90") + record("http://e.com/b", "b")
+    data = feed("docs", "incremental", group(records).replace("<group>", '<group pagerank="80">'))
+
+    push(client, emulator, "docs", "incremental", data)
+    emulator.wait_idle()
+
+    docs = emulator.documents("docs")
+    assert (docs["http://e.com/a"].pagerank, docs["http://e.com/b"].pagerank) == (90, 80)
+
+
 def test_incremental_metadata_only_keeps_the_content(
     client: httpx.Client, emulator: Emulator
 ) -> None:

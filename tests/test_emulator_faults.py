@@ -101,6 +101,27 @@ def test_untrusted_client_is_refused_like_the_appliance(
     assert strict.backlog == 0
 
 
+@pytest.mark.parametrize("path", ["/xmlfeed", "/xmlgroups"])
+def test_a_get_of_the_feedergate_says_whether_it_takes_feeds(
+    client: httpx.Client, make_emulator: Callable[..., Emulator], path: str
+) -> None:
+    """As Google's Connector Manager probes it: 400 (no form) while feeds are taken, 200 with
+    the refusal otherwise."""
+    open_to_us, closed = make_emulator(), make_emulator(trusted_ips=["192.0.2.7"])
+
+    assert client.get(open_to_us.url + path).status_code == 400
+    refused = client.get(closed.url + path)
+    assert (refused.status_code, refused.text) == (200, "Error - Unauthorized Request")
+    assert open_to_us.pushes() == closed.pushes() == []
+
+
+def test_the_feedergate_serves_the_gsafeed_dtd(client: httpx.Client, emulator: Emulator) -> None:
+    answer = client.get(emulator.url + "/getdtd")
+
+    assert answer.status_code == 200
+    assert "<!ATTLIST content encoding (base64binary|base64compressed) #IMPLIED>" in answer.text
+
+
 def test_trusted_client_is_accepted(
     client: httpx.Client, make_emulator: Callable[..., Emulator]
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
@@ -15,9 +16,10 @@ import trustme
 from cryptography.hazmat.primitives import serialization
 from fastfeed import read_manifest
 from fastfeed.delivery.results import Outcome, PushSummary
-from fastfeed.delivery.settings import PushSettings, Secret
+from fastfeed.delivery.settings import PushSettings, Secret, http_client
 from fastfeed.emulator import Emulator, Fault
-from fastfeed.errors import PushError, SettingsError
+from fastfeed.errors import BacklogError, PushError, SettingsError
+from fastfeed.gsa.backlog import fetch_backlog
 from fastfeed.gsa.push import push
 from fastfeed.sets.manifest import HASHES
 from feeds import sha256s
@@ -88,18 +90,31 @@ def test_retries_are_bounded_and_later_files_of_the_datasource_wait(
     assert len(emulator.pushes()) == 3  # three attempts of the first file, nothing else
 
 
-def test_an_unknown_answer_fails_the_file_with_its_text(
-    emulator: Emulator, make_feed_set: MakeSet, push_settings: Settings
+@pytest.mark.parametrize(
+    ("answer", "outcome", "message"),
+    [
+        # Not retried: sending it again would get the same answer.
+        ("Error - feed too strange", Outcome.FAILED, "Error - feed too strange"),
+        # In any case, as Google's own feed clients take it.
+        ("success\n", Outcome.ACCEPTED, "Success"),
+    ],
+    ids=["unknown", "lower-case-success"],
+)
+def test_an_answer_decides_the_file_at_once(
+    emulator: Emulator,
+    make_feed_set: MakeSet,
+    push_settings: Settings,
+    answer: str,
+    outcome: Outcome,
+    message: str,
 ) -> None:
     feeds = make_feed_set("docs", files=1)
-    emulator.add_fault(Fault.answer("Error - feed too strange"))
+    emulator.add_fault(Fault.answer(answer))
 
     summary = push(feeds, push_settings(emulator))
 
-    result = summary.results[0]
-    assert result.outcome is Outcome.FAILED
-    assert result.attempts == 1  # not retried: sending it again would get the same answer
-    assert result.message == "Error - feed too strange"
+    [result] = summary.results
+    assert (result.outcome, result.attempts, result.message) == (outcome, 1, message)
 
 
 def test_insufficient_disk_space_waits_and_sends_again(
@@ -142,6 +157,23 @@ def test_an_untrusted_ip_stops_the_whole_push(
     assert "Error - Unauthorized Request" in str(caught.value)
     assert len(emulator.pushes()) == 1  # nothing more was sent after the refusal
     assert caught.value.summary is not None and caught.value.summary.results == []
+
+
+def test_the_backlog_of_an_appliance_that_does_not_trust_us_says_what_to_do(
+    make_emulator: Callable[..., Emulator], push_settings: Settings
+) -> None:
+    emulator = make_emulator(trusted_ips=["10.9.9.9"])
+    settings = push_settings(emulator)
+
+    async def backlog() -> int | None:
+        async with http_client(settings) as client:
+            return await fetch_backlog(client, settings)
+
+    with pytest.raises(BacklogError) as caught:
+        asyncio.run(backlog())
+
+    assert "'Error - Unauthorized Request'" in str(caught.value)
+    assert "List of Trusted IP Addresses" in str(caught.value)
 
 
 @pytest.mark.parametrize("digest", ["xxh3", "blake3", "sha256"])

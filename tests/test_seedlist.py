@@ -412,6 +412,8 @@ def test_text_and_markup_arrive_exactly_and_binary_or_unsafe_content_by_src(
         {"url": "http://docs.example.com/long.txt", "content": "x" * 100_000},
         {"url": "http://docs.example.com/page.html", "content": "<p>Hi &amp; bye</p>"},
         {"url": "http://docs.example.com/empty", "metadata": {"title": "no content"}},
+        # An XML type's inline content would be an element (RFC 4287 4.1.3.3): by src.
+        {"url": "http://docs.example.com/a", "mimetype": "text/xml", "content": "<a>&amp;</a>"},
     ]
     with SeedlistStore(db) as store:
         store.load(records)
@@ -433,6 +435,9 @@ def test_text_and_markup_arrive_exactly_and_binary_or_unsafe_content_by_src(
     assert "inline" not in got["http://docs.example.com/long.txt"]
     html = got["http://docs.example.com/page.html"]
     assert html["inline"] == "html" and html["content"] == b"<p>Hi &amp; bye</p>"
+    xml = got["http://docs.example.com/a"]
+    assert "inline" not in xml
+    assert (xml["content"], xml["mimetype"]) == (b"<a>&amp;</a>", "text/xml")
     empty = got["http://docs.example.com/empty"]
     assert empty["content"] is None and empty["acl"] is None and empty["title"] == "no content"
 

@@ -114,6 +114,15 @@ def test_the_guides_example_is_valid(tmp_path: Path) -> None:
             "incremental",
             "does not follow the DTD",
         ),
+        (
+            rec(
+                '<acl><principal scope="user" access="permit">ann</principal></acl>'
+                '<metadata><meta encoding="base64binary" name="Z29vZ2xlOmFjbHVzZXJz"'
+                ' content="am9l"/></metadata><content>x</content>'
+            ),
+            "incremental",
+            "both in an <acl> element and in google:acl* metadata",
+        ),
     ],
 )
 def test_each_problem_is_reported_with_its_line(
@@ -128,6 +137,50 @@ def test_each_problem_is_reported_with_its_line(
     assert problems, body
     assert any(words in p.message for p in problems), problems
     assert {p.line for p in problems} == {10}
+
+
+@pytest.mark.parametrize(
+    ("body", "datasource", "words"),
+    [
+        (
+            rec('<metadata><meta name="author" content="ann"/></metadata>'),
+            "web",
+            "takes no metadata",
+        ),
+        (
+            rec('<metadata><meta name="google:aclusers" content="joe=reader"/></metadata>'),
+            "docs",
+            "role suffix",
+        ),
+        (
+            rec('<metadata><meta name="google:acldenygroups" content="eng=peeker"/></metadata>'),
+            "docs",
+            "role suffix",
+        ),
+    ],
+)
+def test_what_the_appliance_ignores_or_changes_is_reported_but_not_fatal(
+    tmp_path: Path, body: str, datasource: str, words: str
+) -> None:
+    [problem] = validate_file(feed(tmp_path, body, datasource=datasource))
+    assert words in problem.message and not problem.fatal
+    assert problem.line == 9
+
+
+def test_a_metadata_and_url_feed_of_the_web_datasource_takes_metadata(tmp_path: Path) -> None:
+    body = rec('<metadata><meta name="author" content="ann"/></metadata>')
+    assert validate_file(feed(tmp_path, body, "web", "metadata-and-url")) == []
+
+
+def test_a_groups_pagerank_follows_the_records_rules(tmp_path: Path) -> None:
+    path = feed(tmp_path, rec("<content>x</content>"))
+    path.write_text(path.read_text().replace("<group>", '<group pagerank="40">'))
+
+    [problem] = validate_file(path)
+
+    assert (problem.line, problem.message) == (8, "pagerank '40' is not an integer from 68 to 100")
+    [web] = validate_file(path, feedtype="metadata-and-url", datasource="docs")[-1:]
+    assert web.message == "pagerank applies to content feeds only"
 
 
 def test_unpadded_base64_as_in_the_guide_is_accepted(tmp_path: Path) -> None:

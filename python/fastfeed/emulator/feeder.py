@@ -118,17 +118,15 @@ class _Applier:
                 f"Skipping the record, Line number: {elem.sourceline}, Error: {exc}"
             )
             return
+        if self.push.datasource == "web" and self.push.feedtype != "metadata-and-url":
+            # The guide's table of feed types: an incremental feed of the 'web' datasource
+            # allows no metadata (legacy ACLs included): the appliance ignores it, as
+            # `fastfeed validate` warns.
+            metadata_elems, metadata = [], []
         acl_elem = elem.find("acl")
         acl = None if acl_elem is None else self._acl(url, acl_elem)
+        # An ACL in both forms was refused with the file (`sets.validate.ACL_TWICE`).
         legacy = legacy_acl(url, metadata)
-        if acl is not None and legacy is not None:
-            # Guide: "A per-URL ACL can be defined either in the metadata portion of the feed,
-            # or in the document itself, but not in both places."
-            self.changes.errors.append(
-                f"Skipping the record, Line number: {elem.sourceline}, Error: a per-URL ACL both"
-                " in an <acl> element and in google:acl* metadata"
-            )
-            return
         if legacy is not None and any(m.get("overwrite-acls") == "false" for m in metadata_elems):
             # overwrite-acls="false": the metadata's principals add to the URL's ACL.
             old_acl = self.index.acl(self.db, self.push.datasource, url)
@@ -149,7 +147,8 @@ class _Applier:
         metadata_json = json.dumps(metadata)
         if not metadata_elems and old is not None:
             metadata_json = old[1]
-        pagerank = elem.get("pagerank") or None
+        # The guide: "The PageRank for a URL overrides one for a group."
+        pagerank = elem.get("pagerank") or elem.getparent().get("pagerank")
         self.db.execute(
             "INSERT OR REPLACE INTO documents (datasource, url, kind, mimetype, content, metadata,"
             " displayurl, last_modified, lock, authmethod, pagerank, crawl_immediately,"

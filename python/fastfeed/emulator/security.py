@@ -15,24 +15,18 @@ from typing import Any
 
 from lxml import etree
 
+from fastfeed.sets.validate import (
+    LEGACY_IGNORED,
+    LEGACY_INHERIT_FROM,
+    LEGACY_INHERITANCE,
+    LEGACY_PRINCIPALS,
+    LEGACY_ROLE_SUFFIXES,
+)
+
 #: Defaults of the gsafeed DTD (7.x guide).
 DEFAULT_INHERITANCE = "leaf-node"
 #: The groups feed DTD defaults the namespace; the gsafeed DTD leaves it out (None here).
 GROUPS_NAMESPACE = "Default"
-
-#: Legacy ACL meta names (guide: "Legacy Metadata Format") and the principals they give.
-LEGACY_PRINCIPALS = {
-    "google:aclusers": ("user", "permit"),
-    "google:aclgroups": ("group", "permit"),
-    "google:acldenyusers": ("user", "deny"),
-    "google:acldenygroups": ("group", "deny"),
-}
-LEGACY_INHERIT_FROM = "google:aclinheritfrom"
-LEGACY_INHERITANCE = "google:aclinheritancetype"
-#: "If a content string ends in =owner, =peeker, =reader, or =writer, that suffix is stripped
-#: [...] if a content string ends in =peeker, that ACL entry is ignored."
-LEGACY_SUFFIXES = ("=owner", "=reader", "=writer")
-LEGACY_IGNORED = "=peeker"
 
 
 @dataclass(frozen=True)
@@ -152,7 +146,7 @@ def legacy_acl(url: str, metadata: Sequence[tuple[str, str]]) -> Acl | None:
             found = True
             if content.endswith(LEGACY_IGNORED):
                 continue
-            for suffix in LEGACY_SUFFIXES:
+            for suffix in LEGACY_ROLE_SUFFIXES:
                 content = content.removesuffix(suffix)
             scope, access = LEGACY_PRINCIPALS[name]
             if content.strip():

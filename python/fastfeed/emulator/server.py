@@ -9,6 +9,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +105,10 @@ def make_app(state: State) -> web.Application:
         [
             web.post("/xmlfeed", functools.partial(receive_feed, kind="feed")),
             web.post("/xmlgroups", functools.partial(receive_feed, kind="groups")),
+            web.get("/xmlfeed", functools.partial(probe, kind="feed")),
+            web.get("/xmlgroups", functools.partial(probe, kind="groups")),
             web.get("/getbacklogcount", getbacklogcount),
+            web.get("/getdtd", getdtd),
             web.get("/", to_status_page),
             web.get("/status", status_page),
             web.get("/status.json", status_json),
@@ -269,10 +273,36 @@ def _check_fields(fields: dict[str, str], data: DataFile, kind: str) -> tuple[st
     return name, feedtype
 
 
+async def probe(request: web.Request, kind: str) -> web.Response:
+    """GET /xmlfeed (or /xmlgroups), no form: as the feedergate, HTTP 200 with its refusal when
+    it would refuse a feed (an untrusted client), else 400 for the missing fields. Google's
+    Connector Manager asks so after a failed push, to learn whether feeds are taken again."""
+    state = request.app[STATE]
+    if state.trusted_ips is not None and request.remote not in state.trusted_ips:
+        return plain_text(UNAUTHORIZED)
+    source = FORMS[kind][0]
+    return plain_text(f"POST the form fields {source}, feedtype and data", 400)
+
+
+@functools.cache
+def _gsafeed_dtd() -> str:
+    return resources.files("fastfeed.sets").joinpath("gsafeed.dtd").read_text(encoding="utf-8")
+
+
+async def getdtd(request: web.Request) -> web.Response:
+    """GET /getdtd: the gsafeed DTD the feedergate takes (software 6.2 and later), which feed
+    clients such as Google's Connector Manager read to learn that base64compressed content is
+    taken."""
+    return plain_text(_gsafeed_dtd())
+
+
 async def getbacklogcount(request: web.Request) -> web.Response:
     state = request.app[STATE]
     if state.backlog_unsupported:
         raise web.HTTPNotFound(text="Not Found")
+    if state.trusted_ips is not None and request.remote not in state.trusted_ips:
+        # As the feedergate's other requests: the count is for trusted clients only.
+        return plain_text(UNAUTHORIZED)
     return plain_text(str(state.feeder.backlog))
 
 

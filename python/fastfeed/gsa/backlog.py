@@ -18,7 +18,8 @@ from fastfeed.delivery.exchange import Answer, exchange
 from fastfeed.delivery.retry import transport_problem
 from fastfeed.delivery.settings import PushSettings
 from fastfeed.errors import BacklogError, FastfeedError
-from fastfeed.gsa.feedergate import TLS_HINT
+from fastfeed.gsa import feedergate
+from fastfeed.gsa.feedergate import TLS_HINT, UNAUTHORIZED_HELP
 
 PATH = "/getbacklogcount"
 
@@ -30,6 +31,8 @@ def _parse(answer: Answer) -> int | None:
     if answer.status != 200:
         raise BacklogError(f"{PATH} answered HTTP {answer.status}")
     text = answer.text.strip()
+    if feedergate.classify(text) is feedergate.Answer.UNAUTHORIZED:
+        raise BacklogError(f"{PATH} answered {text!r}: {UNAUTHORIZED_HELP}")
     try:
         return int(text)
     except ValueError:

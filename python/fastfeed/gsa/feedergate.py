@@ -33,9 +33,11 @@ class Answer(enum.Enum):
 
 
 def classify(text: str) -> Answer:
-    """The feedergate's HTTP 200 answers, from the Feeds Protocol guide's troubleshooting."""
+    """The feedergate's HTTP 200 answers, from the Feeds Protocol guide's troubleshooting.
+    Success in any case: Google's own feed clients (the Connector Manager, the gsafeed library)
+    take "success" too, which some appliances answer."""
     text = text.strip()
-    if text == "Success":
+    if text.casefold() == "success":
         return Answer.SUCCESS
     if text.startswith("Error - Unauthorized Request"):
         return Answer.UNAUTHORIZED

@@ -27,6 +27,9 @@ XML_DECLARATION = b'<?xml version="1.0" encoding="UTF-8"?>\n'
 #: How text content is inlined: Atom names text/plain and text/html by kind; other text types
 #: go inline under their own type (RFC 4287 4.1.3.3); anything else only by `src`.
 _INLINE_TYPES = {"text/plain": "text", "text/html": "html"}
+#: XML media types (text/xml too): RFC 4287 4.1.3.3 makes their inline content an element,
+#: which a reader would look for instead of the escaped text: they go by `src`.
+_XML_SUFFIXES = ("/xml", "+xml")
 
 #: fieldInfo of the Atom elements a seedlist entry fills: (id, name, type, sortable).
 _STANDARD_FIELDS = (
@@ -121,6 +124,13 @@ def _action(change: Change, page: Page) -> str:
     return "insert"
 
 
+def _inline_type(mimetype: str) -> str | None:
+    """The atom:content type a text content goes inline under, or None to serve it by src."""
+    if mimetype.split(";")[0].strip().lower().endswith(_XML_SUFFIXES):
+        return None
+    return _INLINE_TYPES.get(mimetype) or (mimetype if mimetype.startswith("text/") else None)
+
+
 def _entry(feed: Any, change: Change, page: Page) -> None:
     entry = _el(feed, ATOM, "entry")
     _el(entry, ATOM, "id", change.url)
@@ -134,9 +144,7 @@ def _entry(feed: Any, change: Change, page: Page) -> None:
             rel="alternate",
             type=change.mimetype,
         )
-        inline_type = _INLINE_TYPES.get(change.mimetype) or (
-            change.mimetype if change.mimetype.startswith("text/") else None
-        )
+        inline_type = _inline_type(change.mimetype)
         if change.inline is not None and inline_type is not None:
             _el(entry, ATOM, "content", change.inline, type=inline_type)
         elif change.has_content:

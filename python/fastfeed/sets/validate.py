@@ -67,6 +67,24 @@ def declares(tree: etree._ElementTree) -> bool:
 #: The root element of each kind of file, as `ManifestEntry.kind` names the kinds.
 ROOTS = {"feed": "gsafeed", "groups": "xmlgroups"}
 INHERITANCE_TYPES = ("child-overrides", "parent-overrides", "and-both-permit", "leaf-node")
+#: Legacy ACL meta names (guide: "Legacy Metadata Format") and the principals they give.
+LEGACY_PRINCIPALS = {
+    "google:aclusers": ("user", "permit"),
+    "google:aclgroups": ("group", "permit"),
+    "google:acldenyusers": ("user", "deny"),
+    "google:acldenygroups": ("group", "deny"),
+}
+#: "If a content string ends in =owner, =peeker, =reader, or =writer, that suffix is stripped
+#: [...] if a content string ends in =peeker, that ACL entry is ignored."
+LEGACY_ROLE_SUFFIXES = ("=owner", "=peeker", "=reader", "=writer")
+LEGACY_IGNORED = "=peeker"
+LEGACY_INHERIT_FROM = "google:aclinheritfrom"
+LEGACY_INHERITANCE = "google:aclinheritancetype"
+#: Every meta name that gives a record a legacy ACL.
+LEGACY_ACL_NAMES = frozenset({*LEGACY_PRINCIPALS, LEGACY_INHERIT_FROM, LEGACY_INHERITANCE})
+#: The guide: "A per-URL ACL can be defined either in the metadata portion of the feed, or in
+#: the document itself, but not in both places."
+ACL_TWICE = "a per-URL ACL both in an <acl> element and in google:acl* metadata"
 
 
 class _Checker:
@@ -135,12 +153,7 @@ class _Checker:
         problem = _core.url_problem(url)
         if problem:
             self.report(line, f"url: {problem}")
-        rank = elem.get("pagerank")
-        if rank is not None:
-            if not self.carries_content:
-                self.report(line, "pagerank applies to content feeds only")
-            elif not (rank.isdigit() and 68 <= int(rank) <= 100):
-                self.report(line, f"pagerank '{rank}' is not an integer from 68 to 100")
+        self.pagerank(elem)
         date = elem.get("last-modified")
         if date is not None:
             try:
@@ -158,8 +171,17 @@ class _Checker:
         if acl is not None:
             self.acl(acl, standalone=False)
         metas = elem.findall("metadata/meta")
-        for meta in metas:
-            self.meta(meta)
+        names = {self.meta(meta) for meta in metas}
+        if acl is not None and not names.isdisjoint(LEGACY_ACL_NAMES):
+            self.report(line, ACL_TWICE)
+        if metas and self.datasource == "web" and self.feedtype != "metadata-and-url":
+            # The guide's table of feed types: "web", incremental, allows no metadata.
+            self.report(
+                line,
+                "an incremental feed of the 'web' datasource takes no metadata: the appliance"
+                " ignores it (push metadata in a metadata-and-url feed)",
+                fatal=False,
+            )
         delete = elem.get("action") == "delete" or elem.getparent().get("action") == "delete"
         if (
             self.feedtype == "full"
@@ -169,6 +191,16 @@ class _Checker:
             and not delete
         ):
             self.report(line, "a full feed cannot push metadata alone: the record needs content")
+
+    def pagerank(self, elem: etree._Element) -> None:
+        """A record's or a group's PageRank (the guide: content feeds only, 68 to 100)."""
+        rank = elem.get("pagerank")
+        if rank is None:
+            return
+        if not self.carries_content:
+            self.report(elem.sourceline, "pagerank applies to content feeds only")
+        elif not (rank.isdigit() and 68 <= int(rank) <= 100):
+            self.report(elem.sourceline, f"pagerank '{rank}' is not an integer from 68 to 100")
 
     def content(self, elem: etree._Element) -> None:
         encoding = elem.get("encoding")
@@ -189,25 +221,35 @@ class _Checker:
         except zlib.error as exc:
             self.report(elem.sourceline, f"base64compressed content does not inflate: {exc}")
 
-    def meta(self, elem: etree._Element) -> None:
-        name, content = elem.get("name", ""), elem.get("content", "")
+    def meta(self, elem: etree._Element) -> str | None:
+        """Checks a meta; returns its name (decoded), None if it does not decode."""
+        name: str = elem.get("name", "")
+        content: str = elem.get("content", "")
         if elem.get("encoding") == "base64binary":
             try:
                 name = decode_base64(name).decode("utf-8", "surrogateescape")
                 content = decode_base64(content).decode("utf-8", "surrogateescape")
             except (binascii.Error, ValueError) as exc:
                 self.report(elem.sourceline, f"meta is not valid base64: {exc}")
-                return
+                return None
         if content == "":
             self.report(
                 elem.sourceline,
                 f"meta '{name}' has empty content, which makes the appliance reject the record",
             )
-        elif name == "google:aclinheritancetype" and content not in INHERITANCE_TYPES:
+        elif name in LEGACY_PRINCIPALS and content.endswith(LEGACY_ROLE_SUFFIXES):
             self.report(
                 elem.sourceline,
-                f"google:aclinheritancetype '{content}' is not one of {INHERITANCE_TYPES}",
+                f"{name} '{content}' ends in a role suffix the appliance strips (and drops the"
+                " entry for =peeker): write the ACL as an <acl> element",
+                fatal=False,
             )
+        elif name == LEGACY_INHERITANCE and content not in INHERITANCE_TYPES:
+            self.report(
+                elem.sourceline,
+                f"{LEGACY_INHERITANCE} '{content}' is not one of {INHERITANCE_TYPES}",
+            )
+        return name
 
 
 def validate_file(
@@ -306,6 +348,7 @@ def _validate(checker: _Checker, stream: BinaryIO | _Counted, kind: str | None) 
                 if not seen_header:
                     checker.report(elem.sourceline, "<group> before <header>")
                 groups += 1
+                checker.pagerank(elem)
                 if elem.get("action") not in (None, "add", "delete"):
                     checker.report(
                         elem.sourceline, f"group action '{elem.get('action')}' is not add or delete"

@@ -499,8 +499,9 @@ impl PyFeedWriter {
         &mut self,
         py: Python<'py>,
     ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
-        let writer = self.inner.take()?;
-        let (all, finished) = py.allow_threads(|| writer.finish())?;
+        let (all, finished) = self
+            .inner
+            .finish(|writer| py.allow_threads(|| writer.finish()))?;
         Ok((entries_list(py, &all)?, entries_list(py, &finished)?))
     }
 
@@ -558,19 +559,20 @@ impl PyFeedWriter {
         self.set.as_str()
     }
 
+    /// The writer's counts (0 once it is closed); a writer that stopped raises why.
     #[getter]
-    fn records(&self) -> u64 {
-        self.inner.get().map_or(0, FeedWriter::records)
+    fn records(&self) -> PyResult<u64> {
+        Ok(self.inner.get()?.map_or(0, FeedWriter::records))
     }
 
     #[getter]
-    fn bytes(&self) -> u64 {
-        self.inner.get().map_or(0, FeedWriter::bytes)
+    fn bytes(&self) -> PyResult<u64> {
+        Ok(self.inner.get()?.map_or(0, FeedWriter::bytes))
     }
 
     #[getter]
-    fn files(&self) -> usize {
-        self.inner.get().map_or(0, |w| w.entries().len())
+    fn files(&self) -> PyResult<usize> {
+        Ok(self.inner.get()?.map_or(0, |w| w.entries().len()))
     }
 }
 

@@ -21,7 +21,7 @@ use pyo3::types::{PyBytes, PyCapsule, PyDict, PyList, PyMemoryView, PyTuple};
 
 use crate::arrow::{add_batches, check_columns, Memberships, Rows, Unlocked};
 use crate::encode::Compress;
-use crate::error::{Error, Fenced};
+use crate::error::{listing, Error, Fenced};
 use crate::fingerprint;
 use crate::guard::Guard;
 use crate::jsonl::FIELDS;
@@ -76,13 +76,14 @@ impl From<Error> for PyErr {
                 field,
                 ref message,
                 kind,
+                ref listed,
             } => Python::with_gil(|py| {
                 let exc = RecordError::new_err(err.to_string());
                 let value = exc.value(py);
                 let set = || -> PyResult<()> {
                     value.setattr("index", index)?;
                     value.setattr("field", field)?;
-                    value.setattr("reason", message)?;
+                    value.setattr("reason", listing(message, listed.as_deref()))?;
                     value.setattr("kind", kind.as_str())?;
                     value.setattr("written", 0)?;
                     Ok(())

@@ -1,6 +1,7 @@
 //! The core's one error type. The bindings module is the only place it becomes a Python exception.
 
 use std::any::Any;
+use std::borrow::Cow;
 use std::fmt;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
@@ -49,6 +50,10 @@ pub enum Error {
         field: Option<&'static str>,
         message: String,
         kind: RecordErrorKind,
+        /// The fields the message goes on to list (see `listing`), held apart: the same for
+        /// every line of a file, they are held once where many refusals are kept
+        /// (`writer::refused`).
+        listed: Option<String>,
     },
     /// The writer's own settings are wrong (datasource name, feed type, size cap...).
     Config(String),
@@ -79,7 +84,16 @@ impl Error {
             field,
             message: message.into(),
             kind,
+            listed: None,
         }
+    }
+
+    /// The same refusal, its message going on to list the fields `fields`.
+    pub fn with_listed(mut self, fields: Option<String>) -> Self {
+        if let Error::Record { listed, .. } = &mut self {
+            *listed = fields;
+        }
+        self
     }
 
     /// The same error, for a record `by` places further in a larger batch.
@@ -90,11 +104,13 @@ impl Error {
                 field,
                 message,
                 kind,
+                listed,
             } => Error::Record {
                 index: index + by,
                 field,
                 message,
                 kind,
+                listed,
             },
             other => other,
         }
@@ -115,14 +131,20 @@ impl fmt::Display for Error {
                 index,
                 field: Some(field),
                 message,
+                listed,
                 ..
-            } => write!(f, "record {index}: field '{field}': {message}"),
+            } => write!(
+                f,
+                "record {index}: field '{field}': {}",
+                listing(message, listed.as_deref())
+            ),
             Error::Record {
                 index,
                 field: None,
                 message,
+                listed,
                 ..
-            } => write!(f, "record {index}: {message}"),
+            } => write!(f, "record {index}: {}", listing(message, listed.as_deref())),
             Error::Config(message) => f.write_str(message),
             Error::Io { path, source } => write!(f, "{}: {source}", path.display()),
         }
@@ -135,6 +157,14 @@ impl std::error::Error for Error {
             Error::Io { source, .. } => Some(source),
             _ => None,
         }
+    }
+}
+
+/// A message that goes on to list fields (`listed`, as "url, action"), as it is told.
+pub fn listing<'m>(message: &'m str, listed: Option<&str>) -> Cow<'m, str> {
+    match listed {
+        None => Cow::Borrowed(message),
+        Some(fields) => Cow::Owned(format!("{message} (fields: {fields})")),
     }
 }
 

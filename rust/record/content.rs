@@ -925,6 +925,7 @@ mod tests {
                     field,
                     message,
                     kind,
+                    ..
                 } => {
                     assert_eq!(
                         (index, field, kind),

@@ -21,7 +21,7 @@ use pyo3::types::{PyBytes, PyCapsule, PyDict, PyList, PyMemoryView, PyTuple};
 
 use crate::arrow::{add_batches, check_columns, Memberships, Rows, Unlocked};
 use crate::encode::Compress;
-use crate::error::{Error, Fenced};
+use crate::error::{listing, Error, Fenced};
 use crate::fingerprint;
 use crate::guard::Guard;
 use crate::jsonl::FIELDS;
@@ -76,13 +76,14 @@ impl From<Error> for PyErr {
                 field,
                 ref message,
                 kind,
+                ref listed,
             } => Python::with_gil(|py| {
                 let exc = RecordError::new_err(err.to_string());
                 let value = exc.value(py);
                 let set = || -> PyResult<()> {
                     value.setattr("index", index)?;
                     value.setattr("field", field)?;
-                    value.setattr("reason", message)?;
+                    value.setattr("reason", listing(message, listed.as_deref()))?;
                     value.setattr("kind", kind.as_str())?;
                     value.setattr("written", 0)?;
                     Ok(())
@@ -499,8 +500,9 @@ impl PyFeedWriter {
         &mut self,
         py: Python<'py>,
     ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
-        let writer = self.inner.take()?;
-        let (all, finished) = py.allow_threads(|| writer.finish())?;
+        let (all, finished) = self
+            .inner
+            .finish(|writer| py.allow_threads(|| writer.finish()))?;
         Ok((entries_list(py, &all)?, entries_list(py, &finished)?))
     }
 
@@ -558,19 +560,20 @@ impl PyFeedWriter {
         self.set.as_str()
     }
 
+    /// The writer's counts (0 once it is closed); a writer that stopped raises why.
     #[getter]
-    fn records(&self) -> u64 {
-        self.inner.get().map_or(0, FeedWriter::records)
+    fn records(&self) -> PyResult<u64> {
+        Ok(self.inner.get()?.map_or(0, FeedWriter::records))
     }
 
     #[getter]
-    fn bytes(&self) -> u64 {
-        self.inner.get().map_or(0, FeedWriter::bytes)
+    fn bytes(&self) -> PyResult<u64> {
+        Ok(self.inner.get()?.map_or(0, FeedWriter::bytes))
     }
 
     #[getter]
-    fn files(&self) -> usize {
-        self.inner.get().map_or(0, |w| w.entries().len())
+    fn files(&self) -> PyResult<usize> {
+        Ok(self.inner.get()?.map_or(0, |w| w.entries().len()))
     }
 }
 

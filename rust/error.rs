@@ -1,6 +1,7 @@
 //! The core's one error type. The bindings module is the only place it becomes a Python exception.
 
 use std::any::Any;
+use std::borrow::Cow;
 use std::fmt;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
@@ -49,6 +50,10 @@ pub enum Error {
         field: Option<&'static str>,
         message: String,
         kind: RecordErrorKind,
+        /// The fields the message goes on to list (see `listing`), held apart: the same for
+        /// every line of a file, they are held once where many refusals are kept
+        /// (`writer::refused`).
+        listed: Option<String>,
     },
     /// The writer's own settings are wrong (datasource name, feed type, size cap...).
     Config(String),
@@ -79,7 +84,16 @@ impl Error {
             field,
             message: message.into(),
             kind,
+            listed: None,
         }
+    }
+
+    /// The same refusal, its message going on to list the fields `fields`.
+    pub fn with_listed(mut self, fields: Option<String>) -> Self {
+        if let Error::Record { listed, .. } = &mut self {
+            *listed = fields;
+        }
+        self
     }
 
     /// The same error, for a record `by` places further in a larger batch.
@@ -90,11 +104,13 @@ impl Error {
                 field,
                 message,
                 kind,
+                listed,
             } => Error::Record {
                 index: index + by,
                 field,
                 message,
                 kind,
+                listed,
             },
             other => other,
         }
@@ -115,14 +131,20 @@ impl fmt::Display for Error {
                 index,
                 field: Some(field),
                 message,
+                listed,
                 ..
-            } => write!(f, "record {index}: field '{field}': {message}"),
+            } => write!(
+                f,
+                "record {index}: field '{field}': {}",
+                listing(message, listed.as_deref())
+            ),
             Error::Record {
                 index,
                 field: None,
                 message,
+                listed,
                 ..
-            } => write!(f, "record {index}: {message}"),
+            } => write!(f, "record {index}: {}", listing(message, listed.as_deref())),
             Error::Config(message) => f.write_str(message),
             Error::Io { path, source } => write!(f, "{}: {source}", path.display()),
         }
@@ -135,6 +157,14 @@ impl std::error::Error for Error {
             Error::Io { source, .. } => Some(source),
             _ => None,
         }
+    }
+}
+
+/// A message that goes on to list fields (`listed`, as "url, action"), as it is told.
+pub fn listing<'m>(message: &'m str, listed: Option<&str>) -> Cow<'m, str> {
+    match listed {
+        None => Cow::Borrowed(message),
+        Some(fields) => Cow::Owned(format!("{message} (fields: {fields})")),
     }
 }
 
@@ -162,9 +192,13 @@ impl<T> Fenced<T> {
         }
     }
 
-    /// The writer, unless it is closed or stopped.
-    pub fn get(&self) -> Option<&T> {
-        self.value.as_ref()
+    /// The writer, or none once it is closed; a writer that stopped is refused, naming the
+    /// panic, so that what is read of it (its counts) is never taken for an empty writer's.
+    pub fn get(&self) -> Result<Option<&T>> {
+        match self.panicked {
+            Some(_) => Err(gone(&self.panicked)),
+            None => Ok(self.value.as_ref()),
+        }
     }
 
     /// Runs `call` on the writer. A panic in it goes on, after the writer is dropped and the panic
@@ -175,19 +209,28 @@ impl<T> Fenced<T> {
     ) -> std::result::Result<R, E> {
         let value = (self.value.as_mut()).ok_or_else(|| gone(&self.panicked))?;
         // Nothing is read of the writer after a panic: it is dropped.
-        match catch_unwind(AssertUnwindSafe(|| call(value))) {
-            Ok(done) => done,
-            Err(panic) => {
-                self.panicked = Some(panic_message(&*panic).unwrap_or("no message").to_owned());
-                self.value = None;
-                resume_unwind(panic)
-            }
-        }
+        let done = catch_unwind(AssertUnwindSafe(|| call(value)));
+        self.noted(done)
     }
 
-    /// Takes the writer, to finish it.
-    pub fn take(&mut self) -> Result<T> {
-        self.value.take().ok_or_else(|| gone(&self.panicked))
+    /// Takes the writer and runs `call` on it, to finish it: a panic in it is noted as `with`
+    /// notes one, and later calls name it.
+    pub fn finish<R, E: From<Error>>(
+        &mut self,
+        call: impl FnOnce(T) -> std::result::Result<R, E>,
+    ) -> std::result::Result<R, E> {
+        let value = self.value.take().ok_or_else(|| gone(&self.panicked))?;
+        let done = catch_unwind(AssertUnwindSafe(|| call(value)));
+        self.noted(done)
+    }
+
+    /// What a call returned; a panic goes on, after the writer is dropped and the panic noted.
+    fn noted<R>(&mut self, done: std::thread::Result<R>) -> R {
+        done.unwrap_or_else(|panic| {
+            self.panicked = Some(panic_message(&*panic).unwrap_or("no message").to_owned());
+            self.value = None;
+            resume_unwind(panic)
+        })
     }
 
     /// Drops the writer, as an abort does: a writer that stopped stays stopped.
@@ -206,4 +249,47 @@ fn gone(panicked: &Option<String>) -> Error {
              may be lost, and it has no manifest: write the feed again"
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer after a call on it (finishing it, if `finishing`) panicked saying "it broke".
+    fn broken(finishing: bool) -> Fenced<u64> {
+        let mut fenced = Fenced::new(7);
+        let panicked = catch_unwind(AssertUnwindSafe(|| match finishing {
+            true => fenced.finish(|_| -> Result<()> { panic!("it broke") }),
+            false => fenced.with(|_| -> Result<()> { panic!("it broke") }),
+        }));
+        assert!(panicked.is_err(), "the panic goes on");
+        fenced
+    }
+
+    #[test]
+    fn a_writer_stopped_by_a_panic_is_never_read_as_empty() {
+        let fenced = broken(false);
+        match fenced.get() {
+            Err(e) => assert!(e.to_string().contains("it broke"), "{e}"),
+            Ok(writer) => panic!("a stopped writer read as {writer:?}"),
+        }
+        // A writer closed as asked reads as none, its counts as 0.
+        let mut closed = Fenced::new(7);
+        assert_eq!(closed.finish(Ok::<_, Error>).unwrap(), 7);
+        assert!(closed.get().unwrap().is_none());
+    }
+
+    #[test]
+    fn a_panic_while_finishing_is_named_by_later_calls() {
+        let mut fenced = broken(true);
+        for again in [
+            fenced.with(|_| Ok::<_, Error>(())),
+            fenced.finish(|_| Ok::<_, Error>(())),
+        ] {
+            let why = again.unwrap_err().to_string();
+            assert!(why.contains("it broke") && why.contains("a bug"), "{why}");
+        }
+        fenced.close();
+        assert!(fenced.get().is_err(), "a writer that stopped stays stopped");
+    }
 }

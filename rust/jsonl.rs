@@ -17,7 +17,7 @@ use crate::record::{action_error, Action, AuthMethod, Content, MetaPair, Record,
 mod refusal;
 
 use refusal::json_error;
-pub use refusal::{unknown_field, ReadError, FIELDS_LISTED};
+pub use refusal::{unknown_field, ReadError};
 
 /// The record fields, for naming them in errors with a `'static` name. Every reader of records
 /// takes its field list from here: the dict reader of the batch API, the seedlist store and

@@ -358,6 +358,7 @@ fn a_file_too_big_for_any_feed_in_base64_is_refused_before_it_is_encoded() {
             field: Some("content_path"),
             kind: RecordErrorKind::TooLarge,
             message,
+            ..
         }) => assert!(message.contains("huge.bin"), "{message}"),
         other => panic!("{:?}", other.map(|()| out.len())),
     }

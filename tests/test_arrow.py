@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import ctypes
 import datetime as dt
 import itertools
 import json
@@ -750,3 +751,63 @@ def test_a_stream_is_taken_a_batch_at_a_time_and_refused_rows_counted_across_it(
 
     assert (taken, refused) == (6, [4])
     assert [r.url for r in decode_set(tmp_path / "o")] == [r["url"] for r in rows if r != rows[4]]
+
+
+class _ArrowArrayStream(ctypes.Structure):
+    """The C stream interface's struct: the callbacks as plain addresses."""
+
+    _fields_ = [
+        ("get_schema", ctypes.c_void_p),
+        ("get_next", ctypes.c_void_p),
+        ("get_last_error", ctypes.c_void_p),
+        ("release", ctypes.c_void_p),
+        ("private_data", ctypes.c_void_p),
+    ]
+
+
+#: A stream's `get_next`, the ArrowArray it fills seen as its first field: the length.
+_GetNext = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64))
+
+#: What a capsule holds.
+_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi)
+)
+
+
+class LyingStream:
+    """An Arrow stream whose batches each say they hold one row more than their columns do: a
+    broken producer, whose batch makes arrow-rs's stream reader panic as it reads it (a bug of
+    a kind the writer stops at, rather than go on without the rows it held)."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self._reader = pa.RecordBatchReader.from_batches(table.schema, table.to_batches())
+        self._kept: list[object] = []
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        capsule = self._reader.__arrow_c_stream__()
+        stream = _ArrowArrayStream.from_address(_pointer(capsule, b"arrow_array_stream"))
+        honest = _GetNext(stream.get_next)
+
+        def lying(stream: int, out: Any) -> int:
+            code = honest(stream, out)
+            out[0] += 1  # at the end too, where the array is released and its length unread
+            return code
+
+        lying_next = _GetNext(lying)
+        stream.get_next = ctypes.cast(lying_next, ctypes.c_void_p).value
+        self._kept += [honest, lying_next]
+        return capsule
+
+
+def test_a_stopped_writer_says_why_when_a_full_feed_closes_not_that_it_is_empty(
+    tmp_path: Path,
+) -> None:
+    table = pa.table({"url": [url(i) for i in range(3)]})
+    writer = FeedWriter(tmp_path / "out", "ds", feedtype="full")
+    with pytest.raises(BaseException, match="end <= self.len"):
+        writer.add_arrow(LyingStream(table))
+    # Not EmptyFullFeed, nor a count of 0: the writer held rows it may have lost.
+    for read in (writer.close, lambda: writer.records, lambda: writer.add_arrow(table)):
+        with pytest.raises(FeedError, match=r"stopped .* internal error.*: assertion failed: end"):
+            read()
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()

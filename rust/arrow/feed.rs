@@ -463,7 +463,7 @@ mod tests {
             fenced.with(|writer| Ok::<_, Error>(add_batches::<Rows, _>(writer, batches, unlocked)))
         }));
         assert!(added.is_err(), "the panic goes on");
-        assert!(fenced.get().is_none(), "the writer is dropped");
+        assert!(fenced.get().is_err(), "the writer is dropped");
         let again = fenced.with(|writer| Ok::<_, Error>(writer.records()));
         let Err(Error::Config(why)) = again else {
             panic!("taken after the panic: {again:?}");
@@ -472,10 +472,11 @@ mod tests {
             why.contains("the reader broke") && why.contains("may be lost"),
             "{why}"
         );
-        assert!(fenced.take().is_err(), "no manifest is written");
+        let finished = fenced.finish(|writer| writer.finish());
+        assert!(finished.is_err(), "no manifest is written");
         fenced.close();
         assert!(fenced
-            .take()
+            .get()
             .is_err_and(|e| e.to_string().contains("the reader broke")));
         assert!(!dir.path().join("manifest.jsonl").exists());
     }

@@ -3,7 +3,7 @@
 
 use std::fmt::{Display, Write};
 
-use crate::error::{Error, RecordErrorKind};
+use crate::error::{listing, Error, RecordErrorKind};
 
 /// The most characters of a value a refusal quotes: serde repeats the whole value it refuses,
 /// and a line of 200 MB then made a reason of 200 MB, copied at each step to `rejected.log`.
@@ -178,19 +178,22 @@ impl serde::de::Error for ReadError {
     }
 }
 
-/// What the message of an unknown field ends with when no field is close: the record's fields
-/// (`unknown_field`), held once by writers that keep many such messages (`writer::refused`).
-pub const FIELDS_LISTED: &str = " (fields: ";
-
 /// What an unknown field is told: a typo is far likelier than a field of another schema, so the
 /// one meant is named when there is one; else the fields are listed.
 pub fn unknown_field(name: &str, fields: &[&str]) -> String {
+    let (message, listed) = unknown_field_listing(name, fields);
+    listing(&message, listed.as_deref()).into_owned()
+}
+
+/// `unknown_field`'s message, and the fields it goes on to list, if it lists them (as a refusal
+/// holds them: see `Error::with_listed`).
+fn unknown_field_listing(name: &str, fields: &[&str]) -> (String, Option<String>) {
     match closest(name, fields) {
-        Some(meant) => format!("unknown field '{name}': did you mean '{meant}'?"),
-        None => format!(
-            "unknown field '{name}'{FIELDS_LISTED}{})",
-            fields.join(", ")
+        Some(meant) => (
+            format!("unknown field '{name}': did you mean '{meant}'?"),
+            None,
         ),
+        None => (format!("unknown field '{name}'"), Some(fields.join(", "))),
     }
 }
 
@@ -242,6 +245,7 @@ fn tidy(message: &str) -> String {
 pub(super) fn refusal(index: usize, path: &str, message: &str, fields: &[&'static str]) -> Error {
     let mut message = tidy(message);
     let mut kind = RecordErrorKind::Invalid;
+    let mut listed = None;
     if let Some((name, expected)) = message
         .strip_prefix("unknown field '")
         .and_then(|rest| rest.split_once('\''))
@@ -249,7 +253,7 @@ pub(super) fn refusal(index: usize, path: &str, message: &str, fields: &[&'stati
         // serde goes on with the fields of the object the name is in (a record's, or a
         // principal's...), each in quotes: "..., expected one of 'url', 'action'".
         let known: Vec<&str> = expected.split('\'').skip(1).step_by(2).collect();
-        message = unknown_field(name, &known);
+        (message, listed) = unknown_field_listing(name, &known);
         kind = RecordErrorKind::UnknownField;
     } else if message.starts_with("missing field") {
         kind = RecordErrorKind::Missing;
@@ -270,7 +274,7 @@ pub(super) fn refusal(index: usize, path: &str, message: &str, fields: &[&'stati
             format!("'{name}': {message}")
         };
     }
-    Error::refused(kind, index, field, message)
+    Error::refused(kind, index, field, message).with_listed(listed)
 }
 
 /// Turns serde_json's error at `path` into a refusal; see `refusal`.

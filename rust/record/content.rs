@@ -520,7 +520,9 @@ fn size_by_name(path: &Path) -> u64 {
 /// Reads an open `content_path` file of `size` bytes into `buf`, all of it: a file that is no
 /// longer that size, or no longer what it was when it was opened, is refused, never sent short
 /// or mixed. A size of 0 is read to its end (up to the hard ceiling), as the files of `/proc`
-/// and `/sys` say 0 whatever they hold.
+/// say 0 whatever they hold; but it too must still be what it was when opened: a file of
+/// `/proc` stays so, while a file empty when opened and written since does not (the read found
+/// part of it, or bytes the plan did not count).
 fn read_content_file(
     file: &File,
     opened: Identity,
@@ -551,9 +553,8 @@ fn read_content_file(
             if read < size { "shrank" } else { "grew" },
         )));
     }
-    // A file of /proc or /sys changes as it likes (its size of 0 says so).
     let now = file.metadata().map_err(cannot)?;
-    if size > 0 && Identity::of(&now) != opened {
+    if Identity::of(&now) != opened {
         return Err(Unread::Refused(changed(path)));
     }
     Ok(())
@@ -924,6 +925,7 @@ mod tests {
                     field,
                     message,
                     kind,
+                    ..
                 } => {
                     assert_eq!(
                         (index, field, kind),
@@ -1083,6 +1085,25 @@ mod tests {
             err.contains(&format!("cannot read {}", path.display())),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_file_empty_when_opened_must_still_be_empty_when_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.txt");
+        std::fs::write(&path, b"").unwrap();
+        assert_eq!(read(&path, Some(open_ahead(&path))).unwrap(), b"");
+        // Truncated, planned as empty, and written again before its read.
+        let opened = open_ahead(&path);
+        std::fs::write(&path, b"the new version").unwrap();
+        let err = read(&path, Some(opened)).unwrap_err().to_string();
+        assert!(
+            err.contains("record 7") && err.contains("changed while it was read"),
+            "{err}"
+        );
+        // A file of /proc says 0 bytes and holds more: read whole, as it does not change.
+        let status = read(Path::new("/proc/self/status"), None).unwrap();
+        assert!(status.starts_with(b"Name:"), "{status:?}");
     }
 
     #[test]

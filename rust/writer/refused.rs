@@ -18,16 +18,14 @@ pub(super) struct Refusals {
     /// Each line's index, from the piece's first line, and its reason's place in `reasons`.
     lines: Vec<(u32, u32)>,
     reasons: Vec<Reason>,
-    /// The reasons' messages, back to back, each without its list of fields (see `LIST`).
+    /// The reasons' messages, back to back, each without its list of fields.
     text: String,
-    /// The lists of fields the reasons ended with, each once.
+    /// The lists of fields the reasons go on to, each once: an unknown field's message lists
+    /// the fields of the object (see `jsonl::unknown_field`), the same for every line, and 10
+    /// times a short name's words. Each name of a file's unknown fields made a reason of its
+    /// own, of 200 bytes.
     lists: Vec<String>,
 }
-
-/// What the message of an unknown field ends with: the fields of the object (see
-/// `jsonl::unknown_field`), the same for every line, and 10 times a short name's words. Each
-/// name of a file's unknown fields made a reason of its own, of 200 bytes: held once.
-const LIST: &str = crate::jsonl::FIELDS_LISTED;
 
 struct Reason {
     kind: RecordErrorKind,
@@ -53,6 +51,7 @@ impl Refusals {
             field,
             message,
             kind,
+            listed,
         } = &e
         else {
             return Err(e);
@@ -60,12 +59,12 @@ impl Refusals {
         let Ok(line) = u32::try_from(*index) else {
             return Err(e);
         };
-        let (message, list) = match message.find(LIST) {
-            Some(at) => match self.list(&message[at..]) {
-                Some(list) => (&message[..at], list),
+        let list = match listed {
+            Some(listed) => match self.list(listed) {
+                Some(list) => list,
                 None => return Err(e),
             },
-            None => (message.as_str(), 0),
+            None => 0,
         };
         let recent = self.reasons.len().saturating_sub(RECENT);
         let known = (recent..self.reasons.len()).rev().find(|&at| {
@@ -117,11 +116,10 @@ impl Refusals {
         u16::try_from(at + 1).ok()
     }
 
-    /// The message of reason `at`, its list of fields put back.
-    fn whole(&self, at: usize) -> String {
+    /// The list of fields reason `at` goes on to, if any.
+    fn listed(&self, at: usize) -> Option<String> {
         let list = self.reasons[at].list as usize;
-        let list = list.checked_sub(1).map_or("", |list| &self.lists[list]);
-        [self.message(at), list].concat()
+        list.checked_sub(1).map(|list| self.lists[list].clone())
     }
 
     fn message(&self, at: usize) -> &str {
@@ -160,12 +158,14 @@ impl Refused {
             let end = piece.lines.len().min(self.handed + most - out.len());
             out.extend(piece.lines[self.handed..end].iter().map(|&(line, at)| {
                 let reason = &piece.reasons[at as usize];
+                let at = at as usize;
                 Error::refused(
                     reason.kind,
                     first + line as usize,
                     reason.field,
-                    piece.whole(at as usize),
+                    piece.message(at),
                 )
+                .with_listed(piece.listed(at))
             }));
             self.handed = end;
             if end == piece.lines.len() {
@@ -251,10 +251,11 @@ mod tests {
     #[test]
     fn the_list_of_fields_unknown_fields_end_with_is_held_once() {
         let mut piece = Refusals::default();
-        let list = " (fields: url, action, content)";
+        let list = "url, action, content";
         for (index, name) in ["k1", "k2", "k3"].into_iter().enumerate() {
-            let message = format!("unknown field '{name}'{list}");
-            piece.set_aside(refusal(index, None, &message)).unwrap();
+            let message = format!("unknown field '{name}'");
+            let listing = refusal(index, None, &message).with_listed(Some(list.into()));
+            piece.set_aside(listing).unwrap();
         }
         piece
             .set_aside(refusal(3, None, "unknown field 'k1'"))
@@ -268,9 +269,9 @@ mod tests {
         assert_eq!(
             described(refused.take(4)),
             [
-                format!("record 0: unknown field 'k1'{list}"),
-                format!("record 1: unknown field 'k2'{list}"),
-                format!("record 2: unknown field 'k3'{list}"),
+                format!("record 0: unknown field 'k1' (fields: {list})"),
+                format!("record 1: unknown field 'k2' (fields: {list})"),
+                format!("record 2: unknown field 'k3' (fields: {list})"),
                 "record 3: unknown field 'k1'".to_owned(),
             ]
         );

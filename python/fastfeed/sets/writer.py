@@ -218,7 +218,9 @@ class SetWriter:
         return self._core.take_fingerprints(source=source, base=base)
 
     def close(self) -> list[ManifestEntry]:
-        """Finishes the last file, writes the manifest and returns it. Closing twice is harmless."""
+        """Finishes the last file, writes the manifest and returns it. Closing twice is harmless.
+        A writer an internal error stopped raises `FeedError` saying so, never `EmptyFullFeed`:
+        its count of records is not read as 0 (nor are `records`, `bytes` and `files`)."""
         if self._manifest is None:
             if self._refuse_empty is not None and self._core.records == 0:
                 self.abort()

@@ -32,6 +32,7 @@ from fastfeed.cli.reports import (
 )
 from fastfeed.delivery.settings import HTTP_PORT, HTTPS_PORT, PushSettings
 from fastfeed.errors import BacklogError, InputError
+from fastfeed.gsa.files import NOT_JOURNALLED
 from fastfeed.gsa.writer import FeedType
 from fastfeed.progress import Progress
 from fastfeed.sets.build import OnError
@@ -40,9 +41,12 @@ from fastfeed.sets.build import OnError
 # what this module imports, `fastfeed build` and `validate` included.
 
 PUSH_HELP = f"""\
-Push feed sets (directories made by `fastfeed build`) or some of their files to an appliance.
+Push feed sets (directories made by `fastfeed build`), some of their files, or lone feed files
+to an appliance. DIR is a feed set; FILE is a file of one (listed in the manifest.jsonl beside
+it), or a lone feed file: one in a directory without a manifest, written by another tool or by
+hand, as Google's pushfeed_client.py pushes them.
 
-Each file is POSTed to /xmlfeed with the datasource and feed type its manifest gives, after
+Each file of a set is POSTed to /xmlfeed with the datasource and feed type its manifest gives, after
 checking that it is still the file that was built (its digest). Only the answer `Success` counts:
 an untrusted IP stops the push (status 3); "insufficient disk space" is retried later; 5xx,
 timeouts, dropped connections and `Internal Error` are retried with backoff; any other answer
@@ -53,16 +57,26 @@ Sending pauses while the appliance's backlog is above --backlog-high.
 Accepted files are recorded in DIR/push-journal.jsonl: running the same push again sends only
 what was not accepted, even after kill -9 (the file in flight then may be sent twice).
 
+A lone file is pushed with the datasource and feed type of its <header>; a groups feed
+(<xmlgroups>), which names neither, to /xmlgroups with --groupsource, as an incremental feed.
+It is first validated whole against its DTD (as `fastfeed validate`) and refused (status 3,
+nothing sent) at its first problem, since the appliance would drop it; a full feed with no
+records needs --allow-empty-full, as a built one does. Then it is sent like a set's file, checked
+to be the bytes validated. {NOT_JOURNALLED[0].upper()}{NOT_JOURNALLED[1:]}. A gzip-compressed
+file is refused: gunzip it first.
+
 HTTPS on port {HTTPS_PORT} by default, verifying the certificate (--cacert for a private CA);
 --http for port {HTTP_PORT}.
 
 examples:
   fastfeed push feeds/ --host gsa.example.com --cacert corp-ca.pem
   fastfeed push feeds/docs-000003.xml --host gsa.example.com --http
+  fastfeed push sample_feed.xml --host gsa.example.com --cacert corp-ca.pem
+  fastfeed push groups.xml --groupsource ldap --host gsa.example.com
   FASTFEED_HOST=gsa.example.com fastfeed push feeds-a/ feeds-b/ --concurrency 8 --json
 
 exit status: 0 every file accepted, 1 some not accepted, 3 nothing could be done (untrusted IP,
-TLS failure, missing manifest, bad settings).
+TLS failure, missing manifest, an invalid lone file, bad settings).
 """
 
 RUN_HELP = """\
@@ -102,11 +116,18 @@ example:
 
 
 @command("push", help=PUSH_HELP, short_help="push feed sets to an appliance", errors=stopped)
-@paths_argument("paths", "DIR|FILE", "feed set directory, or a feed file of one")
+@paths_argument("paths", "DIR|FILE", "feed set directory, a feed file of one, or a lone feed file")
+@option(
+    "--groupsource",
+    metavar="NAME",
+    help="the groupsource of lone groups feed files (<xmlgroups>), which do not name it",
+)
 @connection_options()
 @push_options()
-def push_command(paths: tuple[str, ...], as_json: bool, **options: Any) -> int:
-    return _push("push", paths, as_json, options)
+def push_command(
+    paths: tuple[str, ...], groupsource: str | None, as_json: bool, **options: Any
+) -> int:
+    return _push("push", paths, as_json, options, groupsource=groupsource)
 
 
 @command("replay", help=REPLAY_HELP, short_help="push saved feed sets again", errors=stopped)
@@ -124,11 +145,25 @@ def _push(
     options: dict[str, Any],
     *,
     replay: bool = False,
+    groupsource: str | None = None,
 ) -> int:
+    from fastfeed.gsa.files import is_lone
+
     settings = push_settings(command, options)
     pushing(paths, settings.target)
-    empty = options["allow_empty_full"]
-    return push_sets(command, paths, settings, as_json, replay=replay, allow_empty_full=empty)
+    lone = [path for path in paths if is_lone(Path(path))]
+    status = push_sets(
+        command,
+        paths,
+        settings,
+        as_json,
+        replay=replay,
+        allow_empty_full=options["allow_empty_full"],
+        groupsource=groupsource,
+    )
+    for path in lone:
+        print(f"fastfeed {command}: {path}: {NOT_JOURNALLED}", file=sys.stderr)
+    return status
 
 
 @command("run", help=RUN_HELP, short_help="build and push in one pipeline", errors=stopped)

@@ -165,9 +165,10 @@ def push_sets(
     replay: bool = False,
     allow_full_groups: bool = False,
     allow_empty_full: bool = False,
+    groupsource: str | None = None,
 ) -> int:
-    """Pushes feed or groups sets (or files of them) and reports it: the commands that send to
-    /xmlfeed and /xmlgroups."""
+    """Pushes feed or groups sets (or files of them, or lone feed files) and reports it: the
+    commands that send to /xmlfeed and /xmlgroups."""
     from fastfeed.gsa.push import push  # httpx: only for the commands that push
 
     summary = push(
@@ -177,6 +178,7 @@ def push_sets(
         replay=replay,
         allow_full_groups=allow_full_groups,
         allow_empty_full=allow_empty_full,
+        groupsource=groupsource,
     )
     return report(command, summary, as_json)
 

@@ -24,7 +24,7 @@ def check_file(feed: FeedFile) -> None:
     if entry.digest_of(digest) != entry.digest:
         raise FileChanged(
             f"its {entry.algorithm} digest differs from the manifest's: it changed since it "
-            "was built"
+            "was built (a lone file: since it was validated)"
         )
 
 

@@ -1,27 +1,61 @@
 """Which files a push of GSA sets takes, from command-line style arguments: whole sets, or
-files of them, checked against their manifests before anything is sent; and which files
-`fastfeed validate` checks, the same way."""
+files of them, checked against their manifests before anything is sent, or lone feed files,
+validated whole before anything is sent; and which files `fastfeed validate` checks, the same
+way."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from fastfeed._core import Xxh3
 from fastfeed.delivery.results import FeedFile
 from fastfeed.errors import FastfeedError, PushError
 from fastfeed.gsa.feedergate import ENDPOINTS
-from fastfeed.sets.manifest import ManifestEntry, read_manifest
+from fastfeed.progress import Progress, Stage, stage
+from fastfeed.sets.manifest import MANIFEST, ManifestEntry, read_manifest
+
+if TYPE_CHECKING:
+    from fastfeed.sets.validate import Readable
+
+#: What a user must know before pushing a lone file a second time.
+NOT_JOURNALLED = "a lone file is not journalled: pushing it again sends it again"
+
+#: How far into a lone file its header is looked for: the DTD puts it first, after the root.
+HEAD_BYTES = 1 << 20
+
+#: A gsafeed header, as a refusal shows it.
+HEADER = (
+    "<header><datasource>NAME</datasource><feedtype>full|incremental|metadata-and-url"
+    "</feedtype></header>"
+)
 
 
-def feed_files(paths: Iterable[str | os.PathLike[str]]) -> list[FeedFile]:
+class LoneFile(FeedFile):
+    """A feed file with no manifest beside it (written by another tool, or by hand): its entry
+    comes from its header and its validation (see `lone_file`). Its directory is not a feed
+    set's, so no journal is kept there: see `NOT_JOURNALLED`."""
+
+
+def feed_files(
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    groupsource: str | None = None,
+    progress: Progress | None = None,
+) -> list[FeedFile]:
     """The files to push for command-line style arguments, in push order.
 
     A directory means every file of its feed set; a file means that file of the set in its
-    directory (found in the manifest, so that its datasource and feed type are the built ones).
-    Sets come in argument order; within a set, manifest order.
+    directory (found in the manifest, so that its datasource and feed type are the built ones),
+    or, in a directory without a manifest, a lone file (`lone_file`: `groupsource` is that of a
+    lone groups feed; `progress` shows its validation). Sets and lone files come in argument
+    order; within a set, manifest order.
     """
+    # A set's directory and the names of its files given (None: all), or a lone file (None).
     selected: dict[Path, set[str] | None] = {}
+    lone: set[Path] = set()
     for raw in paths:
         path = Path(raw)
         if not path.exists():
@@ -35,12 +69,18 @@ def feed_files(paths: Iterable[str | os.PathLike[str]]) -> list[FeedFile]:
                 f"or build and push at once (fastfeed run {path} --datasource NAME --host ...)",
                 refused=True,
             )
+        elif is_lone(path):
+            selected[path] = None
+            lone.add(path)
         else:
             names = selected.setdefault(path.parent, set())
             if names is not None:
                 names.add(path.name)
     files: list[FeedFile] = []
     for directory, names in selected.items():
+        if directory in lone:  # the file itself
+            files.append(lone_file(directory, groupsource=groupsource, progress=progress))
+            continue
         try:
             entries = read_manifest(directory)
         except FastfeedError as exc:
@@ -102,6 +142,178 @@ def files_to_validate(
         else:
             files.setdefault(path, entries.get(path.parent, {}).get(path))
     return list(files.items())
+
+
+def is_lone(path: Path) -> bool:
+    """Whether `path` is a lone feed file: a file in a directory that holds no feed set."""
+    return path.is_file() and not (path.parent / MANIFEST).exists()
+
+
+def lone_file(
+    path: Path, *, groupsource: str | None = None, progress: Progress | None = None
+) -> LoneFile:
+    """A lone file as a push takes it, once it is known to be one the appliance would take.
+
+    A feed (<gsafeed>) is pushed with the datasource and feed type of its <header>, read from
+    the head of the file; a groups feed (<xmlgroups>), which names neither, with `groupsource`,
+    as an incremental feed (adding groups: a full one would replace every groupsource's). The
+    whole file is then validated against its DTD and the protocol's rules, streaming, and
+    refused at its first problem; the bytes validated are hashed, so that what is sent is
+    checked to be those bytes (as a set's files are checked against their manifest's digest).
+    """
+    if path.suffix == ".gz" or _head_bytes(path, 2) == b"\x1f\x8b":
+        raise PushError(
+            f"{path} is gzip-compressed: the appliance takes feed files uncompressed. Gunzip it "
+            f"first (gunzip -k {path}) and push the .xml",
+            refused=True,
+        )
+    root, header = _head(path)
+    if root == "xmlgroups":
+        if groupsource is None:
+            raise PushError(
+                f"{path} is a groups feed (<xmlgroups>), which does not name its groupsource: "
+                f"push it with `fastfeed push {path} --groupsource NAME` (Python: "
+                "groupsource=NAME)",
+                refused=True,
+            )
+        kind, datasource, feedtype = "groups", groupsource, "incremental"
+    elif root == "gsafeed":
+        fields = header or {}
+        missing = [name for name in ("datasource", "feedtype") if not fields.get(name)]
+        if missing:
+            what = (
+                "no <header>"
+                if header is None
+                else f"no <{'> or <'.join(missing)}> in its <header>"
+            )
+            raise PushError(
+                f"{path} has {what}: a lone feed file gives the datasource and feed type it is "
+                f"pushed with there, first in <gsafeed>: {HEADER}",
+                refused=True,
+            )
+        kind, datasource, feedtype = "feed", fields["datasource"], fields["feedtype"]
+    else:
+        raise PushError(
+            f"{path}: the root element is <{root}>, not <gsafeed> (a feed) or <xmlgroups> "
+            "(a groups feed): not a feed file",
+            refused=True,
+        )
+    return LoneFile(path.parent, _validated(path, kind, datasource, feedtype, progress))
+
+
+def _validated(
+    path: Path, kind: str, datasource: str, feedtype: str, progress: Progress | None
+) -> ManifestEntry:
+    """The entry of a lone file that is valid; refuses one that is not."""
+    from fastfeed.sets.validate import validate_stream  # lxml: only for lone files
+
+    digest = Xxh3()
+    try:
+        with open(path, "rb") as f, stage(progress, "validate", path.stat().st_size) as line:
+            stream = _Hashing(f, digest, line)
+            found = validate_stream(
+                stream, str(path), datasource=datasource, feedtype=feedtype, kind=kind
+            )
+            fatal = [p for p in found.problems if p.fatal]
+            if fatal:
+                more = f" (and more: fastfeed validate {path} lists them)" if fatal[1:] else ""
+                raise PushError(
+                    f"{fatal[0]}{more}. The appliance would drop this file; nothing was sent",
+                    refused=True,
+                )
+            # What the parser left unread (after the root element) is sent too: hash it.
+            while stream.read(1 << 20):
+                pass
+    except OSError as exc:
+        raise PushError(f"{path}: cannot read it: {exc.strerror or exc}", refused=True) from None
+    return ManifestEntry(
+        file=path.name,
+        datasource=datasource,
+        feedtype=feedtype,
+        records=found.records,
+        bytes=stream.size,
+        digest=f"xxh3:{digest.hexdigest()}",
+        kind=kind,
+    )
+
+
+class _Hashing:
+    """A file whose bytes are hashed, counted and shown as they are read."""
+
+    def __init__(self, stream: Readable, digest: Xxh3, line: Stage) -> None:
+        self._stream = stream
+        self._digest = digest
+        self._line = line
+        self.size = 0
+
+    def read(self, size: int = -1, /) -> bytes:
+        data = self._stream.read(size)
+        self._digest.update(data)
+        self.size += len(data)
+        self._line.update(self.size)
+        return data
+
+
+class _Head:
+    """The first `HEAD_BYTES` of a file, then an end."""
+
+    def __init__(self, stream: Readable) -> None:
+        self._stream = stream
+        self.left = HEAD_BYTES
+
+    def read(self, size: int = -1, /) -> bytes:
+        data = self._stream.read(self.left if size < 0 else min(size, self.left))
+        self.left -= len(data)
+        return data
+
+
+def _head(path: Path) -> tuple[str, dict[str, str] | None]:
+    """A lone file's root element and the fields of its <header> (None: it has none), read from
+    the file's first `HEAD_BYTES` at most."""
+    from lxml import etree
+
+    from fastfeed.sets.validate import iterparse  # lxml: only for lone files
+
+    root = ""
+    depth = 0
+    try:
+        with open(path, "rb") as f:
+            head = _Head(f)
+            for event, elem in iterparse(head):
+                if event == "end":
+                    depth -= 1
+                    if depth == 1 and elem.tag == "header":
+                        return root, {child.tag: (child.text or "").strip() for child in elem}
+                    continue
+                depth += 1
+                if depth == 1:
+                    root = elem.tag
+                    if root != "gsafeed":
+                        return root, None
+                elif depth == 2 and elem.tag != "header":
+                    return root, None  # the header comes first, or not at all
+    except etree.XMLSyntaxError as exc:
+        if root and not head.left:
+            raise PushError(
+                f"{path} has no <header> in its first {HEAD_BYTES >> 20} MiB: a feed's header "
+                f"comes first in <gsafeed>: {HEADER}",
+                refused=True,
+            ) from None
+        raise PushError(
+            f"{path}:{exc.lineno}: not well-formed XML: {exc.msg}. Nothing was sent",
+            refused=True,
+        ) from None
+    except OSError as exc:
+        raise PushError(f"{path}: cannot read it: {exc.strerror or exc}", refused=True) from None
+    return root, None
+
+
+def _head_bytes(path: Path, n: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(n)
+    except OSError:
+        return b""  # the reading that follows says why
 
 
 def _looks_like_records(path: Path) -> bool:

@@ -56,7 +56,7 @@ from fastfeed.gsa.feedergate import (
     Multipart,
     classify,
 )
-from fastfeed.gsa.files import feed_files
+from fastfeed.gsa.files import LoneFile, feed_files
 from fastfeed.gsa.groups import FULL_GROUPS_WARNING, full_groups
 from fastfeed.progress import Progress, Stage, plural, stage
 from fastfeed.sets.journal import Journal
@@ -72,7 +72,7 @@ class _State(enum.Enum):
 class _Job:
     index: int
     feed: FeedFile
-    journal: Journal
+    journal: Journal | None
     state: _State = _State.PENDING
     result: FileResult | None = None
     #: The digest check, started early for the file next in line (see `_start_eligible`).
@@ -152,13 +152,14 @@ class Pusher:
         if self._client is not None:
             await self._client.aclose()
 
-    def submit(self, feed: FeedFile, journal: Journal) -> None:
-        """Queues a file behind those already submitted; the journal may say it is done."""
+    def submit(self, feed: FeedFile, journal: Journal | None) -> None:
+        """Queues a file behind those already submitted; the journal may say it is done.
+        A file without one (a lone file) is sent, and its acceptance recorded nowhere."""
         if self._input_closed:
             raise RuntimeError("submit after close_input")
         job = _Job(len(self._jobs), feed, journal)
         self._jobs.append(job)
-        if journal.is_accepted(feed.entry):
+        if journal is not None and journal.is_accepted(feed.entry):
             self._finish(job, FileResult(feed, Outcome.SKIPPED, 0, "accepted by an earlier push"))
         self._changed.set()
 
@@ -279,7 +280,8 @@ class Pusher:
         try:
             result = await self._send(job)
             if result.outcome is Outcome.ACCEPTED:
-                job.journal.record(job.feed.entry)
+                if job.journal is not None:
+                    job.journal.record(job.feed.entry)
                 assert self._gate is not None
                 self._gate.file_accepted()
         except PushError as exc:
@@ -422,18 +424,26 @@ async def push_async(
     replay: bool = False,
     allow_full_groups: bool = False,
     allow_empty_full: bool = False,
+    groupsource: str | None = None,
 ) -> PushSummary:
-    """Pushes feed sets (directories) or files of them (or one); see `feed_files` for the order.
+    """Pushes feed sets (directories) or files of them (or one), or lone feed files, each
+    validated whole first (`lone_file`; `groupsource` is that of a lone groups feed); see
+    `feed_files` for the order.
 
     Files the journal says this target accepted are skipped, so running the same push again
     after an interruption sends only what is missing. With `replay`, the journal is reset for
     this target first, and everything is sent again. Groups sets are pushed like feed sets, but
     a full groups feed is refused (nothing is sent) unless `allow_full_groups`: see
     `FULL_GROUPS_WARNING`. A full feed with no records (which would empty its datasource, or
-    every groupsource) is refused unless `allow_empty_full`.
+    every groupsource) is refused unless `allow_empty_full`. Lone files have no journal: see
+    `NOT_JOURNALLED`.
     Raises `PushError` (with `.refused` and `.summary`) when the push cannot go on at all.
     """
-    files = feed_files([paths] if isinstance(paths, (str, os.PathLike)) else paths)
+    files = feed_files(
+        [paths] if isinstance(paths, (str, os.PathLike)) else paths,
+        groupsource=groupsource,
+        progress=progress,
+    )
     full = full_groups(files)
     if full and not allow_full_groups:
         raise PushError(
@@ -457,14 +467,16 @@ async def push_async(
         )
     with contextlib.ExitStack() as stack:
         journals: dict[Path, Journal] = {}
-        for directory in dict.fromkeys(f.directory for f in files):
+        sets = (f.directory for f in files if not isinstance(f, LoneFile))
+        for directory in dict.fromkeys(sets):
             journal = stack.enter_context(Journal(directory, settings.target))
             if replay:
                 journal.start_replay()
             journals[directory] = journal
         async with Pusher(settings, progress=progress) as pusher:
             for feed in files:
-                pusher.submit(feed, journals[feed.directory])
+                lone = isinstance(feed, LoneFile)
+                pusher.submit(feed, None if lone else journals[feed.directory])
             pusher.close_input()
             return await pusher.run()
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from importlib import resources
-from typing import BinaryIO
+from typing import Protocol
 
 from lxml import etree
 
@@ -94,6 +94,8 @@ class _Checker:
         self.file = file
         self.max_problems = max_problems
         self.problems: list[Problem] = []
+        #: The records of a feed, or the memberships of a groups feed, checked so far.
+        self.records = 0
         # The appliance goes by the datasource and feed type of the POST, not by the header.
         self.pushed_as = (datasource, feedtype)
         self.datasource = datasource
@@ -147,6 +149,7 @@ class _Checker:
             self.report(elem.sourceline, "the 'web' datasource is a web feed, always incremental")
 
     def record(self, elem: etree._Element) -> None:
+        self.records += 1
         self.dtd(elem)
         line = elem.sourceline
         url = elem.get("url", "")
@@ -252,6 +255,21 @@ class _Checker:
         return name
 
 
+class Readable(Protocol):
+    """A binary file, or anything read like one."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class Validation:
+    """What `validate_stream` found: the problems, and how many records (feed) or memberships
+    (groups feed) were checked."""
+
+    problems: list[Problem]
+    records: int
+
+
 def validate_file(
     path: str | os.PathLike[str],
     *,
@@ -271,20 +289,45 @@ def validate_file(
     block of the file as it is read (for progress).
     """
     file = os.fspath(path)
-    checker = _Checker(file, max_problems, datasource, feedtype)
     try:
         stream = open(file, "rb")  # noqa: SIM115 - closed below, whichever way the check ends
     except OSError as exc:
-        checker.report(None, f"cannot read: {exc.strerror}")
-        return checker.problems
+        return [Problem(file, None, f"cannot read: {exc.strerror}")]
     with stream:
-        return _validate(checker, stream if on_read is None else _Counted(stream, on_read), kind)
+        source = stream if on_read is None else _Counted(stream, on_read)
+        found = validate_stream(
+            source,
+            file,
+            datasource=datasource,
+            feedtype=feedtype,
+            max_problems=max_problems,
+            kind=kind,
+        )
+        return found.problems
+
+
+def validate_stream(
+    stream: Readable,
+    name: str,
+    *,
+    datasource: str | None = None,
+    feedtype: str | None = None,
+    max_problems: int = 100,
+    kind: str | None = None,
+) -> Validation:
+    """`validate_file` of what `stream` holds (`name` is the file its problems name), with the
+    count of records it checked: for a caller that sees the bytes as they are read (`fastfeed
+    push` of a lone file hashes them, so that it sends the very bytes validated). It may stop
+    reading at a problem that ends the check (a wrong root element)."""
+    checker = _Checker(name, max_problems, datasource, feedtype)
+    problems = _validate(checker, stream, kind)
+    return Validation(problems, checker.records)
 
 
 class _Counted:
     """A file that tells how much of it was read."""
 
-    def __init__(self, stream: BinaryIO, on_read: Callable[[int], None]) -> None:
+    def __init__(self, stream: Readable, on_read: Callable[[int], None]) -> None:
         self._stream = stream
         self._on_read = on_read
 
@@ -295,7 +338,7 @@ class _Counted:
 
 
 def iterparse(
-    source: str | BinaryIO | _Counted, tag: str | tuple[str, ...] | None = None
+    source: str | Readable, tag: str | tuple[str, ...] | None = None
 ) -> etree.iterparse[tuple[str, etree._Element]]:
     """The start and end events of the `tag` elements (None: all) of XML fastfeed did not write,
     parsed as all such XML is: no entity expanded, nothing fetched, no DTD loaded (entity bombs,
@@ -311,7 +354,7 @@ def iterparse(
     )
 
 
-def _validate(checker: _Checker, stream: BinaryIO | _Counted, kind: str | None) -> list[Problem]:
+def _validate(checker: _Checker, stream: Readable, kind: str | None) -> list[Problem]:
     expected = ROOTS.values() if kind is None else [ROOTS[kind]]
     context = iterparse(stream)
     depth = 0
@@ -389,7 +432,6 @@ def _validate_groups(
     """The rest of a groups feed, its <xmlgroups> start already read: each <membership> is
     checked against the groups DTD as it ends, then freed."""
     depth = 1
-    memberships = 0
     try:
         for event, elem in context:
             if event == "start":
@@ -397,14 +439,14 @@ def _validate_groups(
                 continue
             depth -= 1
             if depth == 0:  # </xmlgroups>
-                if not memberships:
+                if not checker.records:
                     message = "<xmlgroups> holds no <membership> (groups DTD: membership+)"
                     checker.report(elem.sourceline, message)
                 continue
             if depth != 1:
                 continue
             if elem.tag == "membership":
-                memberships += 1
+                checker.records += 1
                 checker.dtd(elem, _GROUPS_DTD)
                 checker.principals(elem)
             else:

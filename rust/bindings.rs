@@ -10,16 +10,19 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use arrow_array::ffi::{from_ffi, FFI_ArrowArray, FFI_ArrowSchema};
-use arrow_array::ffi_stream::{FFI_ArrowArrayStream, RecordBatchStreamReader};
-use arrow_array::{RecordBatch, RecordBatchReader, StructArray};
+use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
+use arrow_array::ffi_stream::FFI_ArrowArrayStream;
+use arrow_array::RecordBatch;
+use arrow_schema::{DataType, Schema};
 use pyo3::buffer::PyBuffer;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule, PyDict, PyList, PyMemoryView, PyTuple};
 
-use crate::arrow::{add_batches, check_columns, Memberships, Rows, Unlocked};
+use crate::arrow::{
+    add_batches, batch, check_columns, import, Memberships, Rows, Stream, Unlocked,
+};
 use crate::encode::Compress;
 use crate::error::{listing, Error, Fenced};
 use crate::fingerprint;
@@ -306,9 +309,9 @@ fn arrow_batches(data: &Bound<'_, PyAny>, set: SetKind) -> PyResult<Batches> {
         )?;
         // SAFETY: a capsule of that name holds an ArrowArrayStream; `from_raw` moves it out and
         // leaves it released, which the capsule's destructor then skips.
-        let reader = unsafe {
-            RecordBatchStreamReader::from_raw(stream.pointer() as *mut FFI_ArrowArrayStream)
-        }
+        let reader = Stream::new(unsafe {
+            FFI_ArrowArrayStream::from_raw(stream.pointer() as *mut FFI_ArrowArrayStream)
+        })
         .map_err(failed)?;
         // The columns are checked before any row is read, so that an empty stream is too.
         check_columns(set, reader.schema())?;
@@ -321,25 +324,36 @@ fn arrow_batches(data: &Bound<'_, PyAny>, set: SetKind) -> PyResult<Batches> {
             capsule(schema, "arrow_schema")?,
             capsule(array, "arrow_array")?,
         );
-        // SAFETY: capsules of those names hold an ArrowSchema and an ArrowArray; the array is
-        // moved out (and left released), the schema only read.
+        let not_table = |t: &DataType| {
+            FeedError::new_err(format!(
+                "Arrow data of type {} is not a table: give a table, a record batch or an array \
+                 of structs without nulls",
+                crate::arrow::type_name(t)
+            ))
+        };
+        // SAFETY: a capsule of that name holds an ArrowSchema, only read.
+        let data_type =
+            DataType::try_from(unsafe { &*(schema.pointer() as *const FFI_ArrowSchema) })
+                .map_err(failed)?;
+        let DataType::Struct(fields) = &data_type else {
+            return Err(not_table(&data_type));
+        };
+        let schema = Arc::new(Schema::new(fields.clone()));
+        // SAFETY: a capsule of that name holds an ArrowArray, here of that type; it is moved
+        // out (and left released).
         let array = unsafe {
-            from_ffi(
+            import(
                 FFI_ArrowArray::from_raw(array.pointer() as *mut FFI_ArrowArray),
-                &*(schema.pointer() as *const FFI_ArrowSchema),
+                &schema,
+                0,
+                0,
             )
         }
         .map_err(failed)?;
-        if !matches!(array.data_type(), arrow_schema::DataType::Struct(_)) || array.null_count() > 0
-        {
-            return Err(FeedError::new_err(format!(
-                "Arrow data of type {} is not a table: give a table, a record batch or an \
-                 array of structs without nulls",
-                crate::arrow::type_name(array.data_type())
-            )));
+        if array.null_count() > 0 {
+            return Err(not_table(&data_type));
         }
-        let batch = RecordBatch::from(StructArray::from(array));
-        return Ok(Box::new(std::iter::once(Ok(batch))));
+        return Ok(Box::new(std::iter::once(batch(array, schema))));
     }
     Err(PyTypeError::new_err(format!(
         "expected Arrow data (an object with __arrow_c_stream__ or __arrow_c_array__, such as a \

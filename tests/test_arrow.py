@@ -17,7 +17,7 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 import pytest
-from fastfeed import FeedError, FeedWriter, RecordError, ThunderstoneWriter
+from fastfeed import EmptyFullFeed, FeedError, FeedWriter, RecordError, ThunderstoneWriter
 from fastfeed.gsa.validate import validate_file
 from feeds import decode_set
 from hypothesis import HealthCheck, given, settings
@@ -775,22 +775,25 @@ _pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)
 
 
 class LyingStream:
-    """An Arrow stream whose batches each say they hold one row more than their columns do: a
-    broken producer, whose batch makes arrow-rs's stream reader panic as it reads it (a bug of
-    a kind the writer stops at, rather than go on without the rows it held)."""
+    """An Arrow stream whose batches after the first `honest` each say they hold one row more
+    than their columns do: a broken producer, whose batch made arrow-rs's stream reader panic as
+    it sliced the columns."""
 
-    def __init__(self, table: pa.Table) -> None:
+    def __init__(self, table: pa.Table, honest: int = 0) -> None:
         self._reader = pa.RecordBatchReader.from_batches(table.schema, table.to_batches())
+        self._honest = honest
         self._kept: list[object] = []
 
     def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
         capsule = self._reader.__arrow_c_stream__()
         stream = _ArrowArrayStream.from_address(_pointer(capsule, b"arrow_array_stream"))
         honest = _GetNext(stream.get_next)
+        calls = itertools.count()
 
         def lying(stream: int, out: Any) -> int:
             code = honest(stream, out)
-            out[0] += 1  # at the end too, where the array is released and its length unread
+            if next(calls) >= self._honest:
+                out[0] += 1  # at the end too, where the array is released and its length unread
             return code
 
         lying_next = _GetNext(lying)
@@ -799,15 +802,57 @@ class LyingStream:
         return capsule
 
 
-def test_a_stopped_writer_says_why_when_a_full_feed_closes_not_that_it_is_empty(
+class LyingArray:
+    """A record batch exported as an array of structs that says it holds one row more than its
+    columns do."""
+
+    def __init__(self, batch: pa.RecordBatch) -> None:
+        self._batch = batch
+
+    def __arrow_c_array__(self, requested_schema: object | None = None) -> tuple[object, object]:
+        schema, array = self._batch.__arrow_c_array__()
+        ctypes.c_int64.from_address(_pointer(array, b"arrow_array")).value += 1  # its length
+        return schema, array
+
+
+def test_a_batch_saying_more_rows_than_its_columns_hold_is_refused_naming_it(
+    tmp_path: Path,
+) -> None:
+    """A faulty producer is a bad input, not a bug of fastfeed: refused as a stream that fails
+    midway is, the rows before it written, and the writer goes on."""
+    table = pa.Table.from_batches(
+        [pa.record_batch({"url": [url(i) for i in range(a, b)]}) for a, b in [(0, 2), (2, 5)]]
+    )
+    with FeedWriter(tmp_path / "out", "ds", feedtype="full") as writer:
+        with pytest.raises(FeedError) as caught:
+            writer.add_arrow(LyingStream(table, honest=1))
+        assert not isinstance(caught.value, RecordError)
+        assert str(caught.value) == (
+            "cannot read the Arrow data: C Data interface error: Arrow batch 1 (rows 2 to 5) is "
+            "malformed: its column 'url' holds 3 rows where the batch says 4 (a fault of what "
+            "exported it)"
+        )
+        assert writer.records == 2
+        with pytest.raises(FeedError, match=r"Arrow batch 0 \(rows 0 to 3\) is malformed"):
+            writer.add_arrow(LyingArray(table.to_batches()[1]))
+        writer.add_arrow(pa.table({"url": [url(9)]}))
+    assert [r.url for r in decode_set(tmp_path / "out")] == [url(0), url(1), url(9)]
+
+
+def test_a_full_feed_whose_only_stream_is_malformed_closes_as_after_any_refused_input(
     tmp_path: Path,
 ) -> None:
     table = pa.table({"url": [url(i) for i in range(3)]})
-    writer = FeedWriter(tmp_path / "out", "ds", feedtype="full")
-    with pytest.raises(BaseException, match="end <= self.len"):
-        writer.add_arrow(LyingStream(table))
-    # Not EmptyFullFeed, nor a count of 0: the writer held rows it may have lost.
-    for read in (writer.close, lambda: writer.records, lambda: writer.add_arrow(table)):
-        with pytest.raises(FeedError, match=r"stopped .* internal error.*: assertion failed: end"):
-            read()
-    assert not (tmp_path / "out" / "manifest.jsonl").exists()
+    refused_row = pa.table({"url": [url(0)], "pagerank": [1]})
+    closed = []
+    for name, data in [("malformed", LyingStream(table)), ("refused", refused_row)]:
+        writer = FeedWriter(tmp_path / name, "ds", feedtype="full")
+        with pytest.raises(FeedError):
+            writer.add_arrow(data)
+        assert writer.records == 0
+        # Not the internal error of a stopped writer: nothing was held, nothing lost.
+        with pytest.raises(EmptyFullFeed) as caught:
+            writer.close()
+        closed.append(str(caught.value))
+        assert not (tmp_path / name / "manifest.jsonl").exists()
+    assert closed[0] == closed[1]

@@ -17,7 +17,7 @@ import pytest
 from fastfeed import FeedError, GroupsWriter, RecordError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_arrow import cut
+from test_arrow import LyingStream, cut
 from test_roundtrip import principal_name
 
 Rows = list[dict[str, Any]]
@@ -330,6 +330,22 @@ def test_members_whose_offsets_go_down_among_small_batches_are_refused_at_their_
             w.add_arrow(pa.RecordBatchReader.from_batches(good.schema, batches))
         assert (caught.value.index, caught.value.field) == (3, "members")
         assert w.records == 3
+
+
+def test_a_batch_saying_more_memberships_than_its_columns_hold_is_refused_naming_it(
+    tmp_path: Path,
+) -> None:
+    table = cut(as_table(rows_of(5)), [2])
+    with GroupsWriter(tmp_path / "out", "ldap") as w:
+        with pytest.raises(FeedError) as caught:
+            w.add_arrow(LyingStream(table, honest=1))
+        assert not isinstance(caught.value, RecordError)
+        assert "Arrow batch 1 (rows 2 to 5) is malformed: its column 'group' holds 3 rows " in str(
+            caught.value
+        )
+        assert w.records == 2
+        w.add_arrow(table.slice(2))
+    assert files(tmp_path / "out") == by_arrow(tmp_path / "whole", table)
 
 
 def refused(tmp_path: Path, table: Any) -> str:

@@ -6,11 +6,13 @@
 //! and a row's values go through the JSON Lines reader's checks (`jsonl::into_record`), so that
 //! a record means the same whichever way it came.
 //!
-//! Arrow data crosses the C data interface unvalidated: every offset is checked where it is
-//! read (`columns`), and text is checked to be UTF-8, so that a bad buffer refuses a row.
+//! Arrow data crosses the C data interface unvalidated: each batch's lengths and buffers are
+//! checked as it is imported (`import`), every offset where it is read (`columns`), and text
+//! is checked to be UTF-8, so that a bad buffer refuses its batch or its row.
 
 mod columns;
 mod feed;
+mod import;
 mod memberships;
 mod nested;
 
@@ -29,6 +31,7 @@ use crate::writer::Item;
 use columns::{Bytes, Ints, Seconds};
 use feed::Batch;
 pub use feed::{add_batches, Unlocked};
+pub use import::{batch, import, Stream};
 pub use memberships::{check_columns, Memberships};
 pub use nested::type_name;
 use nested::{text_column, wrong_type, Acl, Meta};

@@ -184,10 +184,14 @@ impl Principal {
     }
 }
 
-/// The guide's Legacy Metadata Format: "If a content string ends in =owner, =peeker, =reader,
-/// or =writer, that suffix is stripped from the user name. Furthermore, if a content string
-/// ends in =peeker, that ACL entry is ignored." A name ending so would reach the index changed.
+/// The guide's Legacy Metadata Format, of google:aclusers only: "If a content string ends in
+/// =owner, =peeker, =reader, or =writer, that suffix is stripped from the user name.
+/// Furthermore, if a content string ends in =peeker, that ACL entry is ignored." A user name
+/// ending so would reach the index changed. (The same list as `LEGACY_ROLE_SUFFIXES` of
+/// fastfeed.sets.validate, which checks and emulates it.)
 const LEGACY_ROLE_SUFFIXES: [&str; 4] = ["=owner", "=peeker", "=reader", "=writer"];
+/// The legacy meta whose names lose a role suffix: the guide says so of no other.
+const LEGACY_ROLE_META: &str = "google:aclusers";
 
 impl Acl {
     pub fn check(&self) -> Result<(), String> {
@@ -236,19 +240,21 @@ impl Acl {
                      or principal type; use --acl-format per-url"
                 ));
             }
-            if let Some(suffix) = LEGACY_ROLE_SUFFIXES.iter().find(|s| p.name.ends_with(*s)) {
-                return Err(format!(
-                    "principals[{i}]: '{}' ends in '{suffix}', which the appliance strips from a \
-                     legacy ACL name (and drops the entry for =peeker); use --acl-format per-url",
-                    p.name
-                ));
-            }
             let name = match (p.scope, p.access) {
                 (Scope::User, Some(Access::Deny)) => "google:acldenyusers",
                 (Scope::Group, Some(Access::Deny)) => "google:acldenygroups",
-                (Scope::User, _) => "google:aclusers",
+                (Scope::User, _) => LEGACY_ROLE_META,
                 (Scope::Group, _) => "google:aclgroups",
             };
+            let role = LEGACY_ROLE_SUFFIXES.iter().find(|s| p.name.ends_with(*s));
+            if let (LEGACY_ROLE_META, Some(suffix)) = (name, role) {
+                return Err(format!(
+                    "principals[{i}]: '{}' ends in '{suffix}', which the appliance strips from a \
+                     legacy ACL user name (and drops the entry for =peeker); use --acl-format \
+                     per-url",
+                    p.name
+                ));
+            }
             metas.push((name.to_owned(), p.name.clone()));
         }
         if let Some(inheritance) = self.inheritance {
@@ -525,6 +531,35 @@ mod tests {
                 "{name}"
             );
         }
+        // The guide strips the suffix from permitted user names only (google:aclusers).
+        let kept = Acl {
+            principals: vec![
+                Principal {
+                    name: "eng=reader".into(),
+                    scope: Scope::Group,
+                    access: Some(Access::Permit),
+                    namespace: None,
+                    case_sensitive: None,
+                    unqualified: false,
+                },
+                Principal {
+                    name: "joe=owner".into(),
+                    scope: Scope::User,
+                    access: Some(Access::Deny),
+                    namespace: None,
+                    case_sensitive: None,
+                    unqualified: false,
+                },
+            ],
+            ..Acl::default()
+        };
+        assert_eq!(
+            kept.legacy_metadata().unwrap(),
+            [
+                ("google:aclgroups".to_owned(), "eng=reader".to_owned()),
+                ("google:acldenyusers".into(), "joe=owner".into()),
+            ]
+        );
     }
 
     #[test]

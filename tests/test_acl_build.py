@@ -135,6 +135,10 @@ def test_legacy_acls_round_trip(emulator: Emulator, tls: TLSFiles) -> None:
                     {"name": "joe", "scope": "user", "access": "permit"},
                     {"name": "joe", "scope": "user", "access": "deny"},
                     {"name": "administration", "scope": "group", "access": "deny"},
+                    # The guide strips role suffixes from permitted user names only.
+                    {"name": "eng=reader", "scope": "group", "access": "permit"},
+                    {"name": "joe=owner", "scope": "user", "access": "deny"},
+                    {"name": "ops=peeker", "scope": "group", "access": "deny"},
                 ],
                 "inheritance_type": "and-both-permit",
                 "inherit_from": "http://insidealpha.example.com/",

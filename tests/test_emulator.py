@@ -109,6 +109,44 @@ def test_post_fields_win_over_the_feed_header(client: httpx.Client, emulator: Em
     assert emulator.documents("other") == {}
 
 
+@pytest.mark.parametrize(
+    ("pushed_as", "header", "body"),
+    [
+        # Content and a pagerank: refused by a metadata-and-url header, valid for the POST.
+        (
+            ("docs", "incremental"),
+            ("docs", "metadata-and-url"),
+            record("http://e.com/a", "x", pagerank="80"),
+        ),
+        # Metadata alone: refused by a full header, valid (and ignored) for the POST.
+        (
+            ("web", "incremental"),
+            ("docs", "full"),
+            '<record url="http://e.com/a" mimetype="text/html">'
+            '<metadata><meta name="author" content="ann"/></metadata></record>',
+        ),
+    ],
+    ids=["content-under-a-metadata-and-url-header", "metadata-alone-under-a-full-header"],
+)
+def test_the_feed_is_validated_as_the_post_says_not_as_its_header(
+    client: httpx.Client,
+    emulator: Emulator,
+    pushed_as: tuple[str, str],
+    header: tuple[str, str],
+    body: str,
+) -> None:
+    """The guide: "Any datasource or feedtype values that you specify within the XML document
+    are ignored", by validation as by applying."""
+    data = feed(*header, group(body))
+
+    push(client, emulator, *pushed_as, data)
+    emulator.wait_idle()
+
+    [pushed] = emulator.pushes()
+    assert pushed.outcome == "applied"
+    assert set(emulator.documents(pushed_as[0])) == {"http://e.com/a"}
+
+
 def test_full_feed_replaces_the_datasource_only(client: httpx.Client, emulator: Emulator) -> None:
     push(
         client,

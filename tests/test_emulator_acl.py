@@ -8,6 +8,7 @@ import httpx
 import pytest
 import test_emulator
 from fastfeed.emulator import Acl, Emulator, Membership, Principal
+from fastfeed.emulator.feeder import MAX_REPORTED
 from test_emulator import feed, group, push, record
 
 client = test_emulator.client  # the HTTPS client fixture, trusting the test CA
@@ -181,14 +182,18 @@ def test_legacy_metadata_becomes_the_same_acl_model(
     )
 
 
-def test_an_acl_in_both_forms_or_misplaced_is_not_applied(
+def test_an_acl_in_both_forms_skips_its_record_and_a_misplaced_one_fails_the_feed(
     client: httpx.Client,
     emulator: Emulator,
 ) -> None:
+    """The guide allows a per-URL ACL "in the metadata portion of the feed, or in the document
+    itself, but not in both places", and names no consequence: the record is skipped, as the
+    appliance skips a malformed one, and the rest of the feed applies."""
     both = acl_record("http://e.example.com/a").replace(
         "<content>", '<metadata><meta name="google:aclusers" content="joe"/></metadata><content>'
     )
-    push(client, emulator, "ds", "incremental", feed("ds", "incremental", group(both)))
+    fine = acl_record("http://e.example.com/ok")
+    push(client, emulator, "ds", "incremental", feed("ds", "incremental", group(both, fine)))
     misplaced = acl_record("http://e.example.com/b").replace(
         "<acl ", '<acl url="http://e.example.com/b" '
     )
@@ -196,9 +201,80 @@ def test_an_acl_in_both_forms_or_misplaced_is_not_applied(
     emulator.wait_idle()
 
     first, second = emulator.pushes()
-    assert "both in an <acl> element and in google:acl* metadata" in first.outcome
+    assert first.outcome == (
+        "failed in error: documents included: 1, documents in error: 1, error details: Skipping"
+        " the record, Line number: 3, Error: a per-URL ACL both in an <acl> element and in"
+        " google:acl* metadata"
+    )
     assert "an <acl> inside a record cannot have a url attribute" in second.outcome
-    assert emulator.acls("ds") == {}
+    assert set(emulator.documents("ds")) == set(emulator.acls("ds")) == {"http://e.example.com/ok"}
+
+
+def test_an_acl_in_both_forms_counts_only_where_metadata_does(
+    client: httpx.Client,
+    emulator: Emulator,
+) -> None:
+    """An incremental 'web' feed takes no metadata: the legacy ACL is not there to clash."""
+    both = (
+        '<record url="http://e.example.com/a" mimetype="text/html"><acl>'
+        '<principal scope="user" access="permit">ann</principal></acl>'
+        '<metadata><meta name="google:aclusers" content="joe"/></metadata></record>'
+    )
+    push(client, emulator, "web", "incremental", feed("web", "incremental", group(both)))
+    emulator.wait_idle()
+
+    [pushed] = emulator.pushes()
+    assert pushed.outcome == "applied"
+    acl = emulator.acls("web")["http://e.example.com/a"]
+    assert acl.principals == (Principal("ann", "user", "permit"),)
+
+
+def test_records_to_skip_do_not_hide_a_problem_that_fails_the_feed(
+    client: httpx.Client,
+    emulator: Emulator,
+) -> None:
+    """However many records would be skipped, a problem later in the file still refuses it."""
+    both = acl_record("http://e.example.com/a").replace(
+        "<content>", '<metadata><meta name="google:aclusers" content="joe"/></metadata><content>'
+    )
+    misplaced = acl_record("http://e.example.com/b").replace(
+        "<acl ", '<acl url="http://e.example.com/b" '
+    )
+    data = feed("ds", "incremental", group(*[both] * (MAX_REPORTED + 1), misplaced))
+
+    push(client, emulator, "ds", "incremental", data)
+    emulator.wait_idle()
+
+    [pushed] = emulator.pushes()
+    assert "an <acl> inside a record cannot have a url attribute" in pushed.outcome
+    assert emulator.documents("ds") == {}
+
+
+def test_a_role_suffix_is_stripped_once_from_user_names_only(
+    client: httpx.Client,
+    emulator: Emulator,
+) -> None:
+    """The guide strips "that suffix" from "the user name" of google:aclusers: once, and from
+    no group or denied name."""
+    url = "http://e.example.com/a"
+    roles = legacy_record(
+        url,
+        ("google:aclusers", "joe=reader=owner"),
+        ("google:aclusers", "ann=peeker=reader"),
+        ("google:aclgroups", "eng=reader"),
+        ("google:acldenyusers", "bob=owner"),
+        ("google:acldenygroups", "ops=peeker"),
+    )
+    push(client, emulator, "ds", "incremental", feed("ds", "incremental", group(roles)))
+    emulator.wait_idle()
+
+    assert emulator.acls("ds")[url].principals == (
+        Principal("joe=reader", "user", "permit"),
+        Principal("ann=peeker", "user", "permit"),
+        Principal("eng=reader", "group", "permit"),
+        Principal("bob=owner", "user", "deny"),
+        Principal("ops=peeker", "group", "deny"),
+    )
 
 
 def test_groups_feeds_add_replace_and_full_replaces_every_source(

@@ -115,8 +115,12 @@ def test_a_get_of_the_feedergate_says_whether_it_takes_feeds(
     assert open_to_us.pushes() == closed.pushes() == []
 
 
-def test_the_feedergate_serves_the_gsafeed_dtd(client: httpx.Client, emulator: Emulator) -> None:
-    answer = client.get(emulator.url + "/getdtd")
+@pytest.mark.parametrize("path", ["/getdtd", "/gsafeed.dtd"])
+def test_the_feedergate_serves_the_gsafeed_dtd(
+    client: httpx.Client, emulator: Emulator, path: str
+) -> None:
+    """At /getdtd, as Google's Connector Manager asks, and at /gsafeed.dtd, as the guide says."""
+    answer = client.get(emulator.url + path)
 
     assert answer.status_code == 200
     assert "<!ATTLIST content encoding (base64binary|base64compressed) #IMPLIED>" in answer.text

@@ -153,9 +153,9 @@ def test_each_problem_is_reported_with_its_line(
             "role suffix",
         ),
         (
-            rec('<metadata><meta name="google:acldenygroups" content="eng=peeker"/></metadata>'),
+            rec('<metadata><meta name="google:aclusers" content="eng=peeker"/></metadata>'),
             "docs",
-            "role suffix",
+            "role suffix '=peeker'",
         ),
     ],
 )
@@ -165,6 +165,31 @@ def test_what_the_appliance_ignores_or_changes_is_reported_but_not_fatal(
     [problem] = validate_file(feed(tmp_path, body, datasource=datasource))
     assert words in problem.message and not problem.fatal
     assert problem.line == 9
+
+
+def test_role_suffixes_concern_permitted_user_names_only(tmp_path: Path) -> None:
+    """The guide strips them from "the user name" of google:aclusers, of no other meta."""
+    metas = "".join(
+        f'<meta name="{name}" content="x=reader"/>'
+        for name in ("google:aclgroups", "google:acldenyusers", "google:acldenygroups")
+    )
+    assert validate_file(feed(tmp_path, rec(f"<metadata>{metas}</metadata>"))) == []
+
+
+def test_an_acl_in_both_forms_fails_validate_but_only_skips_its_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    both = rec(
+        '<acl><principal scope="user" access="permit">ann</principal></acl>'
+        '<metadata><meta name="google:aclusers" content="joe"/></metadata><content>x</content>'
+    )
+    path = feed(tmp_path, both)
+
+    [problem] = validate_file(path)
+
+    assert (problem.fatal, problem.skips_record) == (True, True)
+    assert main(["validate", str(path)]) == 1
+    assert "both in an <acl> element and in google:acl* metadata" in capsys.readouterr().out
 
 
 def test_a_metadata_and_url_feed_of_the_web_datasource_takes_metadata(tmp_path: Path) -> None:

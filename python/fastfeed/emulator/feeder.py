@@ -24,7 +24,7 @@ from fastfeed.emulator.index import Changes, Index, Push
 from fastfeed.emulator.security import Acl, acl_principals, legacy_acl, membership
 from fastfeed.emulator.status import describe, outcome_line
 from fastfeed.sets.codec import decode_base64, inflate
-from fastfeed.sets.validate import iterparse, validate_file
+from fastfeed.sets.validate import ACL_TWICE, iterparse, metadata_ignored, validate_file
 
 #: The largest document the emulator keeps: a content inflating past it (a zlib bomb of a few MB
 #: can make gigabytes) skips its record, as a malformed one does, instead of filling the memory.
@@ -114,19 +114,18 @@ class _Applier:
             metadata_elems = list(elem.iterchildren("metadata"))
             metadata = [_decode_meta(m) for md in metadata_elems for m in md.iterchildren("meta")]
         except (binascii.Error, ValueError, zlib.error) as exc:
-            self.changes.errors.append(
-                f"Skipping the record, Line number: {elem.sourceline}, Error: {exc}"
-            )
+            self._skip(elem, str(exc))
             return
-        if self.push.datasource == "web" and self.push.feedtype != "metadata-and-url":
-            # The guide's table of feed types: an incremental feed of the 'web' datasource
-            # allows no metadata (legacy ACLs included): the appliance ignores it, as
-            # `fastfeed validate` warns.
+        if metadata_ignored(self.push.datasource, self.push.feedtype):
+            # As `fastfeed validate` warns.
             metadata_elems, metadata = [], []
         acl_elem = elem.find("acl")
         acl = None if acl_elem is None else self._acl(url, acl_elem)
-        # An ACL in both forms was refused with the file (`sets.validate.ACL_TWICE`).
         legacy = legacy_acl(url, metadata)
+        if acl is not None and legacy is not None:
+            # The guide forbids it and names no consequence: skipped as a malformed record.
+            self._skip(elem, ACL_TWICE)
+            return
         if legacy is not None and any(m.get("overwrite-acls") == "false" for m in metadata_elems):
             # overwrite-acls="false": the metadata's principals add to the URL's ACL.
             old_acl = self.index.acl(self.db, self.push.datasource, url)
@@ -175,6 +174,13 @@ class _Applier:
             self._put_acl(new_acl)
         self.changes.added += 1
 
+    def _skip(self, elem: etree._Element, error: str) -> None:
+        """Skips a record as the appliance does, in its words (002: "Skipping the record,
+        Line number: nn"): the feed still applies, and fails in error at its end."""
+        self.changes.errors.append(
+            f"Skipping the record, Line number: {elem.sourceline}, Error: {error}"
+        )
+
     def outcome(self) -> str:
         errors = self.changes.errors
         if not errors:
@@ -194,13 +200,20 @@ def _free(elem: etree._Element) -> None:
 
 
 def _refused(index: Index, db: sqlite3.Connection, push: Push) -> str | None:
-    """Validates the received file as the kind it was pushed as; a file with problems fails
-    in error as a whole, with its first problems as the log's details. Problems the appliance
-    tolerates (an empty principal, which it skips) do not count."""
+    """Validates the received file as the kind, datasource and feed type it was pushed as (the
+    guide: those of the XML header "are ignored"); a file with problems fails in error as a
+    whole, with its first problems as the log's details. Problems the appliance tolerates (an
+    empty principal, which it skips) do not count, nor those for which it skips the record,
+    which applying does."""
     assert push.path is not None
-    problems = [
-        p for p in validate_file(push.path, max_problems=MAX_REPORTED, kind=push.kind) if p.fatal
-    ]
+    found = validate_file(
+        push.path,
+        datasource=push.datasource,
+        feedtype=push.feedtype,
+        max_problems=MAX_REPORTED,
+        kind=push.kind,
+    )
+    problems = [p for p in found if p.fatal and not p.skips_record]
     if not problems:
         return None
     details = "; ".join(

@@ -20,7 +20,7 @@ from fastfeed.sets.validate import (
     LEGACY_INHERIT_FROM,
     LEGACY_INHERITANCE,
     LEGACY_PRINCIPALS,
-    LEGACY_ROLE_SUFFIXES,
+    legacy_role,
 )
 
 #: Defaults of the gsafeed DTD (7.x guide).
@@ -144,9 +144,11 @@ def legacy_acl(url: str, metadata: Sequence[tuple[str, str]]) -> Acl | None:
             inheritance, found = content, True
         elif name in LEGACY_PRINCIPALS:
             found = True
-            if content.endswith(LEGACY_IGNORED):
+            suffix = legacy_role(name, content)
+            if suffix == LEGACY_IGNORED:
                 continue
-            for suffix in LEGACY_ROLE_SUFFIXES:
+            if suffix is not None:
+                # "that suffix is stripped": one, so "joe=reader=owner" is user "joe=reader".
                 content = content.removesuffix(suffix)
             scope, access = LEGACY_PRINCIPALS[name]
             if content.strip():

@@ -44,6 +44,10 @@ class State:
     faults: FaultQueue = field(default_factory=FaultQueue)
     backlog_unsupported: bool = False
 
+    def trusts(self, request: web.Request) -> bool:
+        """Whether the client is among the trusted IPs (`--trusted-ip`; by default all are)."""
+        return self.trusted_ips is None or request.remote in self.trusted_ips
+
     def upload_path(self, prefix: str = "") -> Path:
         """A new file in the feeds directory, for an upload to be written to."""
         return self.feeds_dir / f"{prefix}{time.time_ns()}-{uuid.uuid4().hex[:8]}.xml"
@@ -90,9 +94,7 @@ async def access_log(request: web.Request, handler: Handler) -> web.StreamRespon
 async def trusted_controls(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The emulator's controls (faults, settings) obey the trusted IPs as the feedergate does:
     an untrusted client must not script the appliance's failures."""
-    trusted = request.app[STATE].trusted_ips
-    untrusted = trusted is not None and request.remote not in trusted
-    if untrusted and request.path.startswith("/_emulator/"):
+    if request.path.startswith("/_emulator/") and not request.app[STATE].trusts(request):
         return plain_text(f"{request.remote} is not a trusted IP", 403)
     return await handler(request)
 
@@ -109,6 +111,7 @@ def make_app(state: State) -> web.Application:
             web.get("/xmlgroups", functools.partial(probe, kind="groups")),
             web.get("/getbacklogcount", getbacklogcount),
             web.get("/getdtd", getdtd),
+            web.get("/gsafeed.dtd", getdtd),
             web.get("/", to_status_page),
             web.get("/status", status_page),
             web.get("/status.json", status_json),
@@ -214,7 +217,7 @@ async def _receive_feed(state: State, request: web.Request, kind: str) -> web.St
         error = too_large(declared)
         await _log(state, request, f"refused: {error}", kind, size=declared)
         return plain_text(str(error), error.status)
-    if state.trusted_ips is not None and request.remote not in state.trusted_ips:
+    if not state.trusts(request):
         size = await drain(request)
         outcome = f"refused: {request.remote} is not a trusted IP"
         await _log(state, request, outcome, kind, size=size)
@@ -274,11 +277,12 @@ def _check_fields(fields: dict[str, str], data: DataFile, kind: str) -> tuple[st
 
 
 async def probe(request: web.Request, kind: str) -> web.Response:
-    """GET /xmlfeed (or /xmlgroups), no form: as the feedergate, HTTP 200 with its refusal when
-    it would refuse a feed (an untrusted client), else 400 for the missing fields. Google's
-    Connector Manager asks so after a failed push, to learn whether feeds are taken again."""
+    """GET /xmlfeed (or /xmlgroups), no form: HTTP 200 with the feedergate's refusal when it
+    would refuse a feed (an untrusted client), else 400 for the missing fields. Google's
+    Connector Manager asks so after a failed push, to learn whether feeds are taken again.
+    An assumption: the guide describes no GET, this is what that client expects of one."""
     state = request.app[STATE]
-    if state.trusted_ips is not None and request.remote not in state.trusted_ips:
+    if not state.trusts(request):
         return plain_text(UNAUTHORIZED)
     source = FORMS[kind][0]
     return plain_text(f"POST the form fields {source}, feedtype and data", 400)
@@ -292,7 +296,8 @@ def _gsafeed_dtd() -> str:
 async def getdtd(request: web.Request) -> web.Response:
     """GET /getdtd: the gsafeed DTD the feedergate takes (software 6.2 and later), which feed
     clients such as Google's Connector Manager read to learn that base64compressed content is
-    taken."""
+    taken; an assumption, from that client: the guide names no /getdtd. Also GET /gsafeed.dtd,
+    where the guide puts the DTD (on the appliance's port 7800; here on the emulator's)."""
     return plain_text(_gsafeed_dtd())
 
 
@@ -300,8 +305,9 @@ async def getbacklogcount(request: web.Request) -> web.Response:
     state = request.app[STATE]
     if state.backlog_unsupported:
         raise web.HTTPNotFound(text="Not Found")
-    if state.trusted_ips is not None and request.remote not in state.trusted_ips:
-        # As the feedergate's other requests: the count is for trusted clients only.
+    if not state.trusts(request):
+        # Assumed (the guide does not say): as the feedergate's other requests, the count is for
+        # trusted clients only.
         return plain_text(UNAUTHORIZED)
     return plain_text(str(state.feeder.backlog))
 

@@ -158,7 +158,7 @@ async def _receive(state: State, receiver: Receiver, request: web.Request) -> we
         error = too_large(declared)
         await _log(state, request, "", [], f"refused: {error}")
         return plain_text(str(error), error.status)
-    if state.trusted_ips is not None and request.remote not in state.trusted_ips:
+    if not state.trusts(request):
         await drain(request)
         refusal = _Result("", "Not Allowed", f"{request.remote} is not in Cluster Members")
         await _log(state, request, "", [refusal], "refused: Not Allowed")

@@ -34,8 +34,8 @@ class Answer(enum.Enum):
 
 def classify(text: str) -> Answer:
     """The feedergate's HTTP 200 answers, from the Feeds Protocol guide's troubleshooting.
-    Success in any case: Google's own feed clients (the Connector Manager, the gsafeed library)
-    take "success" too, which some appliances answer."""
+    Success in any case, an assumption (the guide shows only "Success"): Google's own feed
+    clients (the Connector Manager, the gsafeed library) take "success" too."""
     text = text.strip()
     if text.casefold() == "success":
         return Answer.SUCCESS

@@ -36,6 +36,9 @@ class Problem:
     #: False for a mistake the appliance tolerates (it skips an empty principal): still
     #: reported, since the feed does not do what it says, but not a reason to refuse the feed.
     fatal: bool = True
+    #: True for a fatal mistake for which the appliance skips the record, not the feed (its
+    #: "Skipping the record, Line number: nn"), as the emulator does.
+    skips_record: bool = False
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line is not None else self.file
@@ -74,8 +77,9 @@ LEGACY_PRINCIPALS = {
     "google:acldenyusers": ("user", "deny"),
     "google:acldenygroups": ("group", "deny"),
 }
-#: "If a content string ends in =owner, =peeker, =reader, or =writer, that suffix is stripped
-#: [...] if a content string ends in =peeker, that ACL entry is ignored."
+#: Of google:aclusers, the only meta the guide says it of: "If a content string ends in =owner,
+#: =peeker, =reader, or =writer, that suffix is stripped from the user name. Furthermore, if a
+#: content string ends in =peeker, that ACL entry is ignored." (rust/acl.rs has the same list.)
 LEGACY_ROLE_SUFFIXES = ("=owner", "=peeker", "=reader", "=writer")
 LEGACY_IGNORED = "=peeker"
 LEGACY_INHERIT_FROM = "google:aclinheritfrom"
@@ -85,6 +89,21 @@ LEGACY_ACL_NAMES = frozenset({*LEGACY_PRINCIPALS, LEGACY_INHERIT_FROM, LEGACY_IN
 #: The guide: "A per-URL ACL can be defined either in the metadata portion of the feed, or in
 #: the document itself, but not in both places."
 ACL_TWICE = "a per-URL ACL both in an <acl> element and in google:acl* metadata"
+
+
+def legacy_role(name: str, content: str) -> str | None:
+    """The role suffix the appliance strips from a legacy ACL meta (`LEGACY_ROLE_SUFFIXES`),
+    once, or None if it strips none."""
+    if name != "google:aclusers":
+        return None
+    return next((s for s in LEGACY_ROLE_SUFFIXES if content.endswith(s)), None)
+
+
+def metadata_ignored(datasource: str | None, feedtype: str | None) -> bool:
+    """Whether a feed pushed so takes no metadata (legacy ACLs included): the guide's table of
+    feed types allows none in an incremental feed of the 'web' datasource. Assumed, as the guide
+    does not say: the appliance ignores it, rather than failing the record or the feed."""
+    return datasource == "web" and feedtype != "metadata-and-url"
 
 
 class _Checker:
@@ -101,10 +120,14 @@ class _Checker:
         self.datasource = datasource
         self.feedtype = feedtype
 
-    def report(self, line: int | None, message: str, *, fatal: bool = True) -> None:
-        # Capped per severity, so that tolerated problems never crowd out fatal ones.
-        if sum(p.fatal is fatal for p in self.problems) < self.max_problems:
-            self.problems.append(Problem(self.file, line, message, fatal))
+    def report(
+        self, line: int | None, message: str, *, fatal: bool = True, skips_record: bool = False
+    ) -> None:
+        # Capped per severity, so that tolerated problems never crowd out fatal ones, nor records
+        # to skip the problems that fail a feed.
+        kind = (fatal, skips_record)
+        if sum((p.fatal, p.skips_record) == kind for p in self.problems) < self.max_problems:
+            self.problems.append(Problem(self.file, line, message, fatal, skips_record))
 
     @property
     def carries_content(self) -> bool:
@@ -176,9 +199,8 @@ class _Checker:
         metas = elem.findall("metadata/meta")
         names = {self.meta(meta) for meta in metas}
         if acl is not None and not names.isdisjoint(LEGACY_ACL_NAMES):
-            self.report(line, ACL_TWICE)
-        if metas and self.datasource == "web" and self.feedtype != "metadata-and-url":
-            # The guide's table of feed types: "web", incremental, allows no metadata.
+            self.report(line, ACL_TWICE, skips_record=True)
+        if metas and metadata_ignored(self.datasource, self.feedtype):
             self.report(
                 line,
                 "an incremental feed of the 'web' datasource takes no metadata: the appliance"
@@ -240,11 +262,11 @@ class _Checker:
                 elem.sourceline,
                 f"meta '{name}' has empty content, which makes the appliance reject the record",
             )
-        elif name in LEGACY_PRINCIPALS and content.endswith(LEGACY_ROLE_SUFFIXES):
+        elif suffix := legacy_role(name, content):
             self.report(
                 elem.sourceline,
-                f"{name} '{content}' ends in a role suffix the appliance strips (and drops the"
-                " entry for =peeker): write the ACL as an <acl> element",
+                f"{name} '{content}' ends in the role suffix '{suffix}', which the appliance"
+                " strips (and drops the entry for =peeker): write the ACL as an <acl> element",
                 fatal=False,
             )
         elif name == LEGACY_INHERITANCE and content not in INHERITANCE_TYPES:

@@ -184,14 +184,34 @@ impl Principal {
     }
 }
 
+/// The meta names of the guide's Legacy Metadata Format, as `fastfeed validate` knows them
+/// (`sets.validate.LEGACY_ACL_NAMES`: exact names, base64-encoded ones decoded first).
+const LEGACY_USERS: &str = "google:aclusers";
+const LEGACY_GROUPS: &str = "google:aclgroups";
+const LEGACY_DENY_USERS: &str = "google:acldenyusers";
+const LEGACY_DENY_GROUPS: &str = "google:acldenygroups";
+const LEGACY_INHERITANCE: &str = "google:aclinheritancetype";
+const LEGACY_INHERIT_FROM: &str = "google:aclinheritfrom";
+
+/// Whether a meta name gives its record a legacy ACL.
+pub fn is_legacy_acl_name(name: &str) -> bool {
+    [
+        LEGACY_USERS,
+        LEGACY_GROUPS,
+        LEGACY_DENY_USERS,
+        LEGACY_DENY_GROUPS,
+        LEGACY_INHERITANCE,
+        LEGACY_INHERIT_FROM,
+    ]
+    .contains(&name)
+}
+
 /// The guide's Legacy Metadata Format, of google:aclusers only: "If a content string ends in
 /// =owner, =peeker, =reader, or =writer, that suffix is stripped from the user name.
 /// Furthermore, if a content string ends in =peeker, that ACL entry is ignored." A user name
 /// ending so would reach the index changed. (The same list as `LEGACY_ROLE_SUFFIXES` of
 /// fastfeed.sets.validate, which checks and emulates it.)
 const LEGACY_ROLE_SUFFIXES: [&str; 4] = ["=owner", "=peeker", "=reader", "=writer"];
-/// The legacy meta whose names lose a role suffix: the guide says so of no other.
-const LEGACY_ROLE_META: &str = "google:aclusers";
 
 impl Acl {
     pub fn check(&self) -> Result<(), String> {
@@ -241,13 +261,14 @@ impl Acl {
                 ));
             }
             let name = match (p.scope, p.access) {
-                (Scope::User, Some(Access::Deny)) => "google:acldenyusers",
-                (Scope::Group, Some(Access::Deny)) => "google:acldenygroups",
-                (Scope::User, _) => LEGACY_ROLE_META,
-                (Scope::Group, _) => "google:aclgroups",
+                (Scope::User, Some(Access::Deny)) => LEGACY_DENY_USERS,
+                (Scope::Group, Some(Access::Deny)) => LEGACY_DENY_GROUPS,
+                (Scope::User, _) => LEGACY_USERS,
+                (Scope::Group, _) => LEGACY_GROUPS,
             };
             let role = LEGACY_ROLE_SUFFIXES.iter().find(|s| p.name.ends_with(*s));
-            if let (LEGACY_ROLE_META, Some(suffix)) = (name, role) {
+            // Only google:aclusers names lose a role suffix: the guide says so of no other.
+            if let (LEGACY_USERS, Some(suffix)) = (name, role) {
                 return Err(format!(
                     "principals[{i}]: '{}' ends in '{suffix}', which the appliance strips from a \
                      legacy ACL user name (and drops the entry for =peeker); use --acl-format \
@@ -258,13 +279,10 @@ impl Acl {
             metas.push((name.to_owned(), p.name.clone()));
         }
         if let Some(inheritance) = self.inheritance {
-            metas.push((
-                "google:aclinheritancetype".into(),
-                inheritance.as_str().into(),
-            ));
+            metas.push((LEGACY_INHERITANCE.into(), inheritance.as_str().into()));
         }
         if let Some(from) = &self.inherit_from {
-            metas.push(("google:aclinheritfrom".into(), from.clone()));
+            metas.push((LEGACY_INHERIT_FROM.into(), from.clone()));
         }
         Ok(metas)
     }

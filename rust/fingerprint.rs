@@ -8,9 +8,10 @@
 //! content's bytes by their own XXH3-128, so that they are hashed in place). The
 //! form is made from the parsed record, not from its input, so what does not change the
 //! feed does not change the fingerprint: the order of JSON keys and of metadata names, the
-//! spelling of a date (its instant counts; an RFC 822 date, passed to the appliance as given,
-//! counts as written), and the form of a content (text or UTF-8 bytes of it differ only in
-//! being text; `content_base64`, `content` bytes and `content_path` give their bytes).
+//! spelling of a date (its instant counts; an RFC 822 date still counts as spelt, from when
+//! feeds carried it as given: counting its instant alone needs a new version), and the form of
+//! a content (text or UTF-8 bytes of it differ only in being text; `content_base64`, `content`
+//! bytes and `content_path` give their bytes).
 //!
 //! Why XXH3 and not SHA-256 (version 1): a build fingerprints each record on the encoding
 //! threads as it encodes it (`FeedWriter::fingerprint_records`), and the target is at most 10%

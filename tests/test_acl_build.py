@@ -100,14 +100,18 @@ def pushed_acls(emulator: Emulator, datasource: str) -> dict[str, Acl]:
 
 
 def build_validate_push(
-    records: list[dict[str, Any]], emulator: Emulator, tls: TLSFiles, *options: str
+    records: list[dict[str, Any]],
+    emulator: Emulator,
+    tls: TLSFiles,
+    *options: str,
+    out: str = "out",
 ) -> Path:
     source = jsonl(Path("docs.jsonl"), records)
-    assert main(["build", str(source), "--datasource", "docs", "--out", "out", *options]) == 0
-    for entry in read_manifest("out"):
-        assert validate_file(Path("out") / entry.file) == []
-    assert main(["push", "out", *cli_target(emulator, tls)]) == 0
-    return Path("out")
+    assert main(["build", str(source), "--datasource", "docs", "--out", out, *options]) == 0
+    for entry in read_manifest(out):
+        assert validate_file(Path(out) / entry.file) == []
+    assert main(["push", out, *cli_target(emulator, tls)]) == 0
+    return Path(out)
 
 
 def test_per_url_acls_round_trip(emulator: Emulator, tls: TLSFiles) -> None:
@@ -162,6 +166,26 @@ def principal(**changes: Any) -> dict[str, Any]:
     return {"name": "alice", "scope": "user", "access": "permit", **changes}
 
 
+def test_overwrite_acls_without_metadata_leaves_the_documents_metadata_and_acl(
+    emulator: Emulator, tls: TLSFiles
+) -> None:
+    """`overwrite-acls` governs the legacy ACL in a record's metadata: a record with none writes
+    no empty <metadata>, which in an incremental feed would replace the document's with none."""
+    url = "http://d.example.com/a"
+    acl = {"principals": [principal()]}
+    first = {"url": url, "content": "v1", "metadata": {"author": "ann"}, "acl": acl}
+    build_validate_push([first], emulator, tls, out="first")
+    second = {"url": url, "content": "v2", "overwrite_acls": False}
+
+    out = build_validate_push([second], emulator, tls, out="second")
+
+    emulator.wait_idle()
+    document = emulator.documents("docs")[url]
+    assert (document.content, document.metadata) == (b"v2", [("author", "ann")])
+    assert pushed_acls(emulator, "docs") == expected_acls([first], "docs")
+    assert b"<metadata" not in next(out.glob("*.xml")).read_bytes()
+
+
 @pytest.mark.parametrize(
     ("bad", "reason"),
     [
@@ -194,6 +218,15 @@ def principal(**changes: Any) -> dict[str, Any]:
             },
             "pagerank: a standalone ACL (kind acl) carries only url and acl",
         ),
+        (
+            {
+                "url": "http://d.example.com/a",
+                "content": "a",
+                "acl": {"principals": [principal()]},
+                "metadata": {"google:aclusers": "joe"},
+            },
+            "metadata: 'google:aclusers' gives the record a legacy ACL and acl gives it one too",
+        ),
     ],
     ids=[
         "scope",
@@ -202,6 +235,7 @@ def principal(**changes: Any) -> dict[str, Any]:
         "standalone-without-url",
         "empty-principal",
         "standalone-with-another-field",
+        "acl-and-legacy-metadata",
     ],
 )
 def test_bad_acls_are_refused_with_their_line_and_leave_no_feed(

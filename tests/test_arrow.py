@@ -611,6 +611,37 @@ def test_a_bad_row_names_its_row_and_column(
 
 
 @pytest.mark.parametrize(
+    ("datasource", "row"),
+    [
+        ("ds", {"url": url(0), "last_modified": "Sat, 31 Dec 2016 23:59:60 GMT"}),
+        ("web", {"url": url(0), "metadata": {"k": "v"}}),
+        ("ds", {"url": url(0), "content": "x", "crawl_immediately": True}),
+        (
+            "ds",
+            {
+                "url": url(0),
+                "content": "x",
+                "acl": {"principals": [{"name": "ann", "scope": "user", "access": "permit"}]},
+                "metadata": {"google:aclusers": "joe"},
+            },
+        ),
+    ],
+    ids=["leap-second", "web-metadata", "crawl-in-content-feed", "acl-twice"],
+)
+def test_a_row_breaking_a_protocol_rule_is_refused_as_its_dict_is(
+    tmp_path: Path, datasource: str, row: dict[str, Any]
+) -> None:
+    # One encoder checks records, whichever way they come.
+    with pytest.raises(RecordError) as as_dict, FeedWriter(tmp_path / "d", datasource) as w:
+        w.add_batch([row])
+    with pytest.raises(RecordError) as as_arrow, FeedWriter(tmp_path / "a", datasource) as w:
+        w.add_arrow(pa.Table.from_pylist([row]))
+    refusal = (as_dict.value.field, as_dict.value.reason, as_dict.value.kind)
+    assert refusal == (as_arrow.value.field, as_arrow.value.reason, as_arrow.value.kind)
+    assert refusal[0] in row
+
+
+@pytest.mark.parametrize(
     "build, field, reason",
     [
         (

@@ -78,6 +78,29 @@ def build(tmp_path: Path, records: list[object], *args: str, out: str = "out") -
         ),
         (doc(1, last_modified="yesterday"), "incremental", "last_modified", "not a date"),
         (doc(1, last_modified=-1e12), "incremental", "last_modified", "years 1 to 9999"),
+        (
+            doc(1, last_modified="Sat, 31 Dec 2016 23:59:60 GMT"),
+            "incremental",
+            "last_modified",
+            "2016-12-31 23:59:60 UTC is a leap second",
+        ),
+        (
+            doc(1, crawl_immediately=True),
+            "incremental",
+            "crawl_immediately",
+            "web and metadata-and-url feeds only",
+        ),
+        (doc(1, crawl_once=False), "full", "crawl_once", "web and metadata-and-url feeds only"),
+        (
+            doc(
+                1,
+                acl={"principals": [{"name": "ann", "scope": "user", "access": "permit"}]},
+                metadata={"google:aclusers": "joe"},
+            ),
+            "incremental",
+            "metadata",
+            "'google:aclusers' gives the record a legacy ACL and acl gives it one too",
+        ),
         (doc(1, lock="yes"), "incremental", "lock", "true or false"),
         (doc(1, action="delete"), "incremental", "content", "delete record carries no content"),
         ({"url": "http://docs.example.com/1\x01"}, "incremental", "url", "U+0001"),
@@ -367,7 +390,11 @@ def test_metadata_is_sorted_and_unchanged_documents_give_identical_bytes(tmp_pat
 @pytest.mark.parametrize(
     ("given", "sent"),
     [
-        ("Tue, 6 Nov 2007 12:45:26 GMT", "Tue, 6 Nov 2007 12:45:26 GMT"),
+        ("Tue, 6 Nov 2007 12:45:26 GMT", "Tue, 06 Nov 2007 12:45:26 GMT"),
+        # RFC 822 spellings an appliance may not read: the same instant in the guide's form.
+        ("Tue, 06 Nov 2007 12:45:26 gMt (UTC)", "Tue, 06 Nov 2007 12:45:26 GMT"),
+        ("6 Nov 07 07:45:26 EST", "Tue, 06 Nov 2007 12:45:26 GMT"),
+        ("Tue, 06 Nov 2007 12:45:26 UT", "Tue, 06 Nov 2007 12:45:26 GMT"),
         ("2007-11-06T12:45:26Z", "Tue, 06 Nov 2007 12:45:26 GMT"),
         ("2007-11-06T13:45:26+01:00", "Tue, 06 Nov 2007 12:45:26 GMT"),
         ("2007-11-06", "Tue, 06 Nov 2007 00:00:00 GMT"),
@@ -387,7 +414,6 @@ def test_record_attributes_reach_the_feed(tmp_path: Path) -> None:
         lock=True,
         authmethod="ntlm",
         pagerank=90,
-        crawl_once=True,
         mimetype="text/html",
     )
     assert build(tmp_path, [rec, {"url": "http://docs.example.com/2", "action": "delete"}]) == 0
@@ -399,7 +425,6 @@ def test_record_attributes_reach_the_feed(tmp_path: Path) -> None:
         "lock": "true",
         "authmethod": "ntlm",
         "pagerank": "90",
-        "crawl-once": "true",
     }
     # The DTD requires a mimetype on every record, deletes included.
     assert fed[1].attrs == {
@@ -407,6 +432,27 @@ def test_record_attributes_reach_the_feed(tmp_path: Path) -> None:
         "action": "delete",
         "mimetype": "text/plain",
     }
+
+
+def test_crawl_flags_reach_a_metadata_and_url_feed(tmp_path: Path) -> None:
+    rec = {"url": "http://docs.example.com/1", "crawl_immediately": True, "crawl_once": False}
+    assert build(tmp_path, [rec], "--feedtype", "metadata-and-url") == 0
+    attrs = decode_set(tmp_path / "out")[0].attrs
+    assert (attrs["crawl-immediately"], attrs["crawl-once"]) == ("true", "false")
+
+
+def test_metadata_is_refused_in_an_incremental_web_feed_and_taken_in_metadata_and_url(
+    tmp_path: Path,
+) -> None:
+    # The guide's table of feed types: the appliance ignores a web feed's metadata.
+    record = {"url": "http://docs.example.com/1", "metadata": {"k": "v"}}
+    with FeedWriter(tmp_path / "web", "web") as w, pytest.raises(RecordError) as info:
+        w.add_batch([record])
+    assert (info.value.field, info.value.kind) == ("metadata", "not_allowed")
+    assert "push it in a metadata-and-url feed" in info.value.reason
+    with FeedWriter(tmp_path / "mu", "web", "metadata-and-url") as w:
+        w.add_batch([record])
+    assert decode_set(tmp_path / "mu")[0].metadata == [(b"k", b"v")]
 
 
 def test_binary_content_is_compressed_only_when_it_shrinks(tmp_path: Path) -> None:

@@ -1,11 +1,11 @@
 //! `last_modified`: the dates a record may give, and the forms the receivers take.
 
-use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, Utc};
+use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, Timelike, Utc};
 
 use super::Timestamp;
 
-/// The moment `last_modified` names, and its text when it was given in RFC 822 (which a GSA
-/// feed passes through as given).
+/// The moment `last_modified` names, and its text when it was given in RFC 822 (which
+/// fingerprints count as spelt).
 pub(crate) fn parse_date(
     ts: &Timestamp,
 ) -> std::result::Result<(DateTime<Utc>, Option<&str>), String> {
@@ -15,6 +15,16 @@ pub(crate) fn parse_date(
         return Err(format!(
             "the year {} cannot be written in a feed (years 1 to 9999)",
             t.year()
+        ));
+    }
+    // chrono reads a leap second (23:59:60) as the second before it with a second more of
+    // nanoseconds. No receiver's form of a date has a 60th second (`fastfeed validate` refuses
+    // one, and so does the emulator), and rounding would send another instant.
+    if t.nanosecond() >= 1_000_000_000 {
+        return Err(format!(
+            "{} UTC is a leap second, which no feed's date can carry: give the second before \
+             or after it",
+            t.format("%Y-%m-%d %H:%M:%S")
         ));
     }
     Ok((t, rfc822))
@@ -64,10 +74,66 @@ fn parse_any_date(ts: &Timestamp) -> std::result::Result<(DateTime<Utc>, Option<
     ))
 }
 
-/// `last_modified` for a GSA feed: RFC 822 as given, or converted to it in GMT.
+/// `last_modified` for a GSA feed: the guide's form of RFC 822 (`Mon, 15 Nov 2004 04:58:08
+/// GMT`), whatever form it was given in. RFC 822 allows spellings an appliance may not read
+/// (`gMt`, military zones, `UT`, two-digit years, comments): the same instant is written in
+/// the one form the guide shows.
 pub(super) fn normalize_date(ts: &Timestamp) -> std::result::Result<String, String> {
-    Ok(match parse_date(ts)? {
-        (_, Some(rfc822)) => rfc822.to_owned(),
-        (t, None) => t.format("%a, %d %b %Y %H:%M:%S GMT").to_string(),
-    })
+    let (t, _) = parse_date(ts)?;
+    Ok(t.format("%a, %d %b %Y %H:%M:%S GMT").to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gsa(text: &str) -> std::result::Result<String, String> {
+        normalize_date(&Timestamp::Text(text.into()))
+    }
+
+    #[test]
+    fn every_date_is_written_in_the_guides_form_of_the_same_instant() {
+        const GUIDES: &str = "Tue, 06 Nov 2007 12:45:26 GMT";
+        for given in [
+            "Tue, 6 Nov 2007 12:45:26 GMT",
+            "Tue, 06 Nov 2007 12:45:26 gMt",
+            "Tue, 06 Nov 2007 12:45:26 UT",
+            "Tue, 06 Nov 2007 13:45:26 +0100",
+            "Tue, 06 Nov 2007 07:45:26 EST",
+            "Tue, 06 Nov 07 12:45:26 GMT",
+            "Tue, 06 Nov 2007 12:45:26 GMT (UTC)",
+            // Military zones: RFC 2822 reads them as -0000, RFC 822 having defined them wrongly.
+            "Tue, 06 Nov 2007 12:45:26 a",
+            "2007-11-06T13:45:26+01:00",
+            "2007-11-06 12:45:26.9",
+            "1194353126",
+        ] {
+            assert_eq!(gsa(given).as_deref(), Ok(GUIDES), "{given}");
+        }
+        assert_eq!(
+            normalize_date(&Timestamp::Epoch(1_194_353_126.9)).as_deref(),
+            Ok(GUIDES)
+        );
+        assert_eq!(
+            gsa("2007-11-06").as_deref(),
+            Ok("Tue, 06 Nov 2007 00:00:00 GMT")
+        );
+    }
+
+    #[test]
+    fn a_leap_second_is_refused_not_rounded() {
+        for given in [
+            "Sat, 31 Dec 2016 23:59:60 GMT",
+            "Sun, 01 Jan 2017 00:59:60 +0100",
+            "2016-12-31T23:59:60Z",
+            "2016-12-31 23:59:60",
+        ] {
+            let err = gsa(given).unwrap_err();
+            assert!(
+                err.contains("2016-12-31 23:59:60 UTC is a leap second"),
+                "{given}: {err}"
+            );
+            assert!(parse_date(&Timestamp::Text(given.into())).is_err());
+        }
+    }
 }

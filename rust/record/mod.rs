@@ -7,7 +7,7 @@ mod xml;
 
 use std::borrow::Cow;
 
-use crate::acl::Acl;
+use crate::acl::{is_legacy_acl_name, Acl};
 use crate::encode::{Compress, Scratch};
 use crate::error::{Error, RecordErrorKind, Result};
 use crate::escape::first_unrepresentable;
@@ -151,6 +151,12 @@ pub struct FeedKind {
 impl FeedKind {
     fn carries_content(self) -> bool {
         !self.web && self.feedtype != FeedType::MetadataAndUrl
+    }
+
+    /// The guide's table of feed types: an incremental feed of the `web` datasource allows no
+    /// metadata (the appliance ignores it); a metadata-and-url feed and content feeds do.
+    fn takes_metadata(self) -> bool {
+        !self.web || self.feedtype == FeedType::MetadataAndUrl
     }
 }
 
@@ -323,6 +329,28 @@ impl<'a> Record<'a> {
         .filter_map(|(field, given)| given.then_some(field))
     }
 
+    /// The first field given that applies to other feeds than `kind`, and why: the guide's
+    /// record attributes for content feeds only (`pagerank`) or for web and metadata-and-url
+    /// feeds only (`crawl-immediately`, and `crawl-once` alike), which another feed ignores.
+    fn field_for_other_feeds(&self, kind: FeedKind) -> Option<(&'static str, &'static str)> {
+        [
+            ("pagerank", self.pagerank.is_some(), true),
+            ("crawl_immediately", self.crawl_immediately.is_some(), false),
+            ("crawl_once", self.crawl_once.is_some(), false),
+        ]
+        .into_iter()
+        .find(|&(_, given, for_content)| given && for_content != kind.carries_content())
+        .map(|(field, _, for_content)| {
+            let why = if for_content {
+                "applies to content feeds only"
+            } else {
+                "applies to web and metadata-and-url feeds only, whose URLs the appliance \
+                 crawls (it does not crawl a content feed's)"
+            };
+            (field, why)
+        })
+    }
+
     /// The first field a standalone ACL must not carry, if any.
     fn field_besides_acl(&self) -> Option<&'static str> {
         self.given_fields()
@@ -376,10 +404,10 @@ impl<'a> Record<'a> {
                 return Err(err("displayurl", "is empty".into()));
             }
         }
+        if let Some((field, why)) = self.field_for_other_feeds(kind) {
+            return Err(not_allowed(field, why));
+        }
         if let Some(rank) = self.pagerank {
-            if !kind.carries_content() {
-                return Err(not_allowed("pagerank", "applies to content feeds only"));
-            }
             if !(68..=100).contains(&rank) {
                 return Err(err("pagerank", format!("{rank} is outside 68 to 100")));
             }
@@ -387,8 +415,36 @@ impl<'a> Record<'a> {
         let mut legacy_acl: Vec<(String, String)> = Vec::new();
         if let Some(acl) = &self.acl {
             acl.check().map_err(|m| err("acl", m))?;
+            // The guide: "A per-URL ACL can be defined either in the metadata portion of the
+            // feed, or in the document itself, but not in both places" (in the legacy format,
+            // the two would merge into an ACL neither gave).
+            if let Some((name, _)) = self.metadata.iter().find(|(n, _)| is_legacy_acl_name(n)) {
+                return Err(not_allowed(
+                    "metadata",
+                    &format!(
+                        "'{name}' gives the record a legacy ACL and acl gives it one too: a \
+                         record's ACL goes in one place only (put its principals in acl)"
+                    ),
+                ));
+            }
             if opts.acl_format == AclFormat::Legacy {
                 legacy_acl = acl.legacy_metadata().map_err(|m| err("acl", m))?;
+            }
+        }
+        if !kind.takes_metadata() {
+            let why = "an incremental feed of the 'web' datasource takes none (the appliance \
+                       ignores it): push it in a metadata-and-url feed, or under a datasource of \
+                       its own (a content feed)";
+            if !self.metadata.is_empty() {
+                return Err(not_allowed("metadata", why));
+            }
+            if !legacy_acl.is_empty() {
+                return Err(not_allowed(
+                    "acl",
+                    "the legacy ACL format writes metadata, which an incremental feed of the \
+                     'web' datasource does not take (the appliance ignores it): use \
+                     --acl-format per-url or a metadata-and-url feed",
+                ));
             }
         }
         if let Some(action @ (Action::Update | Action::DeletePattern)) = self.action {
@@ -445,11 +501,7 @@ impl<'a> Record<'a> {
         }
         let mimetype = self.mimetype(index)?;
         let last_modified = match &self.last_modified {
-            Some(ts) => {
-                let date = normalize_date(ts).map_err(|m| err("last_modified", m))?;
-                representable("last_modified", &date)?;
-                Some(date)
-            }
+            Some(ts) => Some(normalize_date(ts).map_err(|m| err("last_modified", m))?),
             None => None,
         };
         // Sorted so that unchanged documents give the same bytes; stable, so that repeated names
@@ -491,5 +543,237 @@ impl<'a> Record<'a> {
         let written = checked.write(index, opts, scratch, out);
         scratch.trim();
         written
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::acl::{Access, Principal, Scope};
+
+    fn kind(feedtype: FeedType, web: bool) -> FeedKind {
+        FeedKind { feedtype, web }
+    }
+
+    const INCREMENTAL: FeedKind = FeedKind {
+        feedtype: FeedType::Incremental,
+        web: false,
+    };
+
+    fn encode(
+        record: &Record<'_>,
+        kind: FeedKind,
+        acl_format: AclFormat,
+    ) -> std::result::Result<String, (Option<&'static str>, RecordErrorKind, String)> {
+        let opts = EncodeOptions {
+            compress: Compress::Never,
+            acl_format,
+        };
+        let mut out = Vec::new();
+        match record.encode_into(3, kind, opts, &mut Scratch::new(1), &mut out) {
+            Ok(()) => Ok(String::from_utf8(out).unwrap()),
+            Err(Error::Record {
+                index: 3,
+                field,
+                kind,
+                message,
+                ..
+            }) => Err((field, kind, message)),
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+
+    fn page() -> Record<'static> {
+        Record {
+            url: "http://docs.example.com/a".into(),
+            ..Default::default()
+        }
+    }
+
+    fn acl() -> Acl {
+        Acl {
+            principals: vec![Principal {
+                name: "ann".into(),
+                scope: Scope::User,
+                access: Some(Access::Permit),
+                namespace: None,
+                case_sensitive: None,
+                unqualified: false,
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn crawl_flags_are_refused_in_content_feeds_as_pagerank_is_in_web_feeds() {
+        for (feedtype, web) in [
+            (FeedType::Full, false),
+            (FeedType::Incremental, false),
+            (FeedType::Incremental, true),
+            (FeedType::MetadataAndUrl, false),
+            (FeedType::MetadataAndUrl, true),
+        ] {
+            let content = !web && feedtype != FeedType::MetadataAndUrl;
+            let given = [
+                (
+                    "crawl_immediately",
+                    Record {
+                        crawl_immediately: Some(true),
+                        ..page()
+                    },
+                ),
+                (
+                    "crawl_once",
+                    Record {
+                        crawl_once: Some(false),
+                        ..page()
+                    },
+                ),
+                (
+                    "pagerank",
+                    Record {
+                        pagerank: Some(90),
+                        ..page()
+                    },
+                ),
+            ];
+            for (field, record) in given {
+                let applies = content == (field == "pagerank");
+                match encode(&record, kind(feedtype, web), AclFormat::PerUrl) {
+                    Ok(xml) => assert!(applies, "{field} in {feedtype:?} (web {web}): {xml}"),
+                    Err((f, k, message)) => {
+                        assert!(!applies, "{field}: {message}");
+                        assert_eq!((f, k), (Some(field), RecordErrorKind::NotAllowed));
+                        let only = if content {
+                            "web and metadata-and-url"
+                        } else {
+                            "content"
+                        };
+                        assert!(message.contains(&format!("{only} feeds only")), "{message}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn metadata_in_an_incremental_web_feed_is_refused_and_kept_in_metadata_and_url() {
+        let record = Record {
+            metadata: vec![("k".into(), "v".into())],
+            ..page()
+        };
+        let (field, k, message) = encode(
+            &record,
+            kind(FeedType::Incremental, true),
+            AclFormat::PerUrl,
+        )
+        .unwrap_err();
+        assert_eq!((field, k), (Some("metadata"), RecordErrorKind::NotAllowed));
+        assert!(message.contains("metadata-and-url feed"), "{message}");
+        let xml = encode(
+            &record,
+            kind(FeedType::MetadataAndUrl, true),
+            AclFormat::PerUrl,
+        );
+        assert!(xml.unwrap().contains("<meta name=\"k\" content=\"v\"/>"));
+        // A legacy ACL is metadata too; a per-URL one is not.
+        let with_acl = Record {
+            acl: Some(acl()),
+            ..page()
+        };
+        let (field, ..) = encode(
+            &with_acl,
+            kind(FeedType::Incremental, true),
+            AclFormat::Legacy,
+        )
+        .unwrap_err();
+        assert_eq!(field, Some("acl"));
+        let xml = encode(
+            &with_acl,
+            kind(FeedType::Incremental, true),
+            AclFormat::PerUrl,
+        );
+        assert!(xml.unwrap().contains("<acl>"));
+    }
+
+    #[test]
+    fn an_acl_given_also_as_legacy_metadata_is_refused_in_either_format() {
+        for name in ["google:aclusers", "google:aclinheritfrom"] {
+            let record = Record {
+                acl: Some(acl()),
+                metadata: vec![(name.into(), "joe".into())],
+                content: Some(Content::Text("x".into())),
+                ..page()
+            };
+            for format in [AclFormat::PerUrl, AclFormat::Legacy] {
+                let (field, k, message) = encode(&record, INCREMENTAL, format).unwrap_err();
+                assert_eq!((field, k), (Some("metadata"), RecordErrorKind::NotAllowed));
+                assert!(
+                    message.contains(&format!("'{name}'")) && message.contains("acl gives"),
+                    "{message}"
+                );
+            }
+        }
+        // Names as `fastfeed validate` reads them: exact, so another case is plain metadata.
+        let record = Record {
+            acl: Some(acl()),
+            metadata: vec![("Google:ACLusers".into(), "joe".into())],
+            ..page()
+        };
+        assert!(encode(&record, INCREMENTAL, AclFormat::PerUrl).is_ok());
+        // Legacy metadata without an acl is the user's own legacy ACL.
+        let record = Record {
+            metadata: vec![("google:aclusers".into(), "joe".into())],
+            ..page()
+        };
+        assert!(encode(&record, INCREMENTAL, AclFormat::PerUrl).is_ok());
+    }
+
+    #[test]
+    fn overwrite_acls_writes_no_empty_metadata() {
+        let alone = Record {
+            overwrite_acls: Some(false),
+            ..page()
+        };
+        let xml = encode(&alone, INCREMENTAL, AclFormat::PerUrl).unwrap();
+        assert!(!xml.contains("<metadata"), "{xml}");
+        let xml = encode(
+            &Record {
+                acl: Some(acl()),
+                ..alone.clone()
+            },
+            INCREMENTAL,
+            AclFormat::PerUrl,
+        )
+        .unwrap();
+        assert!(xml.contains("<acl>") && !xml.contains("<metadata"), "{xml}");
+        // With the metas it governs, it is written.
+        let xml = encode(
+            &Record {
+                acl: Some(acl()),
+                ..alone
+            },
+            INCREMENTAL,
+            AclFormat::Legacy,
+        )
+        .unwrap();
+        assert!(
+            xml.contains("<metadata overwrite-acls=\"false\">\n<meta name=\"google:aclusers\""),
+            "{xml}"
+        );
+    }
+
+    #[test]
+    fn a_leap_second_is_refused_naming_last_modified() {
+        let record = Record {
+            last_modified: Some(Timestamp::Text("Sat, 31 Dec 2016 23:59:60 GMT".into())),
+            ..page()
+        };
+        let (field, k, message) = encode(&record, INCREMENTAL, AclFormat::PerUrl).unwrap_err();
+        assert_eq!(
+            (field, k),
+            (Some("last_modified"), RecordErrorKind::Invalid)
+        );
+        assert!(message.contains("leap second"), "{message}");
     }
 }

@@ -65,7 +65,9 @@ impl Checked<'_, '_> {
             .acl
             .as_ref()
             .filter(|_| opts.acl_format == AclFormat::PerUrl);
-        let metadata = !self.metadata.is_empty() || r.overwrite_acls.is_some();
+        // No empty `<metadata>`: in an incremental feed it would replace the document's
+        // metadata with none, and `overwrite-acls` governs only the legacy ACL in its metas.
+        let metadata = !self.metadata.is_empty();
         if acl.is_none() && !metadata && r.content.is_none() {
             out.extend_from_slice(b"/>\n");
             return Ok(());

@@ -60,12 +60,18 @@ async def build_and_push_async(
                 journal.append(journals.enter_context(Journal(directory, settings.target)))
             pusher.submit(FeedFile(directory, entry), journal[0])
 
+        def stop() -> None:  # called on the builder's thread
+            # Once the push stopped (failed, or Ctrl-C) the build writes no manifest: the end
+            # of its input may be the Ctrl-C's too (it ends the program feeding a pipe), and a
+            # full set of what came before it would delete the rest from the datasource.
+            if stopped.is_set():
+                raise PushError("the push stopped, so the build stops too")
+
         def on_file(entry: ManifestEntry) -> None:  # called on the builder's thread
             while not room.acquire(timeout=0.1):
                 if stopped.is_set():
                     break
-            if stopped.is_set():
-                raise PushError("the push stopped, so the build stops too")
+            stop()
             loop.call_soon_threadsafe(submit, entry)
 
         async with Pusher(
@@ -80,6 +86,7 @@ async def build_and_push_async(
                     feedtype,
                     on_file=on_file,
                     progress=progress,
+                    stop=stop,
                     **build_options,
                 )
             )

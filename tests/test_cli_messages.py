@@ -5,13 +5,18 @@ options marked as such."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import TLSFiles
 from fastfeed.cli import main
 from fastfeed.emulator import Emulator, Fault
+from fastfeed.sets.manifest import read_manifest
 
 pytestmark = pytest.mark.usefixtures("clean_env")
 
@@ -391,3 +396,66 @@ def test_a_dash_read_from_a_terminal_says_what_the_command_waits_for(tmp_path: P
         "or give a file instead of -\n"
     )
     assert b"terminal" not in piped.stderr
+
+
+def closed_pipe() -> int:
+    """The writing end of a pipe whose reader is gone: writing to it fails with EPIPE."""
+    import os
+
+    reader, writer = os.pipe()
+    os.close(reader)
+    return writer
+
+
+def fastfeed(*argv: str, **streams: Any) -> subprocess.CompletedProcess[str]:
+    """Runs `fastfeed` in a process of its own, with the given stdin, stdout and stderr."""
+    return subprocess.run(
+        [sys.executable, "-m", "fastfeed", *argv], text=True, timeout=60, **streams
+    )
+
+
+def test_a_failed_command_with_json_and_stdout_closed_ends_141_without_a_traceback(
+    tmp_path: Path,
+) -> None:
+    """The error handler's JSON answer hits the closed stdout inside the error's handling."""
+    writer = closed_pipe()
+    try:
+        commands = [
+            ["build", str(tmp_path / "nonexist.jsonl"), "--datasource", "d", "--out",
+             str(tmp_path / "z"), "--json"],
+            ["backlog", "--host", "127.0.0.1", "--port", "1", "--json", "--retries", "0"],
+        ]  # fmt: skip
+        for argv in commands:
+            done = fastfeed(*argv, stdout=writer, stderr=subprocess.PIPE)
+            assert done.returncode == 141, done.stderr
+            assert "Traceback" not in done.stderr
+    finally:
+        os.close(writer)
+
+
+def test_a_closed_stderr_neither_stops_a_build_nor_changes_its_status(tmp_path: Path) -> None:
+    """Warnings (one a file, --max-bytes 100) and the summary have nowhere to go: the build
+    still writes all its files and its manifest, and says its result on stdout."""
+    lines = "".join(f'{{"url": "http://e.example.com/{n}", "content": "{n}"}}\n' for n in range(50))
+    source = write(tmp_path / "a.jsonl", lines)
+    writer = closed_pipe()
+    try:
+        out = tmp_path / "o"
+        argv = ["build", source, "--datasource", "d", "--out", str(out), "--max-bytes", "100"]
+        done = fastfeed(*argv, "--json", stdout=subprocess.PIPE, stderr=writer)
+    finally:
+        os.close(writer)
+    assert done.returncode == 0
+    assert json.loads(done.stdout)["ok"] is True
+    assert len(read_manifest(out)) == 50
+
+
+def test_a_closed_stdin_given_as_dash_is_said_plainly(tmp_path: Path) -> None:
+    """`fastfeed build - <&-`: Python has no sys.stdin at all."""
+    argv = ["build", "-", "--datasource", "d", "--out", str(tmp_path / "o")]
+    done = fastfeed(*argv, stderr=subprocess.PIPE, preexec_fn=lambda: os.close(0))
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        "fastfeed build: error: standard input is closed, so - has nothing to read: pipe the "
+        "records in, or give a file instead of -\n"
+    )

@@ -192,7 +192,9 @@ def test_ctrl_c_during_a_run_from_a_pipe_writes_no_manifest_for_the_input_cut_sh
     assert child.stdin is not None
     try:
         child.stdin.write(
-            "".join(f'{{"url": "http://e.example.com/{n}", "content": "{n}"}}\n' for n in range(300))
+            "".join(
+                f'{{"url": "http://e.example.com/{n}", "content": "{n}"}}\n' for n in range(300)
+            )
         )
         child.stdin.flush()
         deadline = time.monotonic() + 30

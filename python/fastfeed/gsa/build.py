@@ -51,6 +51,4 @@ def build(
             **options,
         )
 
-    return write_set(
-        inputs, out_dir, writer, base_url, on_error, on_warning, progress, stop=stop
-    )
+    return write_set(inputs, out_dir, writer, base_url, on_error, on_warning, progress, stop=stop)

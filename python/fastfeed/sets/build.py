@@ -97,7 +97,7 @@ class _Builder:
 
     def refuse(self, location: str, raw: Chunk, reason: str) -> None:
         if self.on_error == "stop":
-            raise InputError(location, reason)
+            raise InputError(location, reason, skippable=True)
         self.rejected.add(location, raw, reason)
 
     def where(self, index: int) -> str:

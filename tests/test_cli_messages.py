@@ -334,6 +334,20 @@ def test_a_flood_of_warnings_is_cut_short_and_counted(
     assert json.loads(out)["warnings"] == 30
 
 
+def test_a_sync_cuts_its_flood_of_warnings_short_as_a_build_does(
+    emulator: Emulator, tls: TLSFiles, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = "".join(f'{{"url": "http://e.example.com/{n}", "content": "{n}"}}\n' for n in range(30))
+    source = write(tmp_path / "a.jsonl", lines)
+    argv = ["sync", source, "--datasource", "d", "--state", str(tmp_path / "d.state"),
+            "--host", "127.0.0.1", "--port", str(emulator.port), "--cacert", str(tls.ca_path),
+            "--max-bytes", "100", "--out", str(tmp_path / "s")]  # fmt: skip
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert err.count("warning: ") == 20
+    assert "fastfeed sync: 10 more warnings not shown" in err
+
+
 def test_stdout_closed_by_its_reader_ends_the_command_quietly(
     emulator: Emulator, tls: TLSFiles, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

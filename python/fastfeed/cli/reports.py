@@ -122,7 +122,10 @@ class Warnings:
     def __call__(self, message: str) -> None:
         self.count += 1
         if self.count <= self.SHOWN:
-            print(f"warning: {message}", file=sys.stderr)
+            # Here: the writer's module loads the core, which a push does not need.
+            from fastfeed.sets.writer import print_warning
+
+            print_warning(message)
 
     def __enter__(self) -> Warnings:
         return self

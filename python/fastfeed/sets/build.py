@@ -31,7 +31,7 @@ from fastfeed.progress import Progress, Stage, human_bytes, plural, stage
 from fastfeed.sets import tables
 from fastfeed.sets.inputs import AHEAD, MappedInput, directory_batches, mappable, stream_chunks
 from fastfeed.sets.manifest import ManifestEntry
-from fastfeed.sets.writer import FeedWarning, SetWriter
+from fastfeed.sets.writer import FeedWarning, SetWriter, print_warning
 
 OnError = Literal["stop", "skip"]
 T = TypeVar("T")
@@ -356,11 +356,7 @@ def write_set(
         def warn(warning: FeedWarning) -> None:
             nonlocal warned
             warned += 1
-            message = f"{builder.where(warning.index)}: {warning}"
-            if on_warning is None:
-                print(f"warning: {message}", file=sys.stderr)
-            else:
-                on_warning(message)
+            (on_warning or print_warning)(f"{builder.where(warning.index)}: {warning}")
 
         writer = make_writer(warn)
         builder.start(writer)

@@ -267,6 +267,12 @@ def test_forget_says_what_it_forgot_in_the_right_number(
         "fastfeed state forget: forgot 1 URL of 2 given (the state did not hold the others); "
         "the next sync sends it again\n"
     )
+    # Given twice, a URL is one; none held is said so.
+    for urls in (["http://nope/"], ["http://nope/"] * 2):
+        assert main(["state", "forget", state, *[f"--url={u}" for u in urls]]) == 0
+        assert capsys.readouterr().err == (
+            "fastfeed state forget: forgot nothing: the state does not hold the URL given\n"
+        )
 
 
 def test_a_sync_says_it_first_finished_the_set_an_earlier_one_left(

@@ -325,7 +325,7 @@ def test_a_certificate_for_another_host_says_to_change_the_host_not_the_ca(
     assert (
         "certificate is not valid for '127.0.0.1': give the host by a name its certificate" in err
     )
-    assert "(check --host and --port, or --http)" in err
+    assert "holds (check --host)" in err
     assert "CA certificate" not in err
 
 

@@ -401,3 +401,38 @@ def test_bare_fastfeed_shows_the_help_and_version_is_known(
     assert "Usage: fastfeed" in capsys.readouterr().out
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"fastfeed {fastfeed.__version__}"
+
+
+def test_the_tls_probe_of_a_dropped_plain_request_waits_no_longer_than_connect_timeout(
+    make_feed_set: MakeSet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A port that drops plain HTTP is asked whether it speaks TLS; one that takes the
+    handshake and never answers holds the push for --connect-timeout, not a fixed 5 s."""
+    import socket
+
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            if conn.recv(1)[:1] == b"\x16":  # a TLS ClientHello: held without an answer
+                held.append(conn)
+            else:
+                conn.close()  # plain HTTP: dropped
+
+    threading.Thread(target=serve, daemon=True).start()
+    argv = ["push", str(make_feed_set("docs", files=1)), "--host", "127.0.0.1", "--http"]
+    argv += ["--port", str(server.getsockname()[1]), "--connect-timeout", "0.5", "--retries", "0"]
+    started = time.monotonic()
+    try:
+        assert main(argv) == 1
+    finally:
+        server.close()
+        for conn in held:
+            conn.close()
+    assert time.monotonic() - started < 3
+    assert "failed" in capsys.readouterr().err

@@ -101,7 +101,12 @@ async def transport_problem(
     # A TLS server drops a plain HTTP request without an answer, which would be retried for
     # minutes; a TLS handshake with the same port tells it from a dropped connection.
     dropped = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
-    if first and url.scheme == "http" and isinstance(exc, dropped) and await _speaks_tls(url):
+    if (
+        first
+        and url.scheme == "http"
+        and isinstance(exc, dropped)
+        and await _speaks_tls(url, _connect_timeout(exc))
+    ):
         raise PushError(
             f"{target}: port {port} answers in HTTPS, not plain HTTP: {tls_port_hint}",
             refused=True,
@@ -143,7 +148,17 @@ async def transport_problem(
     return Again(f"{name}: {waits.get(type(exc), 'no detail given')}")
 
 
-async def _speaks_tls(url: httpx.URL, timeout: float = 5) -> bool:
+def _connect_timeout(exc: httpx.HTTPError) -> float:
+    """The connect timeout the failed request was given (--connect-timeout), which httpx
+    keeps with the request; the settings' default where there is none."""
+    try:
+        timeout = exc.request.extensions.get("timeout", {}).get("connect")
+    except RuntimeError:  # an error raised without its request
+        timeout = None
+    return float(timeout) if timeout else PushSettings.connect_timeout
+
+
+async def _speaks_tls(url: httpx.URL, timeout: float) -> bool:
     """Whether a TLS handshake with `url`'s host and port succeeds (the certificate unchecked:
     only the protocol is asked)."""
     # No CA loaded: nothing is verified, so none is needed.

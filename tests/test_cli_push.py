@@ -436,3 +436,39 @@ def test_the_tls_probe_of_a_dropped_plain_request_waits_no_longer_than_connect_t
             conn.close()
     assert time.monotonic() - started < 3
     assert "failed" in capsys.readouterr().err
+
+
+def test_a_bad_client_certificate_file_key_or_password_is_told_apart(
+    make_feed_set: MakeSet, tls: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """OpenSSL says "PEM lib" for each of these; the user is told which file or option."""
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(tls.key_path.read_bytes(), None)
+    locked = tmp_path / "locked.pem"
+    locked.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"right"),
+        )
+    )
+    base = ["push", str(make_feed_set("docs", files=1)), "--host", "127.0.0.1", "--port",
+            str(free_port()), "--cacert", str(tls.ca_path)]  # fmt: skip
+    cert, ca = str(tls.cert_path), str(tls.ca_path)
+    cases = [
+        (["--client-cert", cert, "--client-key", str(locked), "--client-key-password", "wrong"],
+         f"the private key in --client-key {locked} cannot be read with the password given: "
+         "check --client-key-password"),
+        (["--client-cert", cert],
+         f"--client-cert {cert} holds no private key in PEM"),
+        (["--client-cert", ca],
+         f"--client-cert {ca} holds no private key in PEM: give the client certificate's key "
+         "with --client-key"),
+        (["--client-cert", str(locked), "--client-key", str(tls.key_path)],
+         f"{locked} holds no certificate in PEM"),
+    ]  # fmt: skip
+    for options, said in cases:
+        assert main([*base, *options]) == 3
+        err = capsys.readouterr().err
+        assert said in err, err

@@ -23,6 +23,20 @@ pytestmark = pytest.mark.usefixtures("clean_env")
 GOOD = '{"url": "http://e.example.com/1", "content": "one"}\n'
 
 
+def records(count: int) -> str:
+    """`count` good records, as JSON Lines."""
+    return "".join(
+        f'{{"url": "http://e.example.com/{n}", "content": "{n}"}}\n' for n in range(count)
+    )
+
+
+def sync_argv(source: str, emulator: Emulator, tls: TLSFiles, tmp_path: Path) -> list[str]:
+    """`fastfeed sync` of `source` to the emulator, its state in `tmp_path`."""
+    state = str(tmp_path / "d.state")
+    target = ["--host", "127.0.0.1", "--port", str(emulator.port), "--cacert", str(tls.ca_path)]
+    return ["sync", source, "--datasource", "d", "--state", state, *target]
+
+
 def write(path: Path, text: str) -> str:
     path.write_text(text)
     return str(path)
@@ -279,11 +293,9 @@ def test_a_sync_says_it_first_finished_the_set_an_earlier_one_left(
     emulator: Emulator, tls: TLSFiles, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Else the user reads "nothing to send" while the sync just sent the rest of a set."""
-    lines = "".join(f'{{"url": "http://e.example.com/{n}", "content": "{n}"}}\n' for n in range(4))
+    lines = records(4)
     source = write(tmp_path / "a.jsonl", lines)
-    argv = ["sync", source, "--datasource", "d", "--state", str(tmp_path / "d.state"),
-            "--host", "127.0.0.1", "--port", str(emulator.port), "--cacert", str(tls.ca_path),
-            "--retries", "0", "--max-records", "2"]  # fmt: skip
+    argv = [*sync_argv(source, emulator, tls, tmp_path), "--retries", "0", "--max-records", "2"]
     emulator.add_fault(Fault.slow(0))  # the first file goes through, the second fails
     emulator.add_fault(Fault.http_status(503, times=100))
     assert main([*argv, "--out", str(tmp_path / "s1")]) == 1
@@ -326,7 +338,7 @@ def test_a_flood_of_warnings_is_cut_short_and_counted(
 ) -> None:
     """--max-bytes 100 (meant as 100MB) puts every record alone in a file, each with a warning:
     the first ones are shown, the rest counted, and the summary stays in sight."""
-    lines = "".join(f'{{"url": "http://e.example.com/{n}", "content": "{n}"}}\n' for n in range(30))
+    lines = records(30)
     source = write(tmp_path / "a.jsonl", lines)
 
     argv = ["build", source, "--datasource", "d", "--out", str(tmp_path / "o"), "--max-bytes"]
@@ -343,11 +355,10 @@ def test_a_flood_of_warnings_is_cut_short_and_counted(
 def test_a_sync_cuts_its_flood_of_warnings_short_as_a_build_does(
     emulator: Emulator, tls: TLSFiles, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    lines = "".join(f'{{"url": "http://e.example.com/{n}", "content": "{n}"}}\n' for n in range(30))
+    lines = records(30)
     source = write(tmp_path / "a.jsonl", lines)
-    argv = ["sync", source, "--datasource", "d", "--state", str(tmp_path / "d.state"),
-            "--host", "127.0.0.1", "--port", str(emulator.port), "--cacert", str(tls.ca_path),
-            "--max-bytes", "100", "--out", str(tmp_path / "s")]  # fmt: skip
+    argv = [*sync_argv(source, emulator, tls, tmp_path), "--max-bytes", "100", "--out"]
+    argv.append(str(tmp_path / "s"))
     assert main(argv) == 0
     err = capsys.readouterr().err
     assert err.count("warning: ") == 20
@@ -456,7 +467,7 @@ def test_a_failed_command_with_json_and_stdout_closed_ends_141_without_a_traceba
 def test_a_closed_stderr_neither_stops_a_build_nor_changes_its_status(tmp_path: Path) -> None:
     """Warnings (one a file, --max-bytes 100) and the summary have nowhere to go: the build
     still writes all its files and its manifest, and says its result on stdout."""
-    lines = "".join(f'{{"url": "http://e.example.com/{n}", "content": "{n}"}}\n' for n in range(50))
+    lines = records(50)
     source = write(tmp_path / "a.jsonl", lines)
     writer = closed_pipe()
     try:

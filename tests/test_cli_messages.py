@@ -5,17 +5,36 @@ options marked as such."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import TLSFiles
 from fastfeed.cli import main
 from fastfeed.emulator import Emulator, Fault
+from fastfeed.sets.manifest import read_manifest
 
 pytestmark = pytest.mark.usefixtures("clean_env")
 
 GOOD = '{"url": "http://e.example.com/1", "content": "one"}\n'
+
+
+def records(count: int) -> str:
+    """`count` good records, as JSON Lines."""
+    return "".join(
+        f'{{"url": "http://e.example.com/{n}", "content": "{n}"}}\n' for n in range(count)
+    )
+
+
+def sync_argv(source: str, emulator: Emulator, tls: TLSFiles, tmp_path: Path) -> list[str]:
+    """`fastfeed sync` of `source` to the emulator, its state in `tmp_path`."""
+    state = str(tmp_path / "d.state")
+    target = ["--host", "127.0.0.1", "--port", str(emulator.port), "--cacert", str(tls.ca_path)]
+    return ["sync", source, "--datasource", "d", "--state", state, *target]
 
 
 def write(path: Path, text: str) -> str:
@@ -262,17 +281,21 @@ def test_forget_says_what_it_forgot_in_the_right_number(
         "fastfeed state forget: forgot 1 URL of 2 given (the state did not hold the others); "
         "the next sync sends it again\n"
     )
+    # Given twice, a URL is one; none held is said so.
+    for urls in (["http://nope/"], ["http://nope/"] * 2):
+        assert main(["state", "forget", state, *[f"--url={u}" for u in urls]]) == 0
+        assert capsys.readouterr().err == (
+            "fastfeed state forget: forgot nothing: the state does not hold the URL given\n"
+        )
 
 
 def test_a_sync_says_it_first_finished_the_set_an_earlier_one_left(
     emulator: Emulator, tls: TLSFiles, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Else the user reads "nothing to send" while the sync just sent the rest of a set."""
-    lines = "".join(f'{{"url": "http://e.example.com/{n}", "content": "{n}"}}\n' for n in range(4))
+    lines = records(4)
     source = write(tmp_path / "a.jsonl", lines)
-    argv = ["sync", source, "--datasource", "d", "--state", str(tmp_path / "d.state"),
-            "--host", "127.0.0.1", "--port", str(emulator.port), "--cacert", str(tls.ca_path),
-            "--retries", "0", "--max-records", "2"]  # fmt: skip
+    argv = [*sync_argv(source, emulator, tls, tmp_path), "--retries", "0", "--max-records", "2"]
     emulator.add_fault(Fault.slow(0))  # the first file goes through, the second fails
     emulator.add_fault(Fault.http_status(503, times=100))
     assert main([*argv, "--out", str(tmp_path / "s1")]) == 1
@@ -315,7 +338,7 @@ def test_a_flood_of_warnings_is_cut_short_and_counted(
 ) -> None:
     """--max-bytes 100 (meant as 100MB) puts every record alone in a file, each with a warning:
     the first ones are shown, the rest counted, and the summary stays in sight."""
-    lines = "".join(f'{{"url": "http://e.example.com/{n}", "content": "{n}"}}\n' for n in range(30))
+    lines = records(30)
     source = write(tmp_path / "a.jsonl", lines)
 
     argv = ["build", source, "--datasource", "d", "--out", str(tmp_path / "o"), "--max-bytes"]
@@ -327,6 +350,19 @@ def test_a_flood_of_warnings_is_cut_short_and_counted(
     assert more == "fastfeed build: 10 more warnings not shown"
     assert summary.startswith("wrote 30 records into 30 files")
     assert json.loads(out)["warnings"] == 30
+
+
+def test_a_sync_cuts_its_flood_of_warnings_short_as_a_build_does(
+    emulator: Emulator, tls: TLSFiles, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = records(30)
+    source = write(tmp_path / "a.jsonl", lines)
+    argv = [*sync_argv(source, emulator, tls, tmp_path), "--max-bytes", "100", "--out"]
+    argv.append(str(tmp_path / "s"))
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert err.count("warning: ") == 20
+    assert "fastfeed sync: 10 more warnings not shown" in err
 
 
 def test_stdout_closed_by_its_reader_ends_the_command_quietly(
@@ -391,3 +427,66 @@ def test_a_dash_read_from_a_terminal_says_what_the_command_waits_for(tmp_path: P
         "or give a file instead of -\n"
     )
     assert b"terminal" not in piped.stderr
+
+
+def closed_pipe() -> int:
+    """The writing end of a pipe whose reader is gone: writing to it fails with EPIPE."""
+    import os
+
+    reader, writer = os.pipe()
+    os.close(reader)
+    return writer
+
+
+def fastfeed(*argv: str, **streams: Any) -> subprocess.CompletedProcess[str]:
+    """Runs `fastfeed` in a process of its own, with the given stdin, stdout and stderr."""
+    return subprocess.run(
+        [sys.executable, "-m", "fastfeed", *argv], text=True, timeout=60, **streams
+    )
+
+
+def test_a_failed_command_with_json_and_stdout_closed_ends_141_without_a_traceback(
+    tmp_path: Path,
+) -> None:
+    """The error handler's JSON answer hits the closed stdout inside the error's handling."""
+    writer = closed_pipe()
+    try:
+        commands = [
+            ["build", str(tmp_path / "nonexist.jsonl"), "--datasource", "d", "--out",
+             str(tmp_path / "z"), "--json"],
+            ["backlog", "--host", "127.0.0.1", "--port", "1", "--json", "--retries", "0"],
+        ]  # fmt: skip
+        for argv in commands:
+            done = fastfeed(*argv, stdout=writer, stderr=subprocess.PIPE)
+            assert done.returncode == 141, done.stderr
+            assert "Traceback" not in done.stderr
+    finally:
+        os.close(writer)
+
+
+def test_a_closed_stderr_neither_stops_a_build_nor_changes_its_status(tmp_path: Path) -> None:
+    """Warnings (one a file, --max-bytes 100) and the summary have nowhere to go: the build
+    still writes all its files and its manifest, and says its result on stdout."""
+    lines = records(50)
+    source = write(tmp_path / "a.jsonl", lines)
+    writer = closed_pipe()
+    try:
+        out = tmp_path / "o"
+        argv = ["build", source, "--datasource", "d", "--out", str(out), "--max-bytes", "100"]
+        done = fastfeed(*argv, "--json", stdout=subprocess.PIPE, stderr=writer)
+    finally:
+        os.close(writer)
+    assert done.returncode == 0
+    assert json.loads(done.stdout)["ok"] is True
+    assert len(read_manifest(out)) == 50
+
+
+def test_a_closed_stdin_given_as_dash_is_said_plainly(tmp_path: Path) -> None:
+    """`fastfeed build - <&-`: Python has no sys.stdin at all."""
+    argv = ["build", "-", "--datasource", "d", "--out", str(tmp_path / "o")]
+    done = fastfeed(*argv, stderr=subprocess.PIPE, preexec_fn=lambda: os.close(0))
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        "fastfeed build: error: standard input is closed, so - has nothing to read: pipe the "
+        "records in, or give a file instead of -\n"
+    )

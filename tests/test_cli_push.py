@@ -325,7 +325,7 @@ def test_a_certificate_for_another_host_says_to_change_the_host_not_the_ca(
     assert (
         "certificate is not valid for '127.0.0.1': give the host by a name its certificate" in err
     )
-    assert "(check --host and --port, or --http)" in err
+    assert "holds (check --host)" in err
     assert "CA certificate" not in err
 
 
@@ -401,3 +401,74 @@ def test_bare_fastfeed_shows_the_help_and_version_is_known(
     assert "Usage: fastfeed" in capsys.readouterr().out
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"fastfeed {fastfeed.__version__}"
+
+
+def test_the_tls_probe_of_a_dropped_plain_request_waits_no_longer_than_connect_timeout(
+    make_feed_set: MakeSet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A port that drops plain HTTP is asked whether it speaks TLS; one that takes the
+    handshake and never answers holds the push for --connect-timeout, not a fixed 5 s."""
+    import socket
+
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            if conn.recv(1)[:1] == b"\x16":  # a TLS ClientHello: held without an answer
+                held.append(conn)
+            else:
+                conn.close()  # plain HTTP: dropped
+
+    threading.Thread(target=serve, daemon=True).start()
+    argv = ["push", str(make_feed_set("docs", files=1)), "--host", "127.0.0.1", "--http"]
+    argv += ["--port", str(server.getsockname()[1]), "--connect-timeout", "0.5", "--retries", "0"]
+    started = time.monotonic()
+    try:
+        assert main(argv) == 1
+    finally:
+        server.close()
+        for conn in held:
+            conn.close()
+    assert time.monotonic() - started < 3
+    assert "failed" in capsys.readouterr().err
+
+
+def test_a_bad_client_certificate_file_key_or_password_is_told_apart(
+    make_feed_set: MakeSet, tls: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """OpenSSL says "PEM lib" for each of these; the user is told which file or option."""
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(tls.key_path.read_bytes(), None)
+    locked = tmp_path / "locked.pem"
+    locked.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"right"),
+        )
+    )
+    base = ["push", str(make_feed_set("docs", files=1)), "--host", "127.0.0.1", "--port",
+            str(free_port()), "--cacert", str(tls.ca_path)]  # fmt: skip
+    cert, ca = str(tls.cert_path), str(tls.ca_path)
+    cases = [
+        (["--client-cert", cert, "--client-key", str(locked), "--client-key-password", "wrong"],
+         f"the private key in --client-key {locked} cannot be read with the password given: "
+         "check --client-key-password"),
+        (["--client-cert", cert],
+         f"--client-cert {cert} holds no private key in PEM"),
+        (["--client-cert", ca],
+         f"--client-cert {ca} holds no private key in PEM: give the client certificate's key "
+         "with --client-key"),
+        (["--client-cert", str(locked), "--client-key", str(tls.key_path)],
+         f"{locked} holds no certificate in PEM"),
+    ]  # fmt: skip
+    for options, said in cases:
+        assert main([*base, *options]) == 3
+        err = capsys.readouterr().err
+        assert said in err, err

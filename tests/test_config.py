@@ -121,6 +121,11 @@ def test_an_explicit_config_file(tmp_path: Path) -> None:
             "[push] has no setting 'concurency' (did you mean 'concurrency'?)",
         ),
         ('[psuh]\nhost = "gsa"\n', "[psuh] is not a fastfeed command"),
+        ("max-byte = 10\n", "unknown setting 'max-byte' (did you mean 'max-bytes'?)"),
+        (
+            "[build]\nmax-byte = 10\n",
+            "[build] has no setting 'max-byte' (did you mean 'max-bytes'?)",
+        ),
         ('host = "gsa"\nconcurrency = "many"\n', "invalid value 'many' for --concurrency"),
         ('host = "gsa"\ninsecure = "maybe"\n', "expected true or false for --insecure"),
         (

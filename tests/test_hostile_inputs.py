@@ -127,6 +127,9 @@ def test_an_endless_line_from_a_device_is_refused_not_held(
     err = capsys.readouterr().err
     assert "/dev/zero:1: the line is longer than 20 MB" in err
     assert not (tmp_path / "out" / "manifest.jsonl").exists()
+    # --on-error skip stops on it the same way: the hint does not send the user there.
+    assert "--on-error skip" not in err
+    assert "Fix the input and build again" in err
 
 
 def test_a_long_line_from_a_pipe_that_tmpdir_cannot_hold_names_the_line_and_tmpdir(

@@ -173,3 +173,44 @@ def test_ctrl_c_during_a_run_names_its_set_and_how_to_send_the_rest(
         f"fastfeed run: 1 of 3 files accepted; the build had finished: send the rest with "
         f"fastfeed push {out}, giving it this run's appliance options" in err
     )
+
+
+def test_ctrl_c_during_a_run_from_a_pipe_writes_no_manifest_for_the_input_cut_short(
+    emulator: Emulator, tls: Any, tmp_path: Path
+) -> None:
+    """Ctrl-C in a terminal also ends the program feeding the pipe (`export | fastfeed run -`):
+    the builder then sees the end of its input. A full set built from what came before it would
+    replace the datasource with part of it: the run stops its build, writes no manifest, and
+    says the set cannot be pushed as it is."""
+    out = tmp_path / "run-set"
+    argv = cli(Path("-"), emulator, tls, "--datasource", "docs", "--feedtype", "full",
+               "--max-records", "2", "--out", str(out))  # fmt: skip
+    argv[argv.index("push")] = "run"
+    child = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert child.stdin is not None
+    try:
+        child.stdin.write(
+            "".join(
+                f'{{"url": "http://e.example.com/{n}", "content": "{n}"}}\n' for n in range(300)
+            )
+        )
+        child.stdin.flush()
+        deadline = time.monotonic() + 30
+        while not out.exists():  # the run has started its build
+            assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+            time.sleep(0.02)
+    finally:
+        child.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        child.stdin.close()  # the feeding program ended by the same Ctrl-C
+        child.wait(timeout=30)
+    assert child.stderr is not None
+    err = child.stderr.read()
+
+    assert child.returncode == 130, err
+    assert not (out / "manifest.jsonl").exists()
+    assert f"the build had not finished ({out} has no manifest)" in err
+    assert "fastfeed push" not in err
+    assert emulator.pushes() == []

@@ -50,12 +50,16 @@ __all__ = [
 
 
 class InputError(FastfeedError):
-    """An input record that cannot be read or is refused, with where it came from."""
+    """An input record that cannot be read or is refused, with where it came from.
+    `skippable`: a record refused where `on_error="skip"` would have set it aside; not an input
+    that cannot be read whole (a truncated file, an endless line), which stops a build
+    whatever `on_error` says."""
 
-    def __init__(self, location: str, message: str) -> None:
+    def __init__(self, location: str, message: str, *, skippable: bool = False) -> None:
         super().__init__(f"{location}: {message}")
         self.location = location
         self.reason = message
+        self.skippable = skippable
 
 
 class EmptyFullFeed(FastfeedError):

@@ -9,11 +9,11 @@ import os
 import sys
 import threading
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import NoReturn, TextIO, cast
 
 import click
 
-from fastfeed.cli.commands import QUICK_EXIT, Group
+from fastfeed.cli.commands import QUICK_EXIT, Group, QuietStderr, drop_output
 from fastfeed.cli.reports import ExitCode, emit
 
 DESCRIPTION = """\
@@ -87,7 +87,24 @@ def run() -> NoReturn:
 
 
 def _invoke(args: list[str]) -> tuple[int, bool]:
-    """The exit status of a command line, and whether its command asked for a quick exit."""
+    """The exit status of a command line, and whether its command asked for a quick exit. A
+    closed stderr stops nothing (see `QuietStderr`); a closed stdout ends the command quietly
+    with the status of a program killed by SIGPIPE, wherever it was written to: the result, or
+    the error of a failed command with --json."""
+    stderr = sys.stderr
+    sys.stderr = cast(TextIO, QuietStderr(stderr))
+    try:
+        return _command_line(args)
+    except BrokenPipeError:
+        # The reader of stdout went away (`fastfeed state export ... | head`): what it
+        # wanted, it has; the rest has nowhere to go, and saying so would be noise.
+        drop_output(sys.stdout.fileno())
+        return ExitCode.BROKEN_PIPE, False
+    finally:
+        sys.stderr = stderr
+
+
+def _command_line(args: list[str]) -> tuple[int, bool]:
     if not args:  # a newcomer's first try: the help, not an error
         with click.Context(fastfeed, info_name="fastfeed") as ctx:
             click.echo(fastfeed.get_help(ctx))

@@ -151,7 +151,7 @@ def build_command(
     # OSError: writing the set (disk full, permissions). The command's own errors (settings, an
     # empty full feed) are Command.invoke's.
     except (InputError, OSError) as exc:
-        can_skip = skippable(exc, on_error, inputs, encoding["base_url"])
+        can_skip = skippable(exc, on_error)
         return build_stopped("build", exc, as_json, out=out, item="record", skippable=can_skip)
     result: dict[str, Any] = {
         "ok": not summary.rejected,  # as the exit status: 1 when records were refused

@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 import click
 
@@ -125,24 +125,16 @@ class Command(click.Command):
     def invoke(self, ctx: click.Context) -> Any:
         command = " ".join(ctx.command_path.split()[1:])
         as_json = bool(ctx.params.get("as_json"))
-        if "-" in ctx.params.get("inputs", ()) and sys.stdin.isatty():
-            # Else a command given `-` without a pipe waits for the keyboard, saying nothing.
-            print(
-                f"fastfeed {command}: reading JSON Lines from the terminal until Ctrl-D; pipe "
-                "the records in, or give a file instead of -",
-                file=sys.stderr,
-            )
         try:
+            if "-" in ctx.params.get("inputs", ()):
+                _check_stdin(command)
             status = super().invoke(ctx)
             ctx.meta[QUICK_EXIT] = self.quick_exit
             return status
         except FastfeedError as exc:
             return self.errors(command, exc, as_json)
         except BrokenPipeError:
-            # The reader of stdout went away (`fastfeed state export ... | head`): what it
-            # wanted, it has; the rest has nowhere to go, and saying so would be noise.
-            _drop_stdout()
-            return ExitCode.BROKEN_PIPE
+            raise  # stdout's reader went away: answered once for the whole command line (cli)
         except OSError as exc:
             return failed(command, describe(exc), as_json)
         except KeyboardInterrupt:
@@ -154,12 +146,53 @@ class Command(click.Command):
             return ExitCode.INTERRUPTED
 
 
-def _drop_stdout() -> None:
-    """Points stdout at /dev/null, so that flushing what is left in its buffer at exit does not
-    raise again."""
+def _check_stdin(command: str) -> None:
+    """Standard input, given as `-`, is there to read (`fastfeed build - <&-` closed it), and
+    read from a terminal says so: else the command waits for the keyboard, saying nothing."""
+    if sys.stdin is None:
+        raise FastfeedError(
+            "standard input is closed, so - has nothing to read: pipe the records in, or give a "
+            "file instead of -"
+        )
+    if sys.stdin.isatty():
+        print(
+            f"fastfeed {command}: reading JSON Lines from the terminal until Ctrl-D; pipe "
+            "the records in, or give a file instead of -",
+            file=sys.stderr,
+        )
+
+
+def drop_output(fd: int) -> None:
+    """Points `fd` (stdout's, stderr's) at /dev/null, once its reader went away: what is left
+    in its buffer, and what is written after, goes nowhere instead of raising again."""
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
+    os.dup2(devnull, fd)
     os.close(devnull)
+
+
+class QuietStderr:
+    """stderr, whose reader going away (`fastfeed build ... 2>&1 | head`, a closed terminal)
+    stops nothing: a warning or a summary that has nowhere to go is dropped, and the work (a
+    build, a push) goes on to its end and its exit status."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            drop_output(self._stream.fileno())
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            drop_output(self._stream.fileno())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 class Group(click.Group):

@@ -145,7 +145,7 @@ def build_command(
                 progress=Progress(),
             )
     except (InputError, OSError) as exc:
-        can_skip = skippable(exc, on_error, inputs)
+        can_skip = skippable(exc, on_error)
         return build_stopped("groups build", exc, as_json, out=out, item="line", skippable=can_skip)
     emit(
         {

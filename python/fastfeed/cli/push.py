@@ -217,11 +217,7 @@ def run_command(
                 **encoding,
             )
     except InputError as exc:
-        skip = (
-            " (or use --on-error skip)"
-            if skippable(exc, on_error, inputs, encoding["base_url"])
-            else ""
-        )
+        skip = " (or use --on-error skip)" if skippable(exc, on_error) else ""
         hint = (
             f"the build stopped; the files built before were pushed. {out} has no manifest: fix "
             f"the input{skip} and run again with a new --out."

@@ -4,11 +4,9 @@ summaries of pushes and syncs (on stderr, and as JSON on stdout with --json)."""
 from __future__ import annotations
 
 import errno
-import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from enum import IntEnum
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import orjson
@@ -124,7 +122,10 @@ class Warnings:
     def __call__(self, message: str) -> None:
         self.count += 1
         if self.count <= self.SHOWN:
-            print(f"warning: {message}", file=sys.stderr)
+            # Here: the writer's module loads the core, which a push does not need.
+            from fastfeed.sets.writer import print_warning
+
+            print_warning(message)
 
     def __enter__(self) -> Warnings:
         return self
@@ -138,22 +139,10 @@ class Warnings:
             )
 
 
-#: Where a refused line or row is named: `docs.jsonl:17`, `docs.parquet, row 16`.
-_ITEM = re.compile(r"(:\d+|, row \d+)$")
-
-
-def skippable(
-    exc: InputError | OSError, on_error: str, inputs: Sequence[str], base_url: str | None = None
-) -> bool:
-    """Whether --on-error skip would have set aside what stopped a build: a refused line or
-    row, or a file of a directory of documents; not an input that cannot be read whole (a
-    truncated Parquet file), which stops a build whatever --on-error says."""
-    if not isinstance(exc, InputError) or on_error == "skip":
-        return False
-    if _ITEM.search(exc.location):
-        return True
-    trees = [Path(i) for i in inputs if base_url and Path(i).is_dir()]
-    return any(Path(exc.location).is_relative_to(tree) for tree in trees)
+def skippable(exc: InputError | OSError, on_error: str) -> bool:
+    """Whether --on-error skip would have set aside what stopped a build (see
+    `InputError.skippable`): a refused line, row or file of a directory of documents."""
+    return isinstance(exc, InputError) and exc.skippable and on_error != "skip"
 
 
 def push_sets(

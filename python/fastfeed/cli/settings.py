@@ -85,9 +85,9 @@ def _apply(ctx: click.Context, param: click.Parameter, path: str | None) -> None
         if env in os.environ:
             value, source = os.environ[env], env
         elif option.name in section:
-            value, source = section[option.name], f"{settings.path}: [{name}] {option.name}"
+            value, source = section[option.name], f"{settings.path}: [{name}] {_key(option.name)}"
         elif option.name in settings.top:
-            value, source = settings.top[option.name], f"{settings.path}: {option.name}"
+            value, source = settings.top[option.name], f"{settings.path}: {_key(option.name)}"
         else:
             continue
         defaults[option.name] = _convert(ctx, option, value, source)
@@ -103,7 +103,7 @@ def _check(ctx: click.Context, settings: _File) -> None:
     for key in settings.top:
         if key not in known:
             hint = _did_you_mean(key, known)
-            raise click.UsageError(f"{settings.path}: unknown setting {key!r}{hint}", ctx)
+            raise click.UsageError(f"{settings.path}: unknown setting {_key(key)!r}{hint}", ctx)
     for table, keys in settings.tables.items():
         # A table names a command, or a command with actions (its keys apply to all of them).
         scope = [c for n, c in commands.items() if n == table or n.startswith(table + " ")]
@@ -114,7 +114,7 @@ def _check(ctx: click.Context, settings: _File) -> None:
             names = set().union(*(_names(c) for c in scope))
             if key not in names:
                 hint = _did_you_mean(key, names)
-                raise click.UsageError(f"{where} has no setting {key!r}{hint}", ctx)
+                raise click.UsageError(f"{where} has no setting {_key(key)!r}{hint}", ctx)
 
 
 def closest(word: str, choices: Iterable[str]) -> str | None:
@@ -127,7 +127,12 @@ def closest(word: str, choices: Iterable[str]) -> str | None:
 
 def _did_you_mean(key: str, names: Iterable[str]) -> str:
     close = closest(key, names)
-    return f" (did you mean {close!r}?)" if close else ""
+    return f" (did you mean {_key(close)!r}?)" if close else ""
+
+
+def _key(name: str) -> str:
+    """An option's name as a key of the file, as the README writes it: `max-bytes`."""
+    return name.replace("_", "-")
 
 
 def _words(ctx: click.Context) -> list[str]:

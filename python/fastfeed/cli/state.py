@@ -138,16 +138,19 @@ def forget_command(path: str, url: tuple[str, ...], forget_all: bool, yes: bool)
             "--all forgets every URL: the next sync sends the whole snapshot again, and deletes "
             "nothing that vanished meanwhile; add --yes if that is what you want"
         )
+    urls = tuple(dict.fromkeys(url))  # a URL given twice is one to forget
     with locked(path), SyncState(path, None) as st:
-        forgotten = st.forget(None if forget_all else url)
+        forgotten = st.forget(None if forget_all else urls)
     if forget_all:
         said = "forgot every URL; the next sync sends the whole snapshot again"
+    elif not forgotten:
+        held = "the URL given" if len(urls) == 1 else f"any of the {len(urls):,} URLs given"
+        said = f"forgot nothing: the state does not hold {held}"
     else:
-        said = f"forgot {plural(forgotten, 'URL')} of {len(url):,} given"
-        if forgotten < len(url):
+        said = f"forgot {plural(forgotten, 'URL')} of {len(urls):,} given"
+        if forgotten < len(urls):
             said += " (the state did not hold the others)"
-        if forgotten:
-            said += f"; the next sync sends {'it' if forgotten == 1 else 'them'} again"
+        said += f"; the next sync sends {'it' if forgotten == 1 else 'them'} again"
     print(f"fastfeed state forget: {said}", file=sys.stderr)
     return ExitCode.OK
 

@@ -16,7 +16,7 @@ from fastfeed.cli.options import (
     take_encoding,
     take_sync,
 )
-from fastfeed.cli.reports import run_sync_command, stopped
+from fastfeed.cli.reports import Warnings, run_sync_command, stopped
 from fastfeed.delivery.settings import CONFIRM_TIMEOUT, Secret
 from fastfeed.progress import Progress
 
@@ -121,15 +121,17 @@ def sync_command(
             url = admin_url or AdminApi.default_url(settings)
             admin = AdminApi(url, admin_user, Secret(admin_password or ""))
         confirming = Confirm(confirm_timeout, admin)
-    return run_sync_command(
-        "sync",
-        as_json,
-        lambda: sync(
-            datasource=datasource,
-            settings=settings,
-            confirm=confirming,
-            progress=Progress(),
-            **syncing,
-            **encoding,
-        ),
-    )
+    with Warnings("sync") as warn:
+        return run_sync_command(
+            "sync",
+            as_json,
+            lambda: sync(
+                datasource=datasource,
+                settings=settings,
+                confirm=confirming,
+                progress=Progress(),
+                on_warning=warn,
+                **syncing,
+                **encoding,
+            ),
+        )

@@ -70,6 +70,8 @@ def cause(exc: BaseException, kind: type[E]) -> E | None:
 
 #: What mends a wrong address, in the options of `fastfeed push` (host, port and scheme apart).
 ADDRESS_HINT = "check --host and --port, or --http"
+#: What mends a certificate naming another host than the one given: the host alone.
+NAME_HINT = "check --host"
 PLAIN_HTTP_HINT = "give --http (or the appliance's HTTPS port with --port)"
 TLS_PORT_HINT = "leave out --http (or give the appliance's HTTP port with --port)"
 #: OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and X509_V_ERR_IP_ADDRESS_MISMATCH.
@@ -83,21 +85,28 @@ async def transport_problem(
     *,
     first: bool,
     address_hint: str = ADDRESS_HINT,
+    name_hint: str = NAME_HINT,
     plain_http_hint: str = PLAIN_HTTP_HINT,
     tls_port_hint: str = TLS_PORT_HINT,
 ) -> Again:
     """What went wrong on the way to the appliance, to retry on. But what no retry mends stops
     the push as refused: a TLS failure (`hint` names the option that fixes it; an answer in
-    plain HTTP means the port is the HTTP one: `plain_http_hint`), a connection refused at
-    the first attempt (nothing listens there: a wrong host or port, `address_hint`; later, an
-    appliance restarting), and plain HTTP to a port that speaks TLS (`tls_port_hint`). The
-    hints name the options of the command that gave the address."""
+    plain HTTP means the port is the HTTP one: `plain_http_hint`; a certificate naming another
+    host: `name_hint`), a connection refused at the first attempt (nothing listens there: a
+    wrong host or port, `address_hint`; later, an appliance restarting), and plain HTTP to a
+    port that speaks TLS (`tls_port_hint`). The hints name the options of the command that
+    gave the address."""
     url = httpx.URL(target)
     port = url.port or {"https": 443, "http": 80}.get(url.scheme)  # None: the scheme's own
     # A TLS server drops a plain HTTP request without an answer, which would be retried for
     # minutes; a TLS handshake with the same port tells it from a dropped connection.
     dropped = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
-    if first and url.scheme == "http" and isinstance(exc, dropped) and await _speaks_tls(url):
+    if (
+        first
+        and url.scheme == "http"
+        and isinstance(exc, dropped)
+        and await _speaks_tls(url, _connect_timeout(exc))
+    ):
         raise PushError(
             f"{target}: port {port} answers in HTTPS, not plain HTTP: {tls_port_hint}",
             refused=True,
@@ -112,7 +121,7 @@ async def transport_problem(
         # The CA is trusted: the certificate names another host than the one given.
         raise PushError(
             f"TLS with {target} failed: {tls.verify_message.rstrip('.')}: give the host by a "
-            f"name its certificate holds ({address_hint})",
+            f"name its certificate holds ({name_hint})",
             refused=True,
         ) from None
     if tls is not None:
@@ -139,10 +148,21 @@ async def transport_problem(
     return Again(f"{name}: {waits.get(type(exc), 'no detail given')}")
 
 
-async def _speaks_tls(url: httpx.URL, timeout: float = 5) -> bool:
+def _connect_timeout(exc: httpx.HTTPError) -> float:
+    """The connect timeout the failed request was given (--connect-timeout), which httpx
+    keeps with the request; the settings' default where there is none."""
+    try:
+        timeout = exc.request.extensions.get("timeout", {}).get("connect")
+    except RuntimeError:  # an error raised without its request
+        timeout = None
+    return float(timeout) if timeout else PushSettings.connect_timeout
+
+
+async def _speaks_tls(url: httpx.URL, timeout: float) -> bool:
     """Whether a TLS handshake with `url`'s host and port succeeds (the certificate unchecked:
     only the protocol is asked)."""
-    context = ssl.create_default_context()
+    # No CA loaded: nothing is verified, so none is needed.
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     try:

@@ -148,15 +148,48 @@ class PushSettings:
             password = self.client_key_password.reveal() if self.client_key_password else None
             try:
                 context.load_cert_chain(self.client_cert, self.client_key, password)
-            except (OSError, ssl.SSLError) as exc:
+            except OSError as exc:  # ssl.SSLError is one
                 key = f" with --client-key {self.client_key}" if self.client_key else ""
+                problem = self._client_problem(exc)
                 raise SettingsError(
-                    f"cannot load --client-cert {self.client_cert}{key}: {_reason(exc)}"
+                    f"cannot load --client-cert {self.client_cert}{key}: {problem}"
                 ) from None
         if self.insecure:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
         return context
+
+    def _client_problem(self, exc: OSError) -> str:
+        """What is wrong with the client certificate or its key: OpenSSL says "PEM lib" alike
+        for a file without a certificate, a missing key and a wrong password, so each file is
+        looked at on its own."""
+        import ssl
+
+        if not isinstance(exc, ssl.SSLError):  # the system's error: a missing file
+            return _reason(exc)
+        cert, key = self.client_cert or "", self.client_key or self.client_cert or ""
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=cert)
+        except ssl.SSLError:
+            return f"{cert} holds no certificate in PEM"
+        try:
+            with open(key, "rb") as file:
+                text = file.read(1 << 20)
+        except OSError as problem:
+            return f"cannot read {key}: {_reason(problem)}"
+        option = "--client-key" if self.client_key else "--client-cert"
+        if b"PRIVATE KEY-----" not in text:
+            where = f"--client-key {key}" if self.client_key else f"--client-cert {cert}"
+            return (
+                f"{where} holds no private key in PEM: give the client certificate's key with "
+                "--client-key (is it the client's certificate? a CA's comes without its key)"
+            )
+        if self.client_key_password is not None:
+            return (
+                f"the private key in {option} {key} cannot be read with the password given: "
+                f"check --client-key-password ({_reason(exc)})"
+            )
+        return f"the private key in {option} {key} cannot be read: {_reason(exc)}"
 
 
 def _reason(exc: OSError) -> str:

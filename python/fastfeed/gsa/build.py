@@ -24,6 +24,7 @@ def build(
     on_file: OnFile | None = None,
     on_warning: Callable[[str], None] | None = None,
     progress: Progress | None = None,
+    stop: Callable[[], None] | None = None,
     **options: Unpack[FeedOptions],
 ) -> BuildSummary:
     """Builds a feed set from `inputs` into `out_dir` and returns what was written.
@@ -34,7 +35,9 @@ def build(
     written. With `"skip"`, refused records are saved byte for byte to `rejected.jsonl` (with
     the reasons in `rejected.log`) so that they can be fixed and fed again; none is lost.
     A `full` set with no records raises `EmptyFullFeed` unless `allow_empty_full`. The
-    `options` (`max_bytes`, `compress`...) are `FeedWriter`'s.
+    `options` (`max_bytes`, `compress`...) are `FeedWriter`'s. `stop`, if given, raises to
+    stop the build as an error does (no manifest); it is called after each chunk of input and
+    before the manifest is written.
     """
 
     def writer(warn: Callable[[FeedWarning], None]) -> SetWriter:
@@ -48,4 +51,4 @@ def build(
             **options,
         )
 
-    return write_set(inputs, out_dir, writer, base_url, on_error, on_warning, progress)
+    return write_set(inputs, out_dir, writer, base_url, on_error, on_warning, progress, stop=stop)

@@ -38,8 +38,11 @@ async def build_and_push_async(
 
     The builder runs in a thread and waits whenever `max_ahead` of its files are not yet done
     with by the pusher, so an appliance slower than the builder bounds what piles up unpushed
-    (on disk and in flight) instead of letting the builder run away. The set stays in `out_dir`
-    with its journal, so an interrupted run is finished by `fastfeed push OUT_DIR`.
+    (on disk and in flight) instead of letting the builder run away. It learns of its files,
+    and so waits, between chunks of input: the files of the chunks being encoded (many, when
+    they are small) come on top. The set stays in `out_dir` with its journal. A push that stops
+    (an error, Ctrl-C) stops the build too, without a manifest if it had not finished: then
+    only a set whose build had finished can be finished by `fastfeed push OUT_DIR`.
 
     A build that fails partway (`InputError`) raises after the files already built were
     pushed; for a `full` feed, the datasource then holds only those until the next push.
@@ -60,12 +63,18 @@ async def build_and_push_async(
                 journal.append(journals.enter_context(Journal(directory, settings.target)))
             pusher.submit(FeedFile(directory, entry), journal[0])
 
+        def stop() -> None:  # called on the builder's thread
+            # Once the push stopped (failed, or Ctrl-C) the build writes no manifest: the end
+            # of its input may be the Ctrl-C's too (it ends the program feeding a pipe), and a
+            # full set of what came before it would delete the rest from the datasource.
+            if stopped.is_set():
+                raise PushError("the push stopped, so the build stops too")
+
         def on_file(entry: ManifestEntry) -> None:  # called on the builder's thread
             while not room.acquire(timeout=0.1):
                 if stopped.is_set():
                     break
-            if stopped.is_set():
-                raise PushError("the push stopped, so the build stops too")
+            stop()
             loop.call_soon_threadsafe(submit, entry)
 
         async with Pusher(
@@ -80,6 +89,7 @@ async def build_and_push_async(
                     feedtype,
                     on_file=on_file,
                     progress=progress,
+                    stop=stop,
                     **build_options,
                 )
             )

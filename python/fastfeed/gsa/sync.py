@@ -34,6 +34,7 @@ def sync(
     out_dir: str | os.PathLike[str] | None = None,
     base_url: str | None = None,
     progress: Progress | None = None,
+    on_warning: Callable[[str], None] | None = None,
     **options: Unpack[FeedOptions],
 ) -> SyncSummary:
     """Makes the appliance's `datasource` equal to the snapshot `inputs` (JSON Lines files, `-`,
@@ -44,8 +45,9 @@ def sync(
     much (more than `allow_deletes`: a share of the datasource, or a number of documents; default
     10%). `confirm` waits, after the last file, until the appliance processed what it accepted and,
     with its Administrative API, reports the files its feeder failed (`SyncSummary.confirmed`) and
-    undoes them in the state, so that the next sync sends them again. The `options` (`max_bytes`,
-    `compress`...) are `FeedWriter`'s."""
+    undoes them in the state, so that the next sync sends them again. Each warning about a
+    record goes to `on_warning`, naming its line (default: printed on stderr). The `options`
+    (`max_bytes`, `compress`...) are `FeedWriter`'s."""
     problem = _core.datasource_problem(datasource)
     if problem:
         raise SettingsError(problem)
@@ -78,4 +80,5 @@ def sync(
         dry_run=dry_run,
         confirm=confirm is not None,
         progress=progress,
+        on_warning=on_warning,
     )

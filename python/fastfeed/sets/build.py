@@ -31,7 +31,7 @@ from fastfeed.progress import Progress, Stage, human_bytes, plural, stage
 from fastfeed.sets import tables
 from fastfeed.sets.inputs import AHEAD, MappedInput, directory_batches, mappable, stream_chunks
 from fastfeed.sets.manifest import ManifestEntry
-from fastfeed.sets.writer import FeedWarning, SetWriter
+from fastfeed.sets.writer import FeedWarning, SetWriter, print_warning
 
 OnError = Literal["stop", "skip"]
 T = TypeVar("T")
@@ -75,8 +75,12 @@ def _nothing() -> None:
 class _Builder:
     """Feeds inputs to a writer, keeping what a refused record needs: its place and its bytes."""
 
-    def __init__(self, on_error: OnError, line: Stage, out: Path) -> None:
+    def __init__(
+        self, on_error: OnError, line: Stage, out: Path, stop: Callable[[], None] = _nothing
+    ) -> None:
         self.on_error = on_error
+        #: Raises when the build is to stop; called after each chunk and before the manifest.
+        self.stop = stop
         self.line = line
         #: Input bytes taken, when the line counts them (see `input_bytes`).
         self.taken = 0
@@ -93,7 +97,7 @@ class _Builder:
 
     def refuse(self, location: str, raw: Chunk, reason: str) -> None:
         if self.on_error == "stop":
-            raise InputError(location, reason)
+            raise InputError(location, reason, skippable=True)
         self.rejected.add(location, raw, reason)
 
     def where(self, index: int) -> str:
@@ -119,6 +123,7 @@ class _Builder:
                 resize(len(chunk), self.writer.bytes - encoded)
                 self._changed()
                 self.taken += len(chunk)
+                self.stop()
                 self.show()
         finally:
             self._changed = _nothing
@@ -139,6 +144,7 @@ class _Builder:
             for path, reason in batch.refused:
                 self.refuse(path, json.dumps({"content_path": path}).encode() + b"\n", reason)
             self._take(chunk, batch.paths.__getitem__)
+            self.stop()
             self.show()
 
     def table(self, name: str) -> None:
@@ -156,6 +162,7 @@ class _Builder:
             # Let go of the batch before the next one is read: its values point into pages
             # (up to tens of MB) that would stay in memory meanwhile.
             del batch
+            self.stop()
             self.show()
 
     def _refuse_row(self, row: int, raw: bytes, reason: str) -> None:
@@ -329,10 +336,13 @@ def write_set(
     on_warning: Callable[[str], None] | None,
     progress: Progress | None,
     documents: bool = True,
+    stop: Callable[[], None] | None = None,
 ) -> BuildSummary:
     """Feeds `inputs` to the writer `make_writer` returns (given the warning handler it must
     use), and saves the refused records; the part of a build that does not depend on what the
-    set holds (`documents`: whether it takes trees of documents, see `expand`)."""
+    set holds (`documents`: whether it takes trees of documents, see `expand`). `stop` raises
+    to stop the build without a manifest, as an error would: it is called after each chunk of
+    input and before the manifest is written."""
     started = time.monotonic()
     out = Path(out_dir)
     warned = 0
@@ -341,16 +351,12 @@ def write_set(
     total = input_bytes(inputs)
     # Input bytes when their total is known, else records, which show how far it went.
     with stage(progress, "build", total, unit="records" if total is None else "bytes") as line:
-        builder = _Builder(on_error, line, out)
+        builder = _Builder(on_error, line, out, stop or _nothing)
 
         def warn(warning: FeedWarning) -> None:
             nonlocal warned
             warned += 1
-            message = f"{builder.where(warning.index)}: {warning}"
-            if on_warning is None:
-                print(f"warning: {message}", file=sys.stderr)
-            else:
-                on_warning(message)
+            (on_warning or print_warning)(f"{builder.where(warning.index)}: {warning}")
 
         writer = make_writer(warn)
         builder.start(writer)
@@ -405,6 +411,7 @@ def _feed(builder: _Builder, inputs: Sequence[str], base_url: str | None, out: s
                         raise
                     finally:
                         mapped.close()
+        builder.stop()  # before the manifest: what ends the input may be what stops the build
         # On disk before the writer's close writes the manifest that counts them.
         builder.rejected.close()
 

@@ -110,7 +110,7 @@ def write_partition(
         nonlocal done
         location = f"partition {index}, record {start + record}"
         if on_error == "stop":
-            raise InputError(location, reason)
+            raise InputError(location, reason, skippable=True)
         rejected.add(location, raw, reason)
         done = start + record + 1
 

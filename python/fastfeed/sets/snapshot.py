@@ -31,7 +31,7 @@ from fastfeed.progress import Progress, Stage, Unit, plural, stage
 from fastfeed.sets import tables
 from fastfeed.sets.inputs import MappedInput, directory_batches, mappable
 from fastfeed.sets.state import Changed, Diff, DuplicateUrl, SyncState
-from fastfeed.sets.writer import FeedWarning, SetWriter
+from fastfeed.sets.writer import FeedWarning, SetWriter, print_warning
 
 #: A chunk's records as the core fingerprinted them: snapshot rows, spans, URL keys, records,
 #: lines (`_core.fingerprint_jsonl`).
@@ -80,8 +80,16 @@ def _stamp(path: Path) -> tuple[int, int, int, int, int] | None:
 class Snapshot:
     """The inputs of a sync, read into `state`'s snapshot table by `read`."""
 
-    def __init__(self, inputs: Sequence[str], base_url: str | None, work: Path, skip: str) -> None:
+    def __init__(
+        self,
+        inputs: Sequence[str],
+        base_url: str | None,
+        work: Path,
+        skip: str,
+        on_warning: Callable[[str], None] | None = None,
+    ) -> None:
         self._inputs = inputs
+        self._on_warning = on_warning or print_warning
         self._base_url = base_url or ""
         self._work = work
         self._skip = skip
@@ -126,7 +134,7 @@ class Snapshot:
     def warn(self, warning: FeedWarning) -> None:
         """Reports a writer's warning about a record of the chunk being taken (`read`)."""
         where = self._where(self._reading, self._first_line + warning.index)
-        print(f"warning: {where}: {warning}", file=sys.stderr)
+        self._on_warning(f"{where}: {warning}")
 
     def compare(self, state: SyncState, *, resend_all: bool = False) -> Diff:
         """The state's comparison, with a URL found twice named where the user gave it."""

@@ -206,10 +206,12 @@ def run_sync(
     dry_run: bool = False,
     confirm: bool = False,
     progress: Progress | None = None,
+    on_warning: Callable[[str], None] | None = None,
 ) -> SyncSummary:
     """Makes the receiver's collection equal to the snapshot `inputs`, sending only what
     differs from `state` (see the module's description); `confirm` waits for the appliance to
-    process what it accepted, where the receiver can tell."""
+    process what it accepted, where the receiver can tell. Each warning about a record goes to
+    `on_warning`, naming its line (default: printed on stderr)."""
     started = time.monotonic()
     state_path = Path(state)
     out = Path(out_dir)
@@ -222,7 +224,7 @@ def run_sync(
         for stale in state_path.parent.glob(prefix + "*"):
             shutil.rmtree(stale, ignore_errors=True)
         work = Path(tempfile.mkdtemp(prefix=prefix, dir=state_path.parent))
-        snapshot = Snapshot(inputs, base_url, work, skip=os.fspath(out))
+        snapshot = Snapshot(inputs, base_url, work, skip=os.fspath(out), on_warning=on_warning)
         outdated = st.outdated or ""
         # Every record is sent: built as it is read (see the module's description).
         writer, made = None, False

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Annotated, Protocol, Self, TypedDict, TypeVar, get_args, get_type_hints
@@ -124,6 +125,12 @@ class FeedWarning(UserWarning):
     def __init__(self, message: str, index: int) -> None:
         super().__init__(message)
         self.index = index
+
+
+def print_warning(message: str) -> None:
+    """Says a build's warning, located (`docs.jsonl:17: ...`), on stderr: what a build or sync
+    given no `on_warning` does with each, and the command line with the ones it shows."""
+    print(f"warning: {message}", file=sys.stderr)
 
 
 class SetWriter:

@@ -318,6 +318,7 @@ class _Pusher:
                     "--cacert",
                     first=not self.answered,
                     address_hint="check the host and port in --url",
+                    name_hint="check the host in --url",
                     plain_http_hint="give an http:// --url (or the HTTPS port in it)",
                     tls_port_hint="give an https:// --url (or the HTTP port in it)",
                 )

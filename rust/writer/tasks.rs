@@ -513,6 +513,37 @@ const CHUNK_FILES: jsonl::FileBudget = jsonl::FileBudget {
     taken: (0, 0),
 };
 
+/// Grows this process's table of file descriptors, before the encoding threads start, to hold
+/// as many as a round's plan opens ahead (`CHUNK_FILES`), over those open already. Grown by the
+/// opens themselves, each doubling of a table that threads share waits for an RCU grace period
+/// (`expand_fdtable`), the planning threads stopped meanwhile: a process's first build (every
+/// `fastfeed build`) took 0.42 to 0.48 s on two cores, 0.39 to 0.40 once grown (session 26).
+/// Where the limit on open files is lower, the table stays as it is: opens stop there anyway.
+#[cfg(target_os = "linux")]
+pub(super) fn make_room_for_opened_files(dir: &std::path::Path) {
+    use std::os::fd::AsRawFd;
+    let Ok(open) = std::fs::File::open(dir) else {
+        return;
+    };
+    let wanted = (open.as_raw_fd() as usize + CHUNK_FILES.named).min(libc::c_int::MAX as usize);
+    // SAFETY: F_DUPFD makes a new descriptor, the lowest free one from `wanted` on (never one in
+    // use), which is closed at once: only the table's size stays.
+    unsafe {
+        let fd = libc::fcntl(
+            open.as_raw_fd(),
+            libc::F_DUPFD_CLOEXEC,
+            wanted as libc::c_int,
+        );
+        if fd >= 0 {
+            libc::close(fd);
+        }
+    }
+}
+
+/// Elsewhere nothing is known to wait on the table's growth.
+#[cfg(not(target_os = "linux"))]
+pub(super) fn make_room_for_opened_files(_: &std::path::Path) {}
+
 /// What the rounds after a chunk's first take of small files (`held` of `CHUNK_FILES`): a chunk
 /// with more than one round was misjudged (lines naming files after lines that do not), and
 /// each of its rounds waited in memory beside the one before, being written, and the next
@@ -920,6 +951,22 @@ mod tests {
             }
             assert_eq!(Arc::strong_count(&chunk), 1, "{line}");
         }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_descriptor_table_holds_a_rounds_files_before_they_are_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        make_room_for_opened_files(dir.path());
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let size: usize = status
+            .lines()
+            .find_map(|line| line.strip_prefix("FDSize:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(size > CHUNK_FILES.named, "{size}");
     }
 
     #[test]

@@ -127,6 +127,7 @@ impl FeedWriter {
                 dir.display()
             )));
         }
+        tasks::make_room_for_opened_files(dir);
         let (level, spill_dir) = (opts.level, Arc::<Path>::from(dir));
         let recycled = Arc::new(Recycled::default());
         let threads_recycled = Arc::clone(&recycled);

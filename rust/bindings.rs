@@ -243,9 +243,28 @@ fn entries_list<'py>(py: Python<'py>, entries: &[ManifestEntry]) -> PyResult<Bou
 #[pyclass(module = "fastfeed._core", name = "FeedWriter")]
 struct PyFeedWriter {
     /// Every call that may change the writer goes through `Fenced::with`.
-    inner: Fenced<FeedWriter>,
+    inner: Fenced<FeedWriter, Counts>,
     /// What the writer takes as rows of Arrow data: records, or a groups feed's memberships.
     set: SetKind,
+}
+
+/// A writer's counts, read from it while it is open, and kept once it is closed (a user
+/// prints them after closing).
+#[derive(Clone, Copy)]
+struct Counts {
+    records: u64,
+    bytes: u64,
+    files: usize,
+}
+
+impl Counts {
+    fn of(writer: &FeedWriter) -> Self {
+        Counts {
+            records: writer.records(),
+            bytes: writer.bytes(),
+            files: writer.entries().len(),
+        }
+    }
 }
 
 /// A Python buffer kept exported, so alive and in place, while the encoding threads read it.
@@ -418,7 +437,7 @@ impl PyFeedWriter {
         let writer =
             py.allow_threads(|| FeedWriter::create(set, &out_dir, datasource, feedtype, opts))?;
         Ok(PyFeedWriter {
-            inner: Fenced::new(writer),
+            inner: Fenced::new(writer, Counts::of),
             set,
         })
     }
@@ -514,15 +533,17 @@ impl PyFeedWriter {
         &mut self,
         py: Python<'py>,
     ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
-        let (all, finished) = self
-            .inner
-            .finish(|writer| py.allow_threads(|| writer.finish()))?;
+        let (all, finished) = self.inner.finish(|writer, counts| {
+            let done = py.allow_threads(|| writer.finish())?;
+            counts.files = done.0.len();
+            Ok::<_, Error>(done)
+        })?;
         Ok((entries_list(py, &all)?, entries_list(py, &finished)?))
     }
 
     /// Stops without a manifest, removing the half-written file.
     fn abort(&mut self) {
-        self.inner.close();
+        self.inner.abort();
     }
 
     /// From now on (`on`), or no longer, fingerprints each record taken as JSON Lines on the
@@ -574,20 +595,21 @@ impl PyFeedWriter {
         self.set.as_str()
     }
 
-    /// The writer's counts (0 once it is closed); a writer that stopped raises why.
+    /// The writer's counts, final once it is closed or aborted; a writer whose close failed, or
+    /// that stopped, raises why.
     #[getter]
     fn records(&self) -> PyResult<u64> {
-        Ok(self.inner.get()?.map_or(0, FeedWriter::records))
+        Ok(self.inner.read()?.records)
     }
 
     #[getter]
     fn bytes(&self) -> PyResult<u64> {
-        Ok(self.inner.get()?.map_or(0, FeedWriter::bytes))
+        Ok(self.inner.read()?.bytes)
     }
 
     #[getter]
     fn files(&self) -> PyResult<usize> {
-        Ok(self.inner.get()?.map_or(0, |w| w.entries().len()))
+        Ok(self.inner.read()?.files)
     }
 }
 

@@ -174,30 +174,52 @@ pub fn panic_message(panic: &(dyn Any + Send)) -> Option<&str> {
         .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
 }
 
-/// A writer that a call may have left half-way: a panic (a bug) can end a call with rows on the
-/// encoding threads, taken by neither its files nor an error. The writer is then dropped (as an
-/// abort drops it: the unfinished file is removed) and every later call is refused, naming the
-/// panic, so that no caller goes on and closes a feed that lacks those rows without a word.
-pub struct Fenced<T> {
-    value: Option<T>,
-    /// What the panic said, once a call panicked.
-    panicked: Option<String>,
+/// A writer and what became of it, so that each later call says so: a writer closed as asked
+/// still tells what it kept (its final counts), one aborted tells that too, and refuses to be
+/// finished; one whose finish failed names that failure; and one a panic (a bug) stopped names
+/// the panic. The panic may have ended a call with rows on the encoding threads, taken by
+/// neither its files nor an error: the writer is then dropped (as an abort drops it: the
+/// unfinished file is removed) and every later call is refused, so that no caller goes on and
+/// closes a feed that lacks those rows without a word, or reads its counts as an empty
+/// writer's.
+pub struct Fenced<T, K> {
+    state: State<T, K>,
+    /// What is kept of the writer once it is closed.
+    keep: fn(&T) -> K,
 }
 
-impl<T> Fenced<T> {
-    pub fn new(value: T) -> Self {
+enum State<T, K> {
+    Open(T),
+    Shut(Shut<K>),
+}
+
+/// What became of a writer that takes no more calls.
+enum Shut<K> {
+    /// Finished as asked, or aborted (`aborted`), keeping this of it.
+    Closed { kept: K, aborted: bool },
+    /// Its finish failed, saying this.
+    Failed(String),
+    /// A call panicked, saying this.
+    Stopped(String),
+}
+
+impl<T, K: Copy> Fenced<T, K> {
+    /// `value`, of which `keep` is what stays readable once it is closed.
+    pub fn new(value: T, keep: fn(&T) -> K) -> Self {
         Fenced {
-            value: Some(value),
-            panicked: None,
+            state: State::Open(value),
+            keep,
         }
     }
 
-    /// The writer, or none once it is closed; a writer that stopped is refused, naming the
-    /// panic, so that what is read of it (its counts) is never taken for an empty writer's.
-    pub fn get(&self) -> Result<Option<&T>> {
-        match self.panicked {
-            Some(_) => Err(gone(&self.panicked)),
-            None => Ok(self.value.as_ref()),
+    /// What `keep` reads of the writer, or read of it when it was closed; a writer whose finish
+    /// failed, or that stopped, is refused, naming why, so that its counts are never taken for
+    /// those of an empty writer.
+    pub fn read(&self) -> Result<K> {
+        match &self.state {
+            State::Open(value) => Ok((self.keep)(value)),
+            State::Shut(Shut::Closed { kept, .. }) => Ok(*kept),
+            State::Shut(shut) => Err(shut.error()),
         }
     }
 
@@ -207,89 +229,172 @@ impl<T> Fenced<T> {
         &mut self,
         call: impl FnOnce(&mut T) -> std::result::Result<R, E>,
     ) -> std::result::Result<R, E> {
-        let value = (self.value.as_mut()).ok_or_else(|| gone(&self.panicked))?;
+        let value = match &mut self.state {
+            State::Open(value) => value,
+            State::Shut(shut) => return Err(shut.error().into()),
+        };
         // Nothing is read of the writer after a panic: it is dropped.
         let done = catch_unwind(AssertUnwindSafe(|| call(value)));
         self.noted(done)
     }
 
-    /// Takes the writer and runs `call` on it, to finish it: a panic in it is noted as `with`
-    /// notes one, and later calls name it.
-    pub fn finish<R, E: From<Error>>(
+    /// Takes the writer and runs `call` on it, to finish it, with what is kept of it, for
+    /// `call` to bring up to date (the files it finished): what it returns decides what later
+    /// calls say (closed, or that this failure ended it); a panic in it is noted as `with`
+    /// notes one.
+    pub fn finish<R, E: From<Error> + fmt::Display>(
         &mut self,
-        call: impl FnOnce(T) -> std::result::Result<R, E>,
+        call: impl FnOnce(T, &mut K) -> std::result::Result<R, E>,
     ) -> std::result::Result<R, E> {
-        let value = self.value.take().ok_or_else(|| gone(&self.panicked))?;
-        let done = catch_unwind(AssertUnwindSafe(|| call(value)));
-        self.noted(done)
+        // Failed until `call` returns: nothing is left of the writer if it panics.
+        let value = match std::mem::replace(&mut self.state, State::Shut(Shut::Failed("".into()))) {
+            State::Open(value) => value,
+            State::Shut(shut) => {
+                let error = shut.error();
+                self.state = State::Shut(shut);
+                return Err(error.into());
+            }
+        };
+        let mut kept = (self.keep)(&value);
+        let done = self.noted(catch_unwind(AssertUnwindSafe(|| call(value, &mut kept))));
+        self.state = State::Shut(match &done {
+            Ok(_) => Shut::Closed {
+                kept,
+                aborted: false,
+            },
+            Err(e) => Shut::Failed(e.to_string()),
+        });
+        done
     }
 
     /// What a call returned; a panic goes on, after the writer is dropped and the panic noted.
     fn noted<R>(&mut self, done: std::thread::Result<R>) -> R {
         done.unwrap_or_else(|panic| {
-            self.panicked = Some(panic_message(&*panic).unwrap_or("no message").to_owned());
-            self.value = None;
+            let why = panic_message(&*panic).unwrap_or("no message").to_owned();
+            self.state = State::Shut(Shut::Stopped(why));
             resume_unwind(panic)
         })
     }
 
-    /// Drops the writer, as an abort does: a writer that stopped stays stopped.
-    pub fn close(&mut self) {
-        self.value = None;
+    /// Drops an open writer, as an abort does (its unfinished file is removed); a writer
+    /// closed, failed or stopped stays so.
+    pub fn abort(&mut self) {
+        if let State::Open(value) = &self.state {
+            let kept = (self.keep)(value);
+            self.state = State::Shut(Shut::Closed {
+                kept,
+                aborted: true,
+            });
+        }
     }
 }
 
-/// Why a `Fenced` has no writer, given what its panic said, if it panicked.
-fn gone(panicked: &Option<String>) -> Error {
-    Error::Config(match panicked {
-        None => "this writer is closed".into(),
-        Some(why) => format!(
-            "this writer stopped when a call failed on an internal error, a bug in fastfeed \
-             (please report it): {why}. The records given to it since its last finished file \
-             may be lost, and it has no manifest: write the feed again"
-        ),
-    })
+impl<K> Shut<K> {
+    /// Why the writer takes no more calls.
+    fn error(&self) -> Error {
+        Error::Config(match self {
+            Shut::Closed { aborted: false, .. } => "this writer is closed".into(),
+            Shut::Closed { aborted: true, .. } => "this writer was aborted, so it has no \
+                 manifest (its finished files stay, the unfinished one was removed): write the \
+                 feed again"
+                .into(),
+            Shut::Failed(why) => format!(
+                "this writer's close failed: {why}. It has no manifest: write the feed again"
+            ),
+            Shut::Stopped(why) => format!(
+                "this writer stopped when a call failed on an internal error, a bug in fastfeed \
+                 (please report it): {why}. The records given to it since its last finished file \
+                 may be lost, and it has no manifest: write the feed again"
+            ),
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// A writer of 7 records, its count kept once it is closed.
+    fn writer() -> Fenced<u64, u64> {
+        Fenced::new(7, |records| *records)
+    }
+
     /// A writer after a call on it (finishing it, if `finishing`) panicked saying "it broke".
-    fn broken(finishing: bool) -> Fenced<u64> {
-        let mut fenced = Fenced::new(7);
+    fn broken(finishing: bool) -> Fenced<u64, u64> {
+        let mut fenced = writer();
         let panicked = catch_unwind(AssertUnwindSafe(|| match finishing {
-            true => fenced.finish(|_| -> Result<()> { panic!("it broke") }),
+            true => fenced.finish(|_, _| -> Result<()> { panic!("it broke") }),
             false => fenced.with(|_| -> Result<()> { panic!("it broke") }),
         }));
         assert!(panicked.is_err(), "the panic goes on");
         fenced
     }
 
+    /// What each later call says of `fenced`: a read, a call, a finish.
+    fn later(fenced: &mut Fenced<u64, u64>) -> [std::result::Result<u64, String>; 3] {
+        let said = |done: Result<u64>| done.map_err(|e| e.to_string());
+        [
+            said(fenced.read()),
+            said(fenced.with(|n| Ok(*n))),
+            said(fenced.finish(|n, _| Ok(n))),
+        ]
+    }
+
     #[test]
     fn a_writer_stopped_by_a_panic_is_never_read_as_empty() {
         let fenced = broken(false);
-        match fenced.get() {
+        match fenced.read() {
             Err(e) => assert!(e.to_string().contains("it broke"), "{e}"),
-            Ok(writer) => panic!("a stopped writer read as {writer:?}"),
+            Ok(records) => panic!("a stopped writer read as {records} records"),
         }
-        // A writer closed as asked reads as none, its counts as 0.
-        let mut closed = Fenced::new(7);
-        assert_eq!(closed.finish(Ok::<_, Error>).unwrap(), 7);
-        assert!(closed.get().unwrap().is_none());
     }
 
     #[test]
     fn a_panic_while_finishing_is_named_by_later_calls() {
         let mut fenced = broken(true);
-        for again in [
-            fenced.with(|_| Ok::<_, Error>(())),
-            fenced.finish(|_| Ok::<_, Error>(())),
-        ] {
-            let why = again.unwrap_err().to_string();
+        fenced.abort();
+        for said in later(&mut fenced) {
+            let why = said.unwrap_err();
             assert!(why.contains("it broke") && why.contains("a bug"), "{why}");
         }
-        fenced.close();
-        assert!(fenced.get().is_err(), "a writer that stopped stays stopped");
+    }
+
+    #[test]
+    fn a_closed_writer_keeps_its_counts_and_refuses_more_saying_how_it_was_closed() {
+        let mut closed = writer();
+        let finished = closed.finish(|n, kept| {
+            *kept += 1;
+            Ok::<_, Error>(n)
+        });
+        assert_eq!(finished.unwrap(), 7);
+        closed.abort();
+        let closed_said = "this writer is closed".to_owned();
+        assert_eq!(
+            later(&mut closed),
+            [Ok(8), Err(closed_said.clone()), Err(closed_said)]
+        );
+
+        let mut aborted = writer();
+        aborted.abort();
+        let [read, call, finish] = later(&mut aborted);
+        assert_eq!(read, Ok(7));
+        for said in [call, finish] {
+            assert!(said.unwrap_err().starts_with("this writer was aborted"));
+        }
+    }
+
+    #[test]
+    fn a_failed_close_is_named_by_later_calls_never_read_as_empty() {
+        let mut failed = writer();
+        let closing = failed.finish(|_, _| Err::<u64, _>(Error::Config("the disk is gone".into())));
+        assert!(closing.is_err());
+        failed.abort();
+        for said in later(&mut failed) {
+            let why = said.unwrap_err();
+            assert!(
+                why.starts_with("this writer's close failed: the disk is gone."),
+                "{why}"
+            );
+        }
     }
 }

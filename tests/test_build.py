@@ -6,6 +6,7 @@ import base64
 import os
 import random
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -18,7 +19,7 @@ import pytest
 from fastfeed import FeedError, FeedWarning, FeedWriter, RecordError, read_manifest
 from fastfeed._core import Blake3, Xxh3
 from fastfeed.cli import main
-from fastfeed.errors import FastfeedError
+from fastfeed.errors import EmptyFullFeed, FastfeedError
 from fastfeed.gsa.validate import validate_file
 from fastfeed.progress import stage
 from fastfeed.sets.build import _Builder
@@ -1294,6 +1295,50 @@ def test_closing_with_a_chunk_still_started_is_refused_and_writes_nothing(tmp_pa
         w.close()
     assert not (tmp_path / "o" / "manifest.jsonl").exists()
     assert list((tmp_path / "o").glob("*.xml")) == []
+
+
+def test_a_closed_writer_keeps_its_counts_and_closing_twice_is_harmless(tmp_path: Path) -> None:
+    w = FeedWriter(tmp_path / "o", "d", feedtype="full")
+    w.add(doc(0))
+    counts = (w.records, w.bytes)
+    manifest = w.close()
+    assert (w.records, w.bytes, w.files) == (*counts, 1) and counts[1] > 0
+    assert w.close() == manifest
+    w.abort()  # harmless: the manifest stays
+    assert (tmp_path / "o" / "manifest.jsonl").exists() and w.records == 1
+
+
+def test_closing_again_after_a_failed_close_names_that_failure_not_an_empty_feed(
+    tmp_path: Path,
+) -> None:
+    w = FeedWriter(tmp_path / "o", "d", feedtype="full")
+    w.add(doc(0))
+    shutil.rmtree(tmp_path / "o")
+    with pytest.raises(FileNotFoundError):
+        w.close()
+    for again in (w.close, lambda: w.records):
+        with pytest.raises(FeedError) as caught:
+            again()
+        assert not isinstance(caught.value, EmptyFullFeed)
+        assert str(caught.value).startswith(f"this writer's close failed: {tmp_path / 'o'}")
+
+
+def test_closing_after_abort_says_it_was_aborted_not_that_the_feed_is_empty(
+    tmp_path: Path,
+) -> None:
+    w = FeedWriter(tmp_path / "o", "d", feedtype="full")
+    w.add(doc(0))
+    w.abort()
+    w.abort()
+    assert w.records == 1
+    with pytest.raises(FeedError, match="^this writer was aborted, so it has no manifest"):
+        w.close()
+    assert not (tmp_path / "o" / "manifest.jsonl").exists()
+    # An empty full feed refused is refused again, however often it is closed.
+    empty = FeedWriter(tmp_path / "e", "d", feedtype="full")
+    for _ in range(2):
+        with pytest.raises(EmptyFullFeed):
+            empty.close()
 
 
 def test_a_file_name_that_is_not_utf8_is_refused_by_name(

@@ -451,7 +451,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let writer =
             FeedWriter::new(dir.path(), "ds", FeedType::Incremental, Options::default()).unwrap();
-        let mut fenced = Fenced::new(writer);
+        let mut fenced = Fenced::new(writer, FeedWriter::records);
         // A group of the first batch is on the encoding threads when reading the next panics.
         let batches = std::iter::once(Ok(urls(0, 70_000))).chain(std::iter::from_fn(
             || -> Option<std::result::Result<RecordBatch, ArrowError>> {
@@ -463,7 +463,7 @@ mod tests {
             fenced.with(|writer| Ok::<_, Error>(add_batches::<Rows, _>(writer, batches, unlocked)))
         }));
         assert!(added.is_err(), "the panic goes on");
-        assert!(fenced.get().is_err(), "the writer is dropped");
+        assert!(fenced.read().is_err(), "the writer is dropped");
         let again = fenced.with(|writer| Ok::<_, Error>(writer.records()));
         let Err(Error::Config(why)) = again else {
             panic!("taken after the panic: {again:?}");
@@ -472,11 +472,11 @@ mod tests {
             why.contains("the reader broke") && why.contains("may be lost"),
             "{why}"
         );
-        let finished = fenced.finish(|writer| writer.finish());
+        let finished = fenced.finish(|writer, _| writer.finish());
         assert!(finished.is_err(), "no manifest is written");
-        fenced.close();
+        fenced.abort();
         assert!(fenced
-            .get()
+            .read()
             .is_err_and(|e| e.to_string().contains("the reader broke")));
         assert!(!dir.path().join("manifest.jsonl").exists());
     }

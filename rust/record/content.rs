@@ -522,7 +522,8 @@ fn size_by_name(path: &Path) -> u64 {
 /// or mixed. A size of 0 is read to its end (up to the hard ceiling), as the files of `/proc`
 /// say 0 whatever they hold; but it too must still be what it was when opened: a file of
 /// `/proc` stays so, while a file empty when opened and written since does not (the read found
-/// part of it, or bytes the plan did not count).
+/// part of it, or bytes the plan did not count), which is checked before it is read too: a file
+/// written since would be read to the ceiling, on each encoding thread, only to be refused.
 fn read_content_file(
     file: &File,
     opened: Identity,
@@ -533,6 +534,9 @@ fn read_content_file(
     let size = opened.size;
     let limit = crate::limits::HARD_MAX_BYTES;
     buf.clear();
+    if size == 0 {
+        still_as_opened(file, opened, path)?;
+    }
     buf.reserve(size as usize);
     let most = if size == 0 { limit } else { size };
     // From its start: another read of the same opening (the fingerprint's) may have moved on.
@@ -553,7 +557,12 @@ fn read_content_file(
             if read < size { "shrank" } else { "grew" },
         )));
     }
-    let now = file.metadata().map_err(cannot)?;
+    still_as_opened(file, opened, path)
+}
+
+/// Refuses an open `content_path` file that is no longer what it was when it was `opened`.
+fn still_as_opened(file: &File, opened: Identity, path: &Path) -> std::result::Result<(), Unread> {
+    let now = file.metadata().map_err(|e| cannot_read(path, e))?;
     if Identity::of(&now) != opened {
         return Err(Unread::Refused(changed(path)));
     }
@@ -1101,6 +1110,17 @@ mod tests {
             err.contains("record 7") && err.contains("changed while it was read"),
             "{err}"
         );
+        // Refused before a byte of it is read: the read would go on to the ceiling (~1 GB).
+        std::fs::write(&path, b"").unwrap();
+        let opened = open_ahead(&path);
+        std::fs::write(&path, vec![b'x'; 1 << 20]).unwrap();
+        let mut buf = Vec::new();
+        let content = Content::Path(path.clone());
+        let err = (content.resolve(7, "text/plain", &mut buf, Some(opened)))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("changed while it was read"), "{err}");
+        assert!(buf.is_empty(), "{} bytes read first", buf.len());
         // A file of /proc says 0 bytes and holds more: read whole, as it does not change.
         let status = read(Path::new("/proc/self/status"), None).unwrap();
         assert!(status.starts_with(b"Name:"), "{status:?}");

@@ -232,7 +232,7 @@ class _Builder:
 
     def show(self, built: list[ManifestEntry] | None = None) -> None:
         """Updates the line with the writer's counts, or those of the set `built` (the
-        manifest: a closed writer counts no more)."""
+        manifest: the sizes of its files, headers counted)."""
         if not self.line.live:
             return
         w = self.writer

@@ -226,8 +226,11 @@ class SetWriter:
 
     def close(self) -> list[ManifestEntry]:
         """Finishes the last file, writes the manifest and returns it. Closing twice is harmless.
-        A writer an internal error stopped raises `FeedError` saying so, never `EmptyFullFeed`:
-        its count of records is not read as 0 (nor are `records`, `bytes` and `files`)."""
+        Closing again after a close that raised raises again: `EmptyFullFeed` again, or
+        `FeedError` naming the first failure (a file that could not be written); after `abort`,
+        `FeedError` saying it was aborted: there is no manifest. A writer an internal error
+        stopped raises `FeedError` saying so, never `EmptyFullFeed`: its count of records is not
+        read as 0 (nor are `records`, `bytes` and `files`)."""
         if self._manifest is None:
             if self._refuse_empty is not None and self._core.records == 0:
                 self.abort()
@@ -238,7 +241,8 @@ class SetWriter:
         return self._manifest
 
     def abort(self) -> None:
-        """Stops without a manifest; finished files stay, the unfinished one is removed."""
+        """Stops without a manifest; finished files stay, the unfinished one is removed. Harmless
+        once closed (the manifest stays) or aborted."""
         self._core.abort()
 
     @property
@@ -255,14 +259,21 @@ class SetWriter:
 
     @property
     def records(self) -> int:
+        """Records taken so far (written, or encoded and about to be). Still readable once
+        closed or aborted, as they were then (with `bytes` and `files`): the set's final counts.
+        A writer whose close failed, or that an internal error stopped, raises `FeedError`
+        saying why."""
         return self._core.records
 
     @property
     def bytes(self) -> int:
+        """Encoded bytes of the records taken so far, file headers not counted (see
+        `records`)."""
         return self._core.bytes
 
     @property
     def files(self) -> int:
+        """Files finished so far; once closed, all of them (see `records`)."""
         return self._core.files
 
     def _report(self, problems: list[tuple[int, str]], finished: list[dict[str, object]]) -> None:

@@ -352,17 +352,26 @@ def test_a_flood_of_warnings_is_cut_short_and_counted(
     assert json.loads(out)["warnings"] == 30
 
 
+@pytest.mark.parametrize("command", ["sync", "thunderstone sync"])
 def test_a_sync_cuts_its_flood_of_warnings_short_as_a_build_does(
-    emulator: Emulator, tls: TLSFiles, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    command: str,
+    emulator: Emulator,
+    tls: TLSFiles,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    lines = records(30)
-    source = write(tmp_path / "a.jsonl", lines)
-    argv = [*sync_argv(source, emulator, tls, tmp_path), "--max-bytes", "100", "--out"]
-    argv.append(str(tmp_path / "s"))
-    assert main(argv) == 0
+    source = write(tmp_path / "a.jsonl", records(30))
+    argv = sync_argv(source, emulator, tls, tmp_path)
+    if command == "thunderstone sync":
+        url = f"{emulator.url}/texis/dowalk/recvdata.xml"
+        state = str(tmp_path / "news.state")
+        argv = ["thunderstone", "sync", source, "--profile", "news", "--state", state,
+                "--url", url, "--cacert", str(tls.ca_path)]  # fmt: skip
+    argv += ["--max-bytes", "100", "--out", str(tmp_path / "s")]
+    assert main(argv) == 0, capsys.readouterr().err
     err = capsys.readouterr().err
     assert err.count("warning: ") == 20
-    assert "fastfeed sync: 10 more warnings not shown" in err
+    assert f"fastfeed {command}: 10 more warnings not shown" in err
 
 
 def test_stdout_closed_by_its_reader_ends_the_command_quietly(

@@ -20,7 +20,7 @@ from fastfeed.cli.options import (
     tls_options,
     together,
 )
-from fastfeed.cli.reports import report, run_sync_command, stopped
+from fastfeed.cli.reports import Warnings, report, run_sync_command, stopped
 from fastfeed.errors import PushError
 
 if TYPE_CHECKING:
@@ -186,6 +186,8 @@ def sync_command(
             max_bytes=max_bytes,
             max_records=max_records,
             progress=Progress(),
+            on_warning=warn,
         )
 
-    return run_sync_command("thunderstone sync", as_json, call)
+    with Warnings("thunderstone sync") as warn:
+        return run_sync_command("thunderstone sync", as_json, call)

@@ -31,10 +31,13 @@ def sync(
     out_dir: str | os.PathLike[str] | None = None,
     base_url: str | None = None,
     progress: Progress | None = None,
+    on_warning: Callable[[str], None] | None = None,
     **options: Unpack[WriterOptions],
 ) -> SyncSummary:
     """Makes the Thunderstone `profile` at `url` (its recvdata.xml) equal to the snapshot
-    `inputs`, sending only what differs from `state`, as GSA's `sync` does for a datasource."""
+    `inputs`, sending only what differs from `state`, as GSA's `sync` does for a datasource.
+    Each warning about a record goes to `on_warning`, naming its line (default: printed on
+    stderr)."""
     settings = settings if settings is not None else url_settings(url)
 
     def writer(out: Path, warn: Callable[[FeedWarning], None]) -> SetWriter:
@@ -60,4 +63,5 @@ def sync(
         resend_all=resend_all,
         dry_run=dry_run,
         progress=progress,
+        on_warning=on_warning,
     )

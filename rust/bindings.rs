@@ -28,6 +28,7 @@ use crate::error::{listing, Error, Fenced};
 use crate::fingerprint;
 use crate::guard::Guard;
 use crate::jsonl::FIELDS;
+use crate::limits::FEED_MAX_BYTES;
 use crate::record::{self, parse_date, AclFormat, FeedType};
 use crate::url::check_url;
 use crate::walk::{Refusal, Walk, WalkOptions};
@@ -789,6 +790,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RecordError", py.get_type::<RecordError>())?;
     m.add("DEFAULT_MAX_BYTES", DEFAULT_MAX_BYTES)?;
     m.add("HARD_MAX_BYTES", HARD_MAX_BYTES)?;
+    m.add("FEED_MAX_BYTES", FEED_MAX_BYTES)?;
     m.add("DEFAULT_LEVEL", DEFAULT_LEVEL)?;
     m.add("FINGERPRINT_VERSION", fingerprint::VERSION)?;
     m.add("RECORD_FIELDS", PyTuple::new(py, FIELDS)?)?;

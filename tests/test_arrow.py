@@ -887,3 +887,51 @@ def test_a_full_feed_whose_only_stream_is_malformed_closes_as_after_any_refused_
         closed.append(str(caught.value))
         assert not (tmp_path / name / "manifest.jsonl").exists()
     assert closed[0] == closed[1]
+
+
+class _ArrowArray(ctypes.Structure):
+    """The C data interface's ArrowArray, as far as its children."""
+
+    _fields_ = [
+        ("length", ctypes.c_int64),
+        ("null_count", ctypes.c_int64),
+        ("offset", ctypes.c_int64),
+        ("n_buffers", ctypes.c_int64),
+        ("n_children", ctypes.c_int64),
+        ("buffers", ctypes.c_void_p),
+        ("children", ctypes.POINTER(ctypes.c_void_p)),
+    ]
+
+
+class ShortOfBuffers:
+    """A record batch exported as an array of structs whose first column says it has
+    `n_buffers` buffers: for a view column, fewer than its views and the lengths of its data
+    buffers, which arrow-rs's import counted back from (a panic, or a slice of a wrapped
+    length)."""
+
+    def __init__(self, batch: pa.RecordBatch, n_buffers: int) -> None:
+        self._batch = batch
+        self._n_buffers = n_buffers
+
+    def __arrow_c_array__(self, requested_schema: object | None = None) -> tuple[object, object]:
+        schema, array = self._batch.__arrow_c_array__()
+        batch = _ArrowArray.from_address(_pointer(array, b"arrow_array"))
+        _ArrowArray.from_address(batch.children[0]).n_buffers = self._n_buffers
+        return schema, array
+
+
+@pytest.mark.parametrize("n_buffers", [0, 2])
+def test_a_view_column_short_of_its_buffers_is_refused_naming_its_batch(
+    tmp_path: Path, n_buffers: int
+) -> None:
+    views = pa.record_batch({"url": pa.array([url(0), url(1)], pa.string_view())})
+    with FeedWriter(tmp_path / "out", "ds", feedtype="full") as writer:
+        with pytest.raises(FeedError) as caught:
+            writer.add_arrow(ShortOfBuffers(views, n_buffers))
+        assert str(caught.value) == (
+            "cannot read the Arrow data: C Data interface error: Arrow batch 0 (rows 0 to 1) is "
+            f"malformed: an array of type string_view has {n_buffers} buffers, not 3 or more (a "
+            "fault of what exported it)"
+        )
+        writer.add_arrow(views)
+    assert [r.url for r in decode_set(tmp_path / "out")] == [url(0), url(1)]

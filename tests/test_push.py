@@ -205,7 +205,9 @@ def test_a_file_changed_since_the_build_is_not_sent(
         ("docs-000002.xml", Outcome.FAILED),
         ("docs-000003.xml", Outcome.BLOCKED),
     ]
-    assert f"{digest} digest differs from the manifest's" in summary.results[1].message
+    assert summary.results[1].message.endswith(
+        f"{digest} digest differs from the manifest's: it changed since it was built"
+    )
     assert [p.sha256 for p in emulator.pushes()] == built[:1]
 
 

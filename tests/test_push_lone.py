@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 from conftest import cli_target
+from fastfeed import _core
 from fastfeed.cli import main
 from fastfeed.delivery.results import Outcome
 from fastfeed.emulator import Emulator
-from fastfeed.gsa.files import HEAD_BYTES, HEADER, NOT_JOURNALLED, lone_file
+from fastfeed.gsa import files
+from fastfeed.gsa.files import HEAD_BYTES, HEADER, NOT_JOURNALLED, lone_head
 from fastfeed.gsa.push import Pusher
 from fastfeed.sets.journal import JOURNAL
 
@@ -47,6 +49,14 @@ def header(datasource: str, feedtype: str) -> str:
 
 def record(url: str, text: str) -> str:
     return f'<record url="{url}" mimetype="text/plain"><content>{text}</content></record>'
+
+
+GROUPS = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n<xmlgroups>\n<membership>\n'
+    '<principal scope="GROUP" namespace="Default">eng</principal>\n'
+    '<members><principal scope="USER" namespace="Default">alice</principal></members>\n'
+    "</membership>\n</xmlgroups>\n"
+)
 
 
 def write(path: Path, text: str) -> Path:
@@ -120,13 +130,7 @@ def test_a_hand_written_full_feed_then_an_incremental_one_are_indexed_by_their_h
 def test_a_lone_groups_feed_goes_to_xmlgroups_with_the_groupsource_given(
     emulator: Emulator, tls: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    groups = write(
-        tmp_path / "groups.xml",
-        '<?xml version="1.0" encoding="UTF-8"?>\n<xmlgroups>\n<membership>\n'
-        '<principal scope="GROUP" namespace="Default">eng</principal>\n'
-        '<members><principal scope="USER" namespace="Default">alice</principal></members>\n'
-        "</membership>\n</xmlgroups>\n",
-    )
+    groups = write(tmp_path / "groups.xml", GROUPS)
 
     status, _, err = run(capsys, emulator, tls, str(groups))
 
@@ -253,7 +257,7 @@ def test_a_gzipped_feed_is_refused_with_the_way_to_push_it(
     assert emulator.pushes() == []
 
 
-def test_a_file_missing_from_its_sets_manifest_keeps_its_message(
+def test_a_file_missing_from_its_sets_manifest_is_refused_saying_how_to_push_it(
     emulator: Emulator,
     tls: Any,
     make_feed_set: Callable[..., Path],
@@ -265,18 +269,23 @@ def test_a_file_missing_from_its_sets_manifest_keeps_its_message(
     status, _, err = run(capsys, emulator, tls, str(stray))
 
     assert status == 3
-    assert (
-        f"stray.xml not in {feeds}/manifest.jsonl: only files of a built feed set can be pushed"
-        in err
-    )
+    assert f"stray.xml not in {feeds}/manifest.jsonl: of a feed set, only the files it lists" in err
+    # Once out of the set's directory, it is pushed as what it is: a lone file.
+    assert f"move it out of {feeds} (a directory without a manifest) and push it as a lone" in err
     assert emulator.pushes() == [] and not (feeds / JOURNAL).exists()
+    moved = stray.rename(feeds.parent / "stray.xml")
+
+    status, _, err = run(capsys, emulator, tls, str(moved))
+
+    assert status == 0, err
+    assert [p.datasource for p in emulator.pushes()] == ["docs"]
 
 
 def test_a_lone_file_changed_after_its_validation_is_not_sent(
     emulator: Emulator, tmp_path: Path, push_settings: Callable[..., Any]
 ) -> None:
     path = write(tmp_path / "feed.xml", one_record("docs", "full"))
-    lone = lone_file(path)
+    lone = lone_head(path).validated()
     # Same size, other bytes: what was validated is no longer what would be sent.
     path.write_text(path.read_text().replace(">a<", ">b<"))
 
@@ -288,5 +297,131 @@ def test_a_lone_file_changed_after_its_validation_is_not_sent(
 
     [result] = asyncio.run(push()).results
     assert result.outcome is Outcome.FAILED
-    assert "changed since it was built (a lone file: since it was validated)" in result.message
+    assert "differs from that of the bytes validated: it changed since it was validated" in (
+        result.message
+    )
+    assert "manifest" not in result.message and "built" not in result.message
     assert emulator.pushes() == []
+
+
+@pytest.mark.parametrize("name", ["bad name", "a/b", ""])
+def test_a_groupsource_the_appliance_would_refuse_is_refused_before_anything_is_sent(
+    emulator: Emulator, tls: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    groups = write(tmp_path / "groups.xml", GROUPS)
+
+    status, _, err = run(capsys, emulator, tls, str(groups), "--groupsource", name)
+
+    assert status == 3
+    assert f"groupsource '{name}': {_core.datasource_problem(name)}" in err
+    assert emulator.pushes() == []
+
+
+@pytest.mark.parametrize("given", ["a lone feed", "a feed set"])
+def test_a_groupsource_given_with_no_lone_groups_feed_is_refused(
+    emulator: Emulator,
+    tls: Any,
+    tmp_path: Path,
+    make_feed_set: Callable[..., Path],
+    capsys: pytest.CaptureFixture[str],
+    given: str,
+) -> None:
+    """Not ignored: the user meant it for something, and it names nothing here."""
+    path = (
+        write(tmp_path / "loose" / "a.xml", one_record("docs", "incremental"))
+        if given == "a lone feed"
+        else make_feed_set("docs", files=1)
+    )
+
+    status, _, err = run(capsys, emulator, tls, str(path), "--groupsource", "ldap")
+
+    assert status == 3
+    assert "groupsource 'ldap' is given, but no lone groups feed (<xmlgroups>) is" in err
+    assert "leave it out" in err
+    assert emulator.pushes() == []
+
+
+def test_groups_push_and_replay_push_a_lone_groups_feed_with_its_groupsource(
+    emulator: Emulator, tls: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    groups = write(tmp_path / "groups.xml", GROUPS)
+
+    for command in (["groups", "push"], ["replay"]):
+        status = main([*command, str(groups), "--groupsource", "ldap", *cli_target(emulator, tls)])
+
+        err = capsys.readouterr().err
+        assert status == 0, err
+        assert f"{groups}: {NOT_JOURNALLED}" in err
+    assert [(p.datasource, p.feedtype) for p in emulator.pushes()] == [
+        ("ldap", "incremental"),
+        ("ldap", "incremental"),
+    ]
+    emulator.wait_idle()
+    assert list(emulator.groups("ldap")) == [("Default", "eng")]
+
+
+def test_groups_push_refuses_a_lone_feed_before_validating_it_naming_the_command(
+    emulator: Emulator, tls: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Invalid past its header (a record without a mimetype): the refusal is not about that.
+    path = write(
+        tmp_path / "feed.xml",
+        feed(
+            header("docs", "incremental"),
+            '<group><record url="http://example.com/a"><content>x</content></record></group>',
+        ),
+    )
+
+    status = main(["groups", "push", str(path), *cli_target(emulator, tls)])
+
+    err = capsys.readouterr().err
+    assert status == 3
+    assert f"{path} is a feed (<gsafeed>), not a groups feed: push it with `fastfeed push " in err
+    assert "mimetype" not in err
+    assert emulator.pushes() == []
+
+
+def test_a_lone_file_of_the_appliances_limit_is_refused_unread(
+    emulator: Emulator, tls: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The guide: "An XML feed must be less than 1 GB in size." Sparse: no disk is used, and
+    reading it would take seconds."""
+    path = tmp_path / "huge.xml"
+    with path.open("wb") as f:
+        f.truncate(_core.FEED_MAX_BYTES)
+
+    status, _, err = run(capsys, emulator, tls, str(path))
+
+    assert status == 3
+    assert f"{path} holds {_core.FEED_MAX_BYTES} bytes: the appliance takes a feed file of " in err
+    assert "less than 1000000000 bytes (1 GB)" in err
+    assert emulator.pushes() == []
+
+
+def test_a_lone_file_replaced_after_its_head_is_read_is_sent_by_the_header_validated(
+    emulator: Emulator,
+    tls: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The header is taken from the pass that validates and hashes the bytes sent: sending
+    another datasource's records under the first header's name would index them there."""
+    path = write(tmp_path / "feed.xml", one_record("docs", "incremental"))
+    read_head = files._head
+
+    def replaced_after(path: Path) -> tuple[str, dict[str, str] | None]:
+        head = read_head(path)
+        write(path, one_record("other", "full"))
+        return head
+
+    monkeypatch.setattr(files, "_head", replaced_after)
+
+    status, out, err = run(capsys, emulator, tls, str(path), "--json")
+
+    assert status == 0, err
+    [result] = json.loads(out)["results"]
+    assert (result["datasource"], result["feedtype"]) == ("other", "full")
+    [pushed] = emulator.pushes()
+    size = path.stat().st_size
+    assert (pushed.datasource, pushed.feedtype, pushed.bytes) == ("other", "full", size)

@@ -25,6 +25,7 @@ __all__ = [
     "RecordError",
     "DEFAULT_MAX_BYTES",
     "HARD_MAX_BYTES",
+    "FEED_MAX_BYTES",
     "DEFAULT_LEVEL",
     "FINGERPRINT_VERSION",
     "RECORD_FIELDS",
@@ -32,6 +33,8 @@ __all__ = [
 
 DEFAULT_MAX_BYTES: int
 HARD_MAX_BYTES: int
+#: The appliance's limit: a feed file must be smaller (the guide: "less than 1 GB").
+FEED_MAX_BYTES: int
 DEFAULT_LEVEL: int
 #: The fields of a record, in the README's order: every reader of records takes them from here.
 RECORD_FIELDS: tuple[str, ...]

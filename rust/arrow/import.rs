@@ -8,13 +8,13 @@
 //! are checked where each row is read, see `columns`) and refused, naming it and its rows,
 //! before any of its rows is read.
 
-use std::ffi::CStr;
+use std::ffi::{c_void, CStr};
 use std::sync::Arc;
 
 use arrow_array::ffi::{from_ffi_and_data_type, FFI_ArrowArray, FFI_ArrowSchema};
 use arrow_array::ffi_stream::FFI_ArrowArrayStream;
 use arrow_array::{RecordBatch, RecordBatchOptions, StructArray};
-use arrow_data::ArrayData;
+use arrow_data::{layout, ArrayData};
 use arrow_schema::{ArrowError, DataType, Schema, SchemaRef};
 
 use super::type_name;
@@ -26,14 +26,21 @@ pub struct Stream {
     /// The batches and rows read so far, which name the next batch.
     batches: usize,
     rows: usize,
+    /// Set at the end of the stream or at its first error: the C stream interface allows no
+    /// call after either, so the iterator is fused.
+    done: bool,
 }
 
 impl Stream {
     /// Takes `stream` and reads its schema.
     pub fn new(mut stream: FFI_ArrowArrayStream) -> Result<Stream, ArrowError> {
+        // A released stream (release NULL) may no longer be called, whatever its callbacks say.
+        if stream.release().is_none() {
+            return Err(failed("the stream is released"));
+        }
         let get_schema = stream
             .get_schema()
-            .ok_or_else(|| failed("the stream is released, or has no get_schema"))?;
+            .ok_or_else(|| failed("the stream has no get_schema"))?;
         let mut schema = FFI_ArrowSchema::empty();
         // SAFETY: the callback of this stream, called on it, as the C stream interface says.
         let code = unsafe { get_schema(&raw mut stream, &raw mut schema) };
@@ -46,18 +53,16 @@ impl Stream {
             schema,
             batches: 0,
             rows: 0,
+            done: false,
         })
     }
 
     pub fn schema(&self) -> SchemaRef {
         Arc::clone(&self.schema)
     }
-}
 
-impl Iterator for Stream {
-    type Item = Result<RecordBatch, ArrowError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
+    /// The next batch, once: see `done`.
+    fn read_next(&mut self) -> Option<Result<RecordBatch, ArrowError>> {
         let Some(get_next) = self.stream.get_next() else {
             return Some(Err(failed("the stream has no get_next")));
         };
@@ -80,6 +85,19 @@ impl Iterator for Stream {
         self.batches += 1;
         self.rows += read.as_ref().map_or(0, RecordBatch::num_rows);
         Some(read)
+    }
+}
+
+impl Iterator for Stream {
+    type Item = Result<RecordBatch, ArrowError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let read = self.read_next();
+        self.done = !matches!(read, Some(Ok(_)));
+        read
     }
 }
 
@@ -122,9 +140,66 @@ pub fn batch(data: ArrayData, schema: SchemaRef) -> Result<RecordBatch, ArrowErr
     RecordBatch::try_new_with_options(schema, columns, &options)
 }
 
-/// Refuses `array` unless it has the children that `data_type` says, and so have they: the
-/// import asserts it (a panic).
+/// The head of an ArrowArray as the C data interface lays it out: arrow-rs keeps its `buffers`
+/// and `children` pointers private, and asserts (a panic) where a producer left one null.
+#[repr(C)]
+struct RawArray {
+    // Unread: they place the fields after them.
+    _length: i64,
+    _null_count: i64,
+    _offset: i64,
+    n_buffers: i64,
+    n_children: i64,
+    buffers: *const *const c_void,
+    children: *const *const FFI_ArrowArray,
+}
+
+// The head of the same `#[repr(C)]` struct, or the cast in `raw` would read past its end.
+const _: () = assert!(size_of::<RawArray>() <= size_of::<FFI_ArrowArray>());
+
+fn raw(array: &FFI_ArrowArray) -> &RawArray {
+    // SAFETY: FFI_ArrowArray is the C data interface's ArrowArray (`#[repr(C)]`), whose first
+    // fields `RawArray` repeats in their order.
+    unsafe { &*std::ptr::from_ref(array).cast::<RawArray>() }
+}
+
+/// Refuses `array` unless it has the buffers and children that `data_type` says, with
+/// pointers to them, and so have they: the import trusts their count (reading past the
+/// buffers, and past the variadic buffers of a view array), and asserts the pointers (a panic).
 fn shaped(array: &FFI_ArrowArray, data_type: &DataType) -> Result<(), String> {
+    let head = raw(array);
+    let spec = layout(data_type);
+    // The C data interface counts the validity bitmap among the buffers, and the lengths of
+    // the variadic data buffers of a view array after them.
+    let needed =
+        spec.buffers.len() + usize::from(spec.can_contain_null_mask) + usize::from(spec.variadic);
+    let buffers = usize::try_from(head.n_buffers).ok();
+    match buffers {
+        Some(n) if n >= needed => {}
+        _ => {
+            return Err(format!(
+                "an array of type {} has {} buffers, not {needed}{}",
+                type_name(data_type),
+                head.n_buffers,
+                if spec.variadic { " or more" } else { "" }
+            ))
+        }
+    }
+    if head.n_buffers > 0 && head.buffers.is_null() {
+        return Err(format!(
+            "an array of type {} has no buffers (a null pointer)",
+            type_name(data_type)
+        ));
+    }
+    if spec.variadic
+        && array.num_buffers() > needed
+        && array.buffer(array.num_buffers() - 1).is_null()
+    {
+        return Err(format!(
+            "an array of type {} has no lengths of its data buffers (a null pointer)",
+            type_name(data_type)
+        ));
+    }
     let children: Vec<&DataType> = match data_type {
         DataType::List(item)
         | DataType::LargeList(item)
@@ -141,15 +216,36 @@ fn shaped(array: &FFI_ArrowArray, data_type: &DataType) -> Result<(), String> {
         }
         _ => return Ok(()),
     };
-    if array.num_children() != children.len() {
+    if usize::try_from(head.n_children).ok() != Some(children.len()) {
         return Err(format!(
             "an array of type {} has {} children, not {}",
             type_name(data_type),
-            array.num_children(),
+            head.n_children,
             children.len()
         ));
     }
-    (children.iter().enumerate()).try_for_each(|(i, child)| shaped(array.child(i), child))
+    if children.is_empty() {
+        return Ok(());
+    }
+    if head.children.is_null() {
+        return Err(format!(
+            "an array of type {} has no children (a null pointer)",
+            type_name(data_type)
+        ));
+    }
+    (children.iter().enumerate()).try_for_each(|(i, data_type_of)| {
+        // SAFETY: `children` is not null, and points to `n_children` pointers, as the C data
+        // interface says.
+        let pointer = unsafe { head.children.add(i).read_unaligned() };
+        // SAFETY: not null, an ArrowArray as the C data interface says.
+        match unsafe { pointer.as_ref() } {
+            Some(child) => shaped(child, data_type_of),
+            None => Err(format!(
+                "an array of type {} has a null pointer for its child {i}",
+                type_name(data_type)
+            )),
+        }
+    })
 }
 
 /// Refuses `data` unless each column (and within it each array) holds the rows it says and the
@@ -197,7 +293,7 @@ fn producer_error(stream: &mut FFI_ArrowArrayStream, what: &str, code: i32) -> A
 
 #[cfg(test)]
 mod tests {
-    use arrow_array::{Array, StringArray};
+    use arrow_array::{Array, StringArray, StringViewArray};
     use arrow_schema::Field;
 
     use super::*;
@@ -257,5 +353,140 @@ mod tests {
         let data = imported(&schema, 4, vec![urls(4), honest]).unwrap();
         let read = batch(data, Arc::new(schema)).unwrap();
         assert_eq!((read.num_rows(), read.column(1).len()), (4, 4));
+    }
+
+    /// `array` as its C struct, to break it as a faulty producer would.
+    fn raw_mut(array: &mut FFI_ArrowArray) -> &mut RawArray {
+        // SAFETY: as in `raw`; the pointers changed are not those its release frees.
+        unsafe { &mut *std::ptr::from_mut(array).cast::<RawArray>() }
+    }
+
+    /// Imports a batch of one column `url` of `column`, as exported, once `tamper` changed it
+    /// (the batch, as its C struct).
+    fn import_tampered(column: ArrayData, tamper: impl FnOnce(&mut RawArray)) -> String {
+        let url = Field::new("url", column.data_type().clone(), false);
+        let schema = Schema::new(vec![url]);
+        let rows = column.len();
+        let data = lying(
+            DataType::Struct(schema.fields().clone()),
+            rows,
+            vec![column],
+        );
+        let mut array = FFI_ArrowArray::new(&data);
+        tamper(raw_mut(&mut array));
+        // SAFETY: an ArrowArray exported by arrow-rs, then broken where `shaped` looks.
+        let imported = unsafe { import(array, &schema, 0, 0) };
+        imported.unwrap_err().to_string()
+    }
+
+    /// The column (the only child) of a batch, as its C struct.
+    fn column(batch: &mut RawArray) -> &mut RawArray {
+        // SAFETY: the batch has one child, exported by arrow-rs.
+        let child = unsafe { batch.children.read() };
+        // SAFETY: the child array, which arrow-rs allocated and owns until the batch's release.
+        unsafe { &mut *child.cast_mut().cast::<RawArray>() }
+    }
+
+    #[test]
+    fn a_view_array_short_of_its_buffers_is_refused_not_read_past_them() {
+        let views = || StringViewArray::from_iter_values(["http://a.example.com/"]).into_data();
+        for n in [0, 2] {
+            let why = import_tampered(views(), |batch| column(batch).n_buffers = n);
+            assert_eq!(
+                why,
+                format!(
+                    "C Data interface error: Arrow batch 0 (rows 0 to 0) is malformed: an array \
+                     of type string_view has {n} buffers, not 3 or more (a fault of what \
+                     exported it)"
+                )
+            );
+        }
+        let why = import_tampered(urls(1), |batch| column(batch).n_buffers = -1);
+        assert!(why.contains("has -1 buffers, not 3 (a fault"), "{why}");
+        let why = import_tampered(urls(1), |batch| column(batch).buffers = std::ptr::null());
+        assert!(
+            why.contains("string has no buffers (a null pointer)"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn an_array_whose_children_are_null_pointers_is_refused_not_a_panic() {
+        let why = import_tampered(urls(1), |batch| batch.children = std::ptr::null());
+        assert!(why.contains("has no children (a null pointer)"), "{why}");
+        // Pointers of its own: the exporter's release frees the children it keeps apart.
+        let nulls: [*const FFI_ArrowArray; 1] = [std::ptr::null()];
+        let why = import_tampered(urls(1), |batch| batch.children = nulls.as_ptr());
+        assert!(why.contains("a null pointer for its child 0"), "{why}");
+    }
+
+    /// A reader that gives `items` in turn, then ends, counting the calls made of it.
+    struct Counted {
+        items: std::collections::VecDeque<Result<RecordBatch, ArrowError>>,
+        calls: Arc<std::sync::atomic::AtomicUsize>,
+        schema: SchemaRef,
+    }
+
+    impl Iterator for Counted {
+        type Item = Result<RecordBatch, ArrowError>;
+
+        fn next(&mut self) -> Option<Self::Item> {
+            self.calls
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.items.pop_front()
+        }
+    }
+
+    impl arrow_array::RecordBatchReader for Counted {
+        fn schema(&self) -> SchemaRef {
+            Arc::clone(&self.schema)
+        }
+    }
+
+    #[test]
+    fn a_stream_is_not_called_again_after_its_error_or_its_end() {
+        let schema = Arc::new(Schema::new(vec![Field::new("url", DataType::Utf8, false)]));
+        let one = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(StringArray::from(vec!["http://a.example.com/"]))],
+        )
+        .unwrap();
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let read = |items: Vec<Result<RecordBatch, ArrowError>>| {
+            calls.store(0, std::sync::atomic::Ordering::Relaxed);
+            let reader = Counted {
+                items: items.into(),
+                calls: Arc::clone(&calls),
+                schema: Arc::clone(&schema),
+            };
+            let stream = Stream::new(FFI_ArrowArrayStream::new(Box::new(reader))).unwrap();
+            let got: Vec<bool> = stream.take(4).map(|batch| batch.is_ok()).collect();
+            (got, calls.load(std::sync::atomic::Ordering::Relaxed))
+        };
+        let failed = ArrowError::ComputeError("gone".to_owned());
+        // After an error, the batch the producer would give next is not asked for.
+        assert_eq!(
+            read(vec![Ok(one.clone()), Err(failed), Ok(one)]),
+            (vec![true, false], 2)
+        );
+        // Nor anything after the end.
+        assert_eq!(read(vec![]), (vec![], 1));
+    }
+
+    #[test]
+    fn a_released_stream_is_refused_not_called() {
+        let schema = Arc::new(Schema::new(vec![Field::new("url", DataType::Utf8, false)]));
+        let reader = arrow_array::RecordBatchIterator::new(vec![], schema);
+        let mut stream = FFI_ArrowArrayStream::new(Box::new(reader));
+        // SAFETY: no release is what a released stream has (its reader is leaked here, as one
+        // whose producer released it has freed it).
+        unsafe { stream.set_release(None) };
+        let Err(why) = Stream::new(stream) else {
+            panic!("a released stream was read")
+        };
+        assert_eq!(
+            why.to_string(),
+            "C Data interface error: the stream is released"
+        );
     }
 }

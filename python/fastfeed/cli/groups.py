@@ -10,6 +10,7 @@ import click
 from fastfeed.cli.commands import group, option, pushing
 from fastfeed.cli.options import (
     connection_options,
+    groupsource_option,
     json_option,
     paths_argument,
     push_options,
@@ -81,6 +82,10 @@ appliance's /xmlgroups, with fields groupsource, feedtype and data. Everything `
 does applies: only `Success` counts, retries with backoff, the backlog gate, the journal
 (running it again sends only what was not accepted), the manifest order within a groupsource.
 
+A lone groups feed file (<xmlgroups>, in a directory without a manifest, written by another
+tool or by hand) names no groupsource: it is pushed with --groupsource, as an incremental feed,
+after it is validated whole, as `fastfeed push` does it.
+
 A full groups feed replaces the groups of EVERY groupsource on the appliance: the groups of
 connectors and of other sources are deleted. A set holding one is refused (status 3, nothing
 sent) unless --allow-full is given, and then a warning is printed before sending. While it is
@@ -89,6 +94,7 @@ being sent, no other groups file goes; groups files after it wait until it is ac
 examples:
   fastfeed groups push groups/ --host gsa.example.com --cacert corp-ca.pem
   fastfeed groups push all-groups/ --host gsa.example.com --allow-full
+  fastfeed groups push groups.xml --groupsource ldap --host gsa.example.com
 
 exit status: 0 every file accepted, 1 some not accepted, 3 nothing could be done (a full
 groups feed without --allow-full, a set that is not a groups set, untrusted IP, TLS failure).
@@ -175,19 +181,37 @@ def build_command(
 
 
 @groups.command("push", help=PUSH_HELP, short_help="push groups feed sets", errors=stopped)
-@paths_argument("paths", "DIR|FILE", "groups set directory, or a file of one")
+@paths_argument(
+    "paths", "DIR|FILE", "groups set directory, a file of one, or a lone groups feed file"
+)
 @option(
     "--allow-full",
     is_flag=True,
     help="send full groups feeds, which replace the groups of every groupsource",
 )
+@groupsource_option()
 @connection_options()
 @push_options()
-def push_command(paths: tuple[str, ...], allow_full: bool, as_json: bool, **options: Any) -> int:
-    from fastfeed.gsa.files import feed_files
+def push_command(
+    paths: tuple[str, ...],
+    allow_full: bool,
+    groupsource: str | None,
+    as_json: bool,
+    **options: Any,
+) -> int:
+    from fastfeed.gsa.files import LoneHead, planned_files
     from fastfeed.gsa.groups import FULL_GROUPS_WARNING, full_groups
 
-    files = feed_files(paths)
+    # Before any lone file is validated whole: a feed among them is refused at once.
+    planned = planned_files(paths, groupsource=groupsource)
+    lone_feeds = [f.path for f in planned if isinstance(f, LoneHead) and f.kind != "groups"]
+    if lone_feeds:
+        raise PushError(
+            f"{lone_feeds[0]} is a feed (<gsafeed>), not a groups feed: push it with `fastfeed "
+            f"push {lone_feeds[0]}`",
+            refused=True,
+        )
+    files = [f for f in planned if not isinstance(f, LoneHead)]
     feeds = sorted({str(f.directory) for f in files if f.entry.kind != "groups"})
     if feeds:
         raise PushError(
@@ -208,4 +232,5 @@ def push_command(paths: tuple[str, ...], allow_full: bool, as_json: bool, **opti
         as_json,
         allow_full_groups=allow_full,
         allow_empty_full=empty,
+        groupsource=groupsource,
     )

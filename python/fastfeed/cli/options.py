@@ -209,6 +209,15 @@ def tls_options(section: str = "appliance") -> Callable[[F], F]:
     )
 
 
+def groupsource_option() -> Callable[[F], F]:
+    """The groupsource of the lone groups feeds a command pushes: one does not name its own."""
+    return option(
+        "--groupsource",
+        metavar="NAME",
+        help="the groupsource of lone groups feed files (<xmlgroups>), which do not name it",
+    )
+
+
 def connection_options() -> Callable[[F], F]:
     """Where the appliance's feedergate is, and how to trust it."""
     from fastfeed.delivery.settings import HTTP_PORT, HTTPS_PORT

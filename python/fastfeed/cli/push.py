@@ -13,6 +13,7 @@ from fastfeed.cli.options import (
     RECORDS,
     connection_options,
     count,
+    groupsource_option,
     json_option,
     paths_argument,
     push_options,
@@ -63,7 +64,7 @@ It is first validated whole against its DTD (as `fastfeed validate`) and refused
 nothing sent) at its first problem, since the appliance would drop it; a full feed with no
 records needs --allow-empty-full, as a built one does. Then it is sent like a set's file, checked
 to be the bytes validated. {NOT_JOURNALLED[0].upper()}{NOT_JOURNALLED[1:]}. A gzip-compressed
-file is refused: gunzip it first.
+file is refused: gunzip it first; so is one of 1 GB or more, the appliance's limit.
 
 HTTPS on port {HTTPS_PORT} by default, verifying the certificate (--cacert for a private CA);
 --http for port {HTTP_PORT}.
@@ -117,11 +118,7 @@ example:
 
 @command("push", help=PUSH_HELP, short_help="push feed sets to an appliance", errors=stopped)
 @paths_argument("paths", "DIR|FILE", "feed set directory, a feed file of one, or a lone feed file")
-@option(
-    "--groupsource",
-    metavar="NAME",
-    help="the groupsource of lone groups feed files (<xmlgroups>), which do not name it",
-)
+@groupsource_option()
 @connection_options()
 @push_options()
 def push_command(
@@ -132,10 +129,13 @@ def push_command(
 
 @command("replay", help=REPLAY_HELP, short_help="push saved feed sets again", errors=stopped)
 @paths_argument("paths", "DIR", "feed set directory")
+@groupsource_option()
 @connection_options()
 @push_options()
-def replay_command(paths: tuple[str, ...], as_json: bool, **options: Any) -> int:
-    return _push("replay", paths, as_json, options, replay=True)
+def replay_command(
+    paths: tuple[str, ...], groupsource: str | None, as_json: bool, **options: Any
+) -> int:
+    return _push("replay", paths, as_json, options, replay=True, groupsource=groupsource)
 
 
 def _push(
@@ -147,12 +147,9 @@ def _push(
     replay: bool = False,
     groupsource: str | None = None,
 ) -> int:
-    from fastfeed.gsa.files import is_lone
-
     settings = push_settings(command, options)
     pushing(paths, settings.target)
-    lone = [path for path in paths if is_lone(Path(path))]
-    status = push_sets(
+    return push_sets(
         command,
         paths,
         settings,
@@ -161,9 +158,6 @@ def _push(
         allow_empty_full=options["allow_empty_full"],
         groupsource=groupsource,
     )
-    for path in lone:
-        print(f"fastfeed {command}: {path}: {NOT_JOURNALLED}", file=sys.stderr)
-    return status
 
 
 @command("run", help=RUN_HELP, short_help="build and push in one pipeline", errors=stopped)

@@ -7,6 +7,7 @@ import errno
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from enum import IntEnum
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import orjson
@@ -156,10 +157,13 @@ def push_sets(
     allow_empty_full: bool = False,
     groupsource: str | None = None,
 ) -> int:
-    """Pushes feed or groups sets (or files of them, or lone feed files) and reports it: the
-    commands that send to /xmlfeed and /xmlgroups."""
+    """Pushes feed or groups sets (or files of them, or lone feed files) and reports it, with
+    a reminder that lone files are not journalled: the commands that send to /xmlfeed and
+    /xmlgroups."""
+    from fastfeed.gsa.files import NOT_JOURNALLED, is_lone
     from fastfeed.gsa.push import push  # httpx: only for the commands that push
 
+    lone = [path for path in paths if is_lone(Path(path))]
     summary = push(
         paths,
         settings,
@@ -169,7 +173,10 @@ def push_sets(
         allow_empty_full=allow_empty_full,
         groupsource=groupsource,
     )
-    return report(command, summary, as_json)
+    status = report(command, summary, as_json)
+    for path in lone:
+        print(f"fastfeed {command}: {path}: {NOT_JOURNALLED}", file=sys.stderr)
+    return status
 
 
 def report(command: str, summary: PushSummary, as_json: bool) -> int:

@@ -22,10 +22,7 @@ def check_file(feed: FeedFile) -> None:
     except OSError as exc:
         raise FileChanged(f"cannot read it: {exc.strerror or exc}") from None
     if entry.digest_of(digest) != entry.digest:
-        raise FileChanged(
-            f"its {entry.algorithm} digest differs from the manifest's: it changed since it "
-            "was built (a lone file: since it was validated)"
-        )
+        raise FileChanged(f"its {entry.algorithm} digest {feed.CHANGED}")
 
 
 async def file_chunks(feed: FeedFile, chunk_size: int) -> AsyncIterator[bytes]:

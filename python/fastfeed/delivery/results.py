@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from fastfeed.progress import human_bytes, plural
 from fastfeed.sets.manifest import ManifestEntry
@@ -23,6 +24,8 @@ class FeedFile:
 
     directory: Path
     entry: ManifestEntry
+    #: Why its digest is not the entry's, when it is not (`check_file`).
+    CHANGED: ClassVar[str] = "differs from the manifest's: it changed since it was built"
 
     @property
     def path(self) -> Path:

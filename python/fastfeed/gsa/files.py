@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fastfeed._core import Xxh3
+from fastfeed import _core
+from fastfeed._core import FEED_MAX_BYTES, Xxh3
 from fastfeed.delivery.results import FeedFile
 from fastfeed.errors import FastfeedError, PushError
 from fastfeed.gsa.feedergate import ENDPOINTS
@@ -35,8 +37,71 @@ HEADER = (
 
 class LoneFile(FeedFile):
     """A feed file with no manifest beside it (written by another tool, or by hand): its entry
-    comes from its header and its validation (see `lone_file`). Its directory is not a feed
-    set's, so no journal is kept there: see `NOT_JOURNALLED`."""
+    comes from its header and its validation (see `LoneHead.validated`). Its directory is not a
+    feed set's, so no journal is kept there: see `NOT_JOURNALLED`."""
+
+    CHANGED = "differs from that of the bytes validated: it changed since it was validated"
+
+
+@dataclass(frozen=True)
+class LoneHead:
+    """A lone file as its head shows it (`lone_head`), before it is validated whole
+    (`LoneHead.validated`)."""
+
+    path: Path
+    #: "feed" (<gsafeed>) or "groups" (<xmlgroups>).
+    kind: str
+    #: The groupsource a groups feed is pushed with; None for a feed, which names its own.
+    groupsource: str | None = None
+
+    def validated(self, progress: Progress | None = None) -> LoneFile:
+        """The lone file as a push takes it, once validated whole; refused if it is not valid.
+
+        A feed (<gsafeed>) is pushed with the datasource and feed type of its <header>; a
+        groups feed (<xmlgroups>), which names neither, with `groupsource`, as an incremental
+        feed (adding groups: a full one would replace every groupsource's). The whole file is
+        validated against its DTD and the protocol's rules, streaming (`progress` shows it), and
+        refused at its first problem; the header it is pushed by is the one read in that pass
+        (the file may have been replaced since its head was read), and the bytes validated are
+        hashed, so that what is sent is checked to be those bytes (as a set's files are checked
+        against their manifest's digest).
+        """
+        from fastfeed.sets.validate import validate_stream  # lxml: only for lone files
+
+        path = self.path
+        digest = Xxh3()
+        try:
+            with open(path, "rb") as f, stage(progress, "validate", path.stat().st_size) as line:
+                stream = _Hashing(f, digest, line)
+                found = validate_stream(
+                    stream,
+                    str(path),
+                    datasource=self.groupsource,
+                    feedtype="incremental" if self.kind == "groups" else None,
+                    kind=self.kind,
+                )
+                fatal = [p for p in found.problems if p.fatal]
+                if fatal:
+                    more = f" (and more: fastfeed validate {path} lists them)" if fatal[1:] else ""
+                    raise PushError(
+                        f"{fatal[0]}{more}. The appliance would drop this file; nothing was sent",
+                        refused=True,
+                    )
+                # What the parser left unread (after the root element) is sent too: hash it.
+                while stream.read(1 << 20):
+                    pass
+        except OSError as exc:
+            raise _unreadable(path, exc) from None
+        entry = ManifestEntry(
+            file=path.name,
+            datasource=found.datasource,
+            feedtype=found.feedtype,
+            records=found.records,
+            bytes=stream.size,
+            digest=f"xxh3:{digest.hexdigest()}",
+            kind=self.kind,
+        )
+        return LoneFile(path.parent, entry)
 
 
 def feed_files(
@@ -45,14 +110,35 @@ def feed_files(
     groupsource: str | None = None,
     progress: Progress | None = None,
 ) -> list[FeedFile]:
-    """The files to push for command-line style arguments, in push order.
+    """The files to push for command-line style arguments, in push order: those of
+    `planned_files`, each lone file then validated whole (`LoneHead.validated`; `progress`
+    shows it).
+    """
+    return [
+        f if isinstance(f, FeedFile) else f.validated(progress)
+        for f in planned_files(paths, groupsource=groupsource)
+    ]
+
+
+def planned_files(
+    paths: Iterable[str | os.PathLike[str]], *, groupsource: str | None = None
+) -> list[FeedFile | LoneHead]:
+    """The files a push of command-line style arguments takes, in push order, checked as far as
+    they can be without reading a lone file whole: a bad argument is refused before any lone
+    file is validated.
 
     A directory means every file of its feed set; a file means that file of the set in its
     directory (found in the manifest, so that its datasource and feed type are the built ones),
-    or, in a directory without a manifest, a lone file (`lone_file`: `groupsource` is that of a
-    lone groups feed; `progress` shows its validation). Sets and lone files come in argument
-    order; within a set, manifest order.
+    or, in a directory without a manifest, a lone file (`lone_head`: `groupsource` is that of a
+    lone groups feed, refused if none is given). Sets and lone files come in argument order;
+    within a set, manifest order.
     """
+    if groupsource is not None and (problem := _core.datasource_problem(groupsource)):
+        raise PushError(
+            f"groupsource '{groupsource}': {problem} (a groupsource is named as a datasource "
+            "is). Nothing was sent",
+            refused=True,
+        )
     # A set's directory and the names of its files given (None: all), or a lone file (None).
     selected: dict[Path, set[str] | None] = {}
     lone: set[Path] = set()
@@ -76,10 +162,10 @@ def feed_files(
             names = selected.setdefault(path.parent, set())
             if names is not None:
                 names.add(path.name)
-    files: list[FeedFile] = []
+    files: list[FeedFile | LoneHead] = []
     for directory, names in selected.items():
         if directory in lone:  # the file itself
-            files.append(lone_file(directory, groupsource=groupsource, progress=progress))
+            files.append(lone_head(directory, groupsource=groupsource))
             continue
         try:
             entries = read_manifest(directory)
@@ -99,14 +185,26 @@ def feed_files(
                 refused=True,
             )
         if names is not None:
-            missing = names - {e.file for e in entries}
+            missing = sorted(names - {e.file for e in entries})
             if missing:
+                them = "them" if missing[1:] else "it"
                 raise PushError(
-                    f"{', '.join(sorted(missing))} not in {directory}/manifest.jsonl: "
-                    "only files of a built feed set can be pushed",
+                    f"{', '.join(missing)} not in {directory}/manifest.jsonl: of a feed set, "
+                    "only the files it lists can be pushed. To push a feed file of your own, "
+                    f"move {them} out of {directory} (a directory without a manifest) and push "
+                    f"{them} as a lone file",
                     refused=True,
                 )
         files.extend(FeedFile(directory, e) for e in entries if names is None or e.file in names)
+    if groupsource is not None and not any(
+        isinstance(f, LoneHead) and f.kind == "groups" for f in files
+    ):
+        raise PushError(
+            f"groupsource '{groupsource}' is given, but no lone groups feed (<xmlgroups>) is, "
+            "the only file it is for (a groups set names its groupsource in its manifest): "
+            "leave it out. Nothing was sent",
+            refused=True,
+        )
     return files
 
 
@@ -149,18 +247,22 @@ def is_lone(path: Path) -> bool:
     return path.is_file() and not (path.parent / MANIFEST).exists()
 
 
-def lone_file(
-    path: Path, *, groupsource: str | None = None, progress: Progress | None = None
-) -> LoneFile:
-    """A lone file as a push takes it, once it is known to be one the appliance would take.
-
-    A feed (<gsafeed>) is pushed with the datasource and feed type of its <header>, read from
-    the head of the file; a groups feed (<xmlgroups>), which names neither, with `groupsource`,
-    as an incremental feed (adding groups: a full one would replace every groupsource's). The
-    whole file is then validated against its DTD and the protocol's rules, streaming, and
-    refused at its first problem; the bytes validated are hashed, so that what is sent is
-    checked to be those bytes (as a set's files are checked against their manifest's digest).
+def lone_head(path: Path, *, groupsource: str | None = None) -> LoneHead:
+    """What a lone file is, from its size and its head, refused if it cannot be pushed: one of
+    the appliance's limit or more, a compressed one, one that is neither a feed with a
+    <header> that names its datasource and feed type nor a groups feed (with a `groupsource`).
     """
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+    if size >= FEED_MAX_BYTES:
+        raise PushError(
+            f"{path} holds {size} bytes: the appliance takes a feed file of less than "
+            f"{FEED_MAX_BYTES} bytes (1 GB). Split its records into smaller feeds; nothing "
+            "was sent",
+            refused=True,
+        )
     if path.suffix == ".gz" or _head_bytes(path, 2) == b"\x1f\x8b":
         raise PushError(
             f"{path} is gzip-compressed: the appliance takes feed files uncompressed. Gunzip it "
@@ -176,8 +278,8 @@ def lone_file(
                 "groupsource=NAME)",
                 refused=True,
             )
-        kind, datasource, feedtype = "groups", groupsource, "incremental"
-    elif root == "gsafeed":
+        return LoneHead(path, "groups", groupsource)
+    if root == "gsafeed":
         fields = header or {}
         missing = [name for name in ("datasource", "feedtype") if not fields.get(name)]
         if missing:
@@ -191,49 +293,11 @@ def lone_file(
                 f"pushed with there, first in <gsafeed>: {HEADER}",
                 refused=True,
             )
-        kind, datasource, feedtype = "feed", fields["datasource"], fields["feedtype"]
-    else:
-        raise PushError(
-            f"{path}: the root element is <{root}>, not <gsafeed> (a feed) or <xmlgroups> "
-            "(a groups feed): not a feed file",
-            refused=True,
-        )
-    return LoneFile(path.parent, _validated(path, kind, datasource, feedtype, progress))
-
-
-def _validated(
-    path: Path, kind: str, datasource: str, feedtype: str, progress: Progress | None
-) -> ManifestEntry:
-    """The entry of a lone file that is valid; refuses one that is not."""
-    from fastfeed.sets.validate import validate_stream  # lxml: only for lone files
-
-    digest = Xxh3()
-    try:
-        with open(path, "rb") as f, stage(progress, "validate", path.stat().st_size) as line:
-            stream = _Hashing(f, digest, line)
-            found = validate_stream(
-                stream, str(path), datasource=datasource, feedtype=feedtype, kind=kind
-            )
-            fatal = [p for p in found.problems if p.fatal]
-            if fatal:
-                more = f" (and more: fastfeed validate {path} lists them)" if fatal[1:] else ""
-                raise PushError(
-                    f"{fatal[0]}{more}. The appliance would drop this file; nothing was sent",
-                    refused=True,
-                )
-            # What the parser left unread (after the root element) is sent too: hash it.
-            while stream.read(1 << 20):
-                pass
-    except OSError as exc:
-        raise PushError(f"{path}: cannot read it: {exc.strerror or exc}", refused=True) from None
-    return ManifestEntry(
-        file=path.name,
-        datasource=datasource,
-        feedtype=feedtype,
-        records=found.records,
-        bytes=stream.size,
-        digest=f"xxh3:{digest.hexdigest()}",
-        kind=kind,
+        return LoneHead(path, "feed")
+    raise PushError(
+        f"{path}: the root element is <{root}>, not <gsafeed> (a feed) or <xmlgroups> "
+        "(a groups feed): not a feed file",
+        refused=True,
     )
 
 
@@ -304,8 +368,12 @@ def _head(path: Path) -> tuple[str, dict[str, str] | None]:
             refused=True,
         ) from None
     except OSError as exc:
-        raise PushError(f"{path}: cannot read it: {exc.strerror or exc}", refused=True) from None
+        raise _unreadable(path, exc) from None
     return root, None
+
+
+def _unreadable(path: Path, exc: OSError) -> PushError:
+    return PushError(f"{path}: cannot read it: {exc.strerror or exc}", refused=True)
 
 
 def _head_bytes(path: Path, n: int) -> bytes:

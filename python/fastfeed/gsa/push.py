@@ -427,7 +427,7 @@ async def push_async(
     groupsource: str | None = None,
 ) -> PushSummary:
     """Pushes feed sets (directories) or files of them (or one), or lone feed files, each
-    validated whole first (`lone_file`; `groupsource` is that of a lone groups feed); see
+    validated whole first (`LoneHead.validated`; `groupsource` is that of a lone groups feed); see
     `feed_files` for the order.
 
     Files the journal says this target accepted are skipped, so running the same push again

@@ -285,11 +285,14 @@ class Readable(Protocol):
 
 @dataclass(frozen=True)
 class Validation:
-    """What `validate_stream` found: the problems, and how many records (feed) or memberships
-    (groups feed) were checked."""
+    """What `validate_stream` found: the problems, how many records (feed) or memberships
+    (groups feed) were checked, and the datasource and feed type the rules followed: those
+    given, else those of the header read in the same pass ("" where it has none)."""
 
     problems: list[Problem]
     records: int
+    datasource: str
+    feedtype: str
 
 
 def validate_file(
@@ -338,12 +341,13 @@ def validate_stream(
     kind: str | None = None,
 ) -> Validation:
     """`validate_file` of what `stream` holds (`name` is the file its problems name), with the
-    count of records it checked: for a caller that sees the bytes as they are read (`fastfeed
-    push` of a lone file hashes them, so that it sends the very bytes validated). It may stop
-    reading at a problem that ends the check (a wrong root element)."""
+    count of records it checked and the header's fields: for a caller that sees the bytes as
+    they are read (`fastfeed push` of a lone file hashes them, so that it sends the very bytes
+    validated, by the header validated). It may stop reading at a problem that ends the check
+    (a wrong root element)."""
     checker = _Checker(name, max_problems, datasource, feedtype)
     problems = _validate(checker, stream, kind)
-    return Validation(problems, checker.records)
+    return Validation(problems, checker.records, checker.datasource or "", checker.feedtype or "")
 
 
 class _Counted:

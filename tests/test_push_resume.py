@@ -180,6 +180,17 @@ def test_ctrl_c_during_a_run_names_its_set_and_how_to_send_the_rest(
     )
 
 
+def run_from_a_pipe(emulator: Emulator, tls: Any, out: Path, *extra: str) -> subprocess.Popen[str]:
+    """`fastfeed run - --feedtype full --max-records 2 --out OUT`, its records to write to
+    its stdin."""
+    argv = cli(Path("-"), emulator, tls, "--datasource", "docs", "--feedtype", "full",
+               "--max-records", "2", "--out", str(out), *extra)  # fmt: skip
+    argv[argv.index("push")] = "run"
+    return subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
 def test_ctrl_c_during_a_run_from_a_pipe_writes_no_manifest_for_the_input_cut_short(
     emulator: Emulator, tls: Any, tmp_path: Path
 ) -> None:
@@ -188,12 +199,7 @@ def test_ctrl_c_during_a_run_from_a_pipe_writes_no_manifest_for_the_input_cut_sh
     replace the datasource with part of it: the run stops its build, writes no manifest, and
     says the set cannot be pushed as it is."""
     out = tmp_path / "run-set"
-    argv = cli(Path("-"), emulator, tls, "--datasource", "docs", "--feedtype", "full",
-               "--max-records", "2", "--out", str(out))  # fmt: skip
-    argv[argv.index("push")] = "run"
-    child = subprocess.Popen(
-        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    child = run_from_a_pipe(emulator, tls, out)
     assert child.stdin is not None
     try:
         child.stdin.write(
@@ -280,13 +286,8 @@ def test_ctrl_c_right_after_a_piped_input_ends_leaves_no_manifest_to_push(
     did not finish, and leaves no set that would replace the datasource with input cut short."""
     held_by_the_backlog(emulator, make_feed_set, push_settings(emulator))
     out = tmp_path / "run-set"
-    argv = cli(Path("-"), emulator, tls, "--datasource", "docs", "--feedtype", "full",
-               "--max-records", "2", "--max-ahead", "1", "--backlog-high", "0",
-               "--backlog-low", "0", "--out", str(out))  # fmt: skip
-    argv[argv.index("push")] = "run"
-    child = subprocess.Popen(
-        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    child = run_from_a_pipe(emulator, tls, out, "--max-ahead", "1", "--backlog-high", "0",
+                            "--backlog-low", "0")  # fmt: skip
     assert child.stdin is not None
     try:
         child.stdin.write(three_records(tmp_path / "docs.jsonl").read_text())

@@ -23,6 +23,7 @@ from fastfeed.errors import EmptyFullFeed, FastfeedError
 from fastfeed.gsa.validate import validate_file
 from fastfeed.progress import stage
 from fastfeed.sets.build import _Builder
+from fastfeed.sets.manifest import ManifestEntry
 from feeds import decode_file, decode_set
 
 
@@ -1308,6 +1309,20 @@ def test_a_closed_writer_keeps_its_counts_and_closing_twice_is_harmless(tmp_path
     assert (tmp_path / "o" / "manifest.jsonl").exists() and w.records == 1
 
 
+def test_an_on_file_that_raises_during_close_leaves_the_manifest_to_the_writer(
+    tmp_path: Path,
+) -> None:
+    def refuse(entry: ManifestEntry) -> None:
+        raise ValueError(f"cannot take {entry.file}")
+
+    w = FeedWriter(tmp_path / "o", "d", feedtype="full", on_file=refuse)
+    w.add(doc(0))
+    with pytest.raises(ValueError, match="cannot take"):
+        w.close()
+    assert w.close() == w.manifest == read_manifest(tmp_path / "o")
+    assert len(w.manifest) == 1
+
+
 def test_closing_again_after_a_failed_close_names_that_failure_not_an_empty_feed(
     tmp_path: Path,
 ) -> None:
@@ -1334,6 +1349,13 @@ def test_closing_after_abort_says_it_was_aborted_not_that_the_feed_is_empty(
     with pytest.raises(FeedError, match="^this writer was aborted, so it has no manifest"):
         w.close()
     assert not (tmp_path / "o" / "manifest.jsonl").exists()
+    # The same of an empty one: aborted is what became of it, before anything it holds.
+    aborted = FeedWriter(tmp_path / "a", "d", feedtype="full")
+    aborted.abort()
+    for _ in range(2):
+        with pytest.raises(FeedError, match="^this writer was aborted") as caught:
+            aborted.close()
+        assert not isinstance(caught.value, EmptyFullFeed)
     # An empty full feed refused is refused again, however often it is closed.
     empty = FeedWriter(tmp_path / "e", "d", feedtype="full")
     for _ in range(2):

@@ -367,11 +367,12 @@ def test_a_sync_cuts_its_flood_of_warnings_short_as_a_build_does(
         state = str(tmp_path / "news.state")
         argv = ["thunderstone", "sync", source, "--profile", "news", "--state", state,
                 "--url", url, "--cacert", str(tls.ca_path)]  # fmt: skip
-    argv += ["--max-bytes", "100", "--out", str(tmp_path / "s")]
+    argv += ["--max-bytes", "100", "--out", str(tmp_path / "s"), "--json"]
     assert main(argv) == 0, capsys.readouterr().err
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert err.count("warning: ") == 20
     assert f"fastfeed {command}: 10 more warnings not shown" in err
+    assert json.loads(out)["warnings"] == 30
 
 
 def test_stdout_closed_by_its_reader_ends_the_command_quietly(

@@ -3,6 +3,7 @@ file accepted and none skipped that the appliance had not accepted."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shlex
@@ -14,8 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+from fastfeed import FastfeedError, build_and_push_async, push
+from fastfeed.delivery.settings import PushSettings
 from fastfeed.emulator import Emulator, Fault
 from fastfeed.sets.journal import JOURNAL
+from fastfeed.sets.manifest import MANIFEST
 from feeds import sha256s
 
 
@@ -175,6 +180,17 @@ def test_ctrl_c_during_a_run_names_its_set_and_how_to_send_the_rest(
     )
 
 
+def run_from_a_pipe(emulator: Emulator, tls: Any, out: Path, *extra: str) -> subprocess.Popen[str]:
+    """`fastfeed run - --feedtype full --max-records 2 --out OUT`, its records to write to
+    its stdin."""
+    argv = cli(Path("-"), emulator, tls, "--datasource", "docs", "--feedtype", "full",
+               "--max-records", "2", "--out", str(out), *extra)  # fmt: skip
+    argv[argv.index("push")] = "run"
+    return subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
 def test_ctrl_c_during_a_run_from_a_pipe_writes_no_manifest_for_the_input_cut_short(
     emulator: Emulator, tls: Any, tmp_path: Path
 ) -> None:
@@ -183,12 +199,7 @@ def test_ctrl_c_during_a_run_from_a_pipe_writes_no_manifest_for_the_input_cut_sh
     replace the datasource with part of it: the run stops its build, writes no manifest, and
     says the set cannot be pushed as it is."""
     out = tmp_path / "run-set"
-    argv = cli(Path("-"), emulator, tls, "--datasource", "docs", "--feedtype", "full",
-               "--max-records", "2", "--out", str(out))  # fmt: skip
-    argv[argv.index("push")] = "run"
-    child = subprocess.Popen(
-        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    child = run_from_a_pipe(emulator, tls, out)
     assert child.stdin is not None
     try:
         child.stdin.write(
@@ -214,3 +225,85 @@ def test_ctrl_c_during_a_run_from_a_pipe_writes_no_manifest_for_the_input_cut_sh
     assert f"the build had not finished ({out} has no manifest)" in err
     assert "fastfeed push" not in err
     assert emulator.pushes() == []
+
+
+def held_by_the_backlog(
+    emulator: Emulator, make_feed_set: Callable[..., Path], settings: PushSettings
+) -> None:
+    """Another client's file waits in the appliance's backlog, above a mark of 0: a push with
+    `--backlog-high 0` sends nothing, so a run's builder waits for room (`max_ahead`)."""
+    emulator.pause_feeder()
+    assert push(make_feed_set("other", files=1), settings).ok
+
+
+def three_records(path: Path) -> Path:
+    """With `max_records=2` and `max_ahead=1`, the builder waits for room on its second file,
+    which only the writer's close finishes: after it wrote the manifest."""
+    path.write_text(
+        "".join(f'{{"url": "http://e.example.com/{n}", "content": "{n}"}}\n' for n in range(3))
+    )
+    return path
+
+
+def test_a_run_stopped_once_its_manifest_is_written_but_before_its_build_ends_keeps_none(
+    emulator: Emulator, make_feed_set: Callable[..., Path], push_settings: Callable[..., Any],
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """The writer's close encodes the last chunk and writes the manifest before it says its
+    last files; a Ctrl-C then (the end of input may be the Ctrl-C's own) must not leave a set
+    that `fastfeed push` would send as complete: the files and journal stay, the manifest goes."""
+    settings = push_settings(emulator, backlog_high=0, backlog_low=0)
+    held_by_the_backlog(emulator, make_feed_set, settings)
+    out = tmp_path / "run-set"
+
+    async def interrupted() -> None:
+        running = asyncio.ensure_future(
+            build_and_push_async([str(three_records(tmp_path / "docs.jsonl"))], out, "docs",
+                                 "full", settings, max_ahead=1, max_records=2)
+        )  # fmt: skip
+        while not ((out / MANIFEST).exists() and (out / JOURNAL).exists()):
+            assert not running.done()
+            await asyncio.sleep(0.01)
+        running.cancel()  # what Ctrl-C does to `fastfeed run`
+        with pytest.raises(asyncio.CancelledError):
+            await running
+
+    asyncio.run(interrupted())
+
+    assert not (out / MANIFEST).exists()
+    assert len(list(out.glob("*.xml"))) == 2 and (out / JOURNAL).exists()
+    with pytest.raises(FastfeedError, match="interrupted"):
+        push(out, settings)
+    assert len(emulator.pushes()) == 1
+
+
+def test_ctrl_c_right_after_a_piped_input_ends_leaves_no_manifest_to_push(
+    emulator: Emulator, make_feed_set: Callable[..., Path], push_settings: Callable[..., Any],
+    tls: Any, tmp_path: Path,
+) -> None:  # fmt: skip
+    """The program feeding the pipe ends first, then Ctrl-C reaches the run while its builder
+    (held by the backlog) has written the manifest but not yet ended: the run says the build
+    did not finish, and leaves no set that would replace the datasource with input cut short."""
+    held_by_the_backlog(emulator, make_feed_set, push_settings(emulator))
+    out = tmp_path / "run-set"
+    child = run_from_a_pipe(emulator, tls, out, "--max-ahead", "1", "--backlog-high", "0",
+                            "--backlog-low", "0")  # fmt: skip
+    assert child.stdin is not None
+    try:
+        child.stdin.write(three_records(tmp_path / "docs.jsonl").read_text())
+        child.stdin.close()  # the feeding program ends
+        deadline = time.monotonic() + 30
+        while not ((out / MANIFEST).exists() and (out / JOURNAL).exists()):
+            assert child.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        child.send_signal(signal.SIGINT)
+        child.wait(timeout=30)
+    assert child.stderr is not None
+    err = child.stderr.read()
+
+    assert child.returncode == 130, err
+    assert not (out / MANIFEST).exists() and len(list(out.glob("*.xml"))) == 2
+    assert f"the build had not finished ({out} has no manifest)" in err
+    assert "fastfeed push" not in err
+    assert len(emulator.pushes()) == 1

@@ -104,8 +104,11 @@ class FeedWriter:
     def abort(self) -> None: ...
     @property
     def kind(self) -> str: ...
-    #: `records`, `bytes` and `files` stay readable once the writer is closed or aborted (its
-    #: final counts); they raise `FeedError` once its close failed or an internal error stopped it.
+    #: `records`, `bytes` (of the records as encoded, the files' headers not counted) and `files`
+    #: stay readable once the writer is closed or aborted, as they were then (once aborted, with
+    #: the unfinished file it removed); they raise `FeedError` once its close failed or an internal
+    #: error stopped it. Read them on the writer's thread: while a call on another thread holds
+    #: the writer, they raise `RuntimeError` ("Already mutably borrowed").
     @property
     def records(self) -> int: ...
     @property

@@ -211,10 +211,13 @@ def mass_delete(command: str, exc: MassDelete, as_json: bool) -> int:
     return ExitCode.REFUSED
 
 
-def run_sync_command(command: str, as_json: bool, call: Callable[[], SyncSummary]) -> int:
+def run_sync_command(
+    command: str, as_json: bool, call: Callable[[], SyncSummary], warnings: Warnings
+) -> int:
     """Runs a sync and reports it: what it found (with example URLs), what it sent, where the
-    set is kept; a refusal names why, with the exit status the help promises (other errors
-    are reported by the command, as `stopped`)."""
+    set is kept, how many `warnings` (counted in --json, as a build's); a refusal names why,
+    with the exit status the help promises (other errors are reported by the command, as
+    `stopped`)."""
     try:
         summary = call()
     except InputError as exc:
@@ -240,7 +243,7 @@ def run_sync_command(command: str, as_json: bool, call: Callable[[], SyncSummary
         print(f"fastfeed {command}: refused: {summary.refused}", file=sys.stderr)
     if summary.out_dir:
         print(f"fastfeed {command}: the set sent is kept in {summary.out_dir}", file=sys.stderr)
-    emit(summary.to_dict(), as_json)
+    emit({**summary.to_dict(), "warnings": warnings.count}, as_json)
     if summary.refused:
         return ExitCode.REFUSED
     return ExitCode.OK if summary.ok else ExitCode.FAILED

@@ -134,4 +134,5 @@ def sync_command(
                 **syncing,
                 **encoding,
             ),
+            warn,
         )

@@ -190,4 +190,4 @@ def sync_command(
         )
 
     with Warnings("thunderstone sync") as warn:
-        return run_sync_command("thunderstone sync", as_json, call)
+        return run_sync_command("thunderstone sync", as_json, call, warn)

@@ -20,7 +20,7 @@ from fastfeed.gsa.writer import FeedType
 from fastfeed.progress import Progress
 from fastfeed.sets.build import BuildSummary
 from fastfeed.sets.journal import Journal
-from fastfeed.sets.manifest import ManifestEntry
+from fastfeed.sets.manifest import MANIFEST, ManifestEntry
 
 
 async def build_and_push_async(
@@ -77,12 +77,9 @@ async def build_and_push_async(
             stop()
             loop.call_soon_threadsafe(submit, entry)
 
-        async with Pusher(
-            settings, progress=progress, on_result=lambda _: room.release()
-        ) as pusher:
-            building = asyncio.ensure_future(
-                asyncio.to_thread(
-                    build,
+        def build_unless_stopped() -> BuildSummary:  # on the builder's thread
+            try:
+                return build(
                     inputs,
                     directory,
                     datasource,
@@ -92,7 +89,21 @@ async def build_and_push_async(
                     stop=stop,
                     **build_options,
                 )
-            )
+            finally:
+                # A build that ends once the push stopped did not finish before it: the
+                # writer checks `stop` last before its close, which encodes the last chunk
+                # and writes the manifest before saying its files, so a Ctrl-C there leaves
+                # a manifest of input the Ctrl-C may have cut short. Without it the set is
+                # an unfinished one, which `fastfeed push` refuses. Decided here, where the
+                # build ends, rather than by the pusher: a second Ctrl-C abandons the wait
+                # for the build, not the build.
+                if stopped.is_set():
+                    (directory / MANIFEST).unlink(missing_ok=True)
+
+        async with Pusher(
+            settings, progress=progress, on_result=lambda _: room.release()
+        ) as pusher:
+            building = asyncio.ensure_future(asyncio.to_thread(build_unless_stopped))
             building.add_done_callback(lambda _: pusher.close_input())
             try:
                 pushed = await pusher.run()

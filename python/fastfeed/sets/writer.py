@@ -152,6 +152,9 @@ class SetWriter:
         self._on_file = on_file
         self._on_warning = on_warning
         self._manifest: list[ManifestEntry] | None = None
+        # Whether a close refused the set as empty (and aborted the writer): closing again says
+        # so again, not that it was aborted.
+        self._refused_empty = False
 
     def add_jsonl(self, chunk: bytes | memoryview) -> int:
         """Adds the items of a chunk of JSON Lines (whole lines only), parsed in Rust on the
@@ -225,7 +228,8 @@ class SetWriter:
         return self._core.take_fingerprints(source=source, base=base)
 
     def close(self) -> list[ManifestEntry]:
-        """Finishes the last file, writes the manifest and returns it. Closing twice is harmless.
+        """Finishes the last file, writes the manifest and returns it. Closing twice is harmless,
+        even after an `on_file` that raised here: the manifest was written, and is returned.
         Closing again after a close that raised raises again: `EmptyFullFeed` again, or
         `FeedError` naming the first failure (a file that could not be written); after `abort`,
         `FeedError` saying it was aborted: there is no manifest. A writer an internal error
@@ -233,11 +237,17 @@ class SetWriter:
         read as 0 (nor are `records`, `bytes` and `files`)."""
         if self._manifest is None:
             if self._refuse_empty is not None and self._core.records == 0:
-                self.abort()
+                if not self._refused_empty:
+                    # Counts stay readable once aborted: a call that takes nothing says first
+                    # what became of the writer (aborted...), which is what closing it says.
+                    self._core.take_refused(0)
+                    self.abort()
+                    self._refused_empty = True
                 raise EmptyFullFeed(self._refuse_empty)
             entries, finished = self._core.finish()
-            self._report([], finished)
+            # Kept before the files are said: the manifest is on disk, whatever `on_file` raises.
             self._manifest = [ManifestEntry(**e) for e in entries]
+            self._report([], finished)
         return self._manifest
 
     def abort(self) -> None:
@@ -260,15 +270,17 @@ class SetWriter:
     @property
     def records(self) -> int:
         """Records taken so far (written, or encoded and about to be). Still readable once
-        closed or aborted, as they were then (with `bytes` and `files`): the set's final counts.
+        closed or aborted, as they were then (with `bytes` and `files`): once closed, the set's
+        final counts; once aborted, the records of the unfinished file it removed still count.
         A writer whose close failed, or that an internal error stopped, raises `FeedError`
-        saying why."""
+        saying why. Read the counts on the thread that adds to the writer: read while an add on
+        another thread holds it, they raise `RuntimeError` ("Already mutably borrowed")."""
         return self._core.records
 
     @property
     def bytes(self) -> int:
-        """Encoded bytes of the records taken so far, file headers not counted (see
-        `records`)."""
+        """Bytes of the records taken so far, as encoded: the files' headers are not counted,
+        so the files on disk hold more (see `records`)."""
         return self._core.bytes
 
     @property

@@ -14,7 +14,7 @@ use crate::escape::first_unrepresentable;
 use crate::url::{check_in_full, plainly_valid, url_path};
 
 pub use content::Content;
-pub(crate) use content::{read_ahead, OpenedFile, Source, Utf8Blocks};
+pub(crate) use content::{open_file_limit, read_ahead, OpenedFile, Source, Utf8Blocks};
 use date::normalize_date;
 pub(crate) use date::parse_date;
 use xml::Checked;

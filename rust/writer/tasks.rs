@@ -518,26 +518,32 @@ const CHUNK_FILES: jsonl::FileBudget = jsonl::FileBudget {
 /// opens themselves, each doubling of a table that threads share waits for an RCU grace period
 /// (`expand_fdtable`), the planning threads stopped meanwhile: a process's first build (every
 /// `fastfeed build`) took 0.42 to 0.48 s on two cores, 0.39 to 0.40 once grown (session 26).
-/// Where the limit on open files is lower, the table stays as it is: opens stop there anyway.
 #[cfg(target_os = "linux")]
 pub(super) fn make_room_for_opened_files(dir: &std::path::Path) {
     use std::os::fd::AsRawFd;
     let Ok(open) = std::fs::File::open(dir) else {
         return;
     };
-    let wanted = (open.as_raw_fd() as usize + CHUNK_FILES.named).min(libc::c_int::MAX as usize);
+    let wanted = table_wanted(open.as_raw_fd());
     // SAFETY: F_DUPFD makes a new descriptor, the lowest free one from `wanted` on (never one in
     // use), which is closed at once: only the table's size stays.
     unsafe {
-        let fd = libc::fcntl(
-            open.as_raw_fd(),
-            libc::F_DUPFD_CLOEXEC,
-            wanted as libc::c_int,
-        );
+        let fd = libc::fcntl(open.as_raw_fd(), libc::F_DUPFD_CLOEXEC, wanted);
         if fd >= 0 {
             libc::close(fd);
         }
     }
+}
+
+/// The highest descriptor the table is grown to hold, `fd` being the highest open: a round's
+/// files above it, and at most the last one the limit on open files allows (F_DUPFD refuses
+/// one past it, EINVAL, and grew nothing where the limit is 1,024 or 4,096, the usual ones).
+/// The planner holds no more open than that limit lets it (`record::read_ahead`) anyway.
+#[cfg(target_os = "linux")]
+fn table_wanted(fd: libc::c_int) -> libc::c_int {
+    let limit = crate::record::open_file_limit().unwrap_or(u64::MAX);
+    let wanted = (fd.max(0) as u64 + CHUNK_FILES.named as u64).min(limit.saturating_sub(1));
+    wanted.min(libc::c_int::MAX as u64) as libc::c_int
 }
 
 /// Elsewhere nothing is known to wait on the table's growth.
@@ -956,8 +962,13 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn the_descriptor_table_holds_a_rounds_files_before_they_are_opened() {
+        use std::os::fd::AsRawFd;
         let dir = tempfile::tempdir().unwrap();
         make_room_for_opened_files(dir.path());
+        // Whatever the limit on open files (`ulimit -n` 64, 1024, 4096, 20000): up to it. The
+        // grower's own descriptor was the lowest free, as this one is.
+        let open = std::fs::File::open(dir.path()).unwrap();
+        let wanted = table_wanted(open.as_raw_fd()) as usize;
         let status = std::fs::read_to_string("/proc/self/status").unwrap();
         let size: usize = status
             .lines()
@@ -966,7 +977,7 @@ mod tests {
             .trim()
             .parse()
             .unwrap();
-        assert!(size > CHUNK_FILES.named, "{size}");
+        assert!(size > wanted, "{size} <= {wanted}");
     }
 
     #[test]

@@ -121,8 +121,10 @@ fn with_scratch<T>(level: u8, f: impl FnOnce(&mut Scratch) -> T) -> T {
             *slot = Some(Scratch::new(level));
         }
         let scratch = slot.as_mut().expect("just set");
-        // A record moved out whose piece failed before taking it (a panic) is not the next's.
+        // A record moved out whose piece failed before taking it (a panic) is not the next's,
+        // nor is a warning about it.
         drop(scratch.spill.take());
+        scratch.warning = None;
         f(scratch)
     })
 }
@@ -149,6 +151,8 @@ pub(super) struct Encoded {
     /// The lines refused, in line order, when the writer skips them (see
     /// `FeedWriter::skip_refused`); taken off before the records are written.
     pub(super) refused: Refusals,
+    /// Warnings about records (`Scratch::warning`), by the record's position among them.
+    warned: Vec<(usize, String)>,
     /// Whether `buf` goes back to the encoding threads once written (see `Recycled`).
     recycle: bool,
 }
@@ -196,17 +200,29 @@ impl Encoded {
             spilled: Vec::new(),
             found: Fingerprints::default(),
             refused: Refusals::default(),
+            warned: Vec::new(),
         }
     }
 
     /// Marks the end of the record at `index`, which was just appended to `buf`, or moved out
-    /// into `spill`.
-    pub(super) fn ended(&mut self, index: usize, spill: &mut Spill) {
-        if let Some(spilled) = spill.take() {
+    /// into the scratch's `spill`, with the scratch's warning about it.
+    pub(super) fn ended(&mut self, index: usize, scratch: &mut Scratch) {
+        if let Some(spilled) = scratch.spill.take() {
             self.spilled.push((self.ends.len(), spilled));
+        }
+        if let Some(warning) = scratch.warning.take() {
+            self.warned.push((self.ends.len(), warning));
         }
         self.ends.push(self.buf.len());
         self.indices.push(index);
+    }
+
+    /// Takes the warnings about its records, each with the record's index.
+    pub(super) fn take_warnings(&mut self) -> impl Iterator<Item = (usize, String)> + '_ {
+        let indices = &self.indices;
+        self.warned
+            .drain(..)
+            .map(move |(at, warning)| (indices[at], warning))
     }
 
     pub(super) fn records(&self) -> impl Iterator<Item = (usize, Rec<'_>)> {
@@ -472,12 +488,13 @@ impl LineEncoding {
                     if let Some((record, fp)) = found {
                         done.found.push(chunk, index, line, &record.url, &fp);
                     }
-                    done.ended(index, &mut scratch.spill);
+                    done.ended(index, scratch);
                 }
                 Some(e) => {
                     // Nothing of the refused record stays: its bytes, its file moved out.
                     done.buf.truncate(start);
                     drop(scratch.spill.take());
+                    scratch.warning = None;
                     done.refused.set_aside(e)?;
                 }
             }

@@ -657,6 +657,9 @@ pub struct Scratch {
     /// The `content_path` file the planning threads opened for the record being encoded, if
     /// any: taken by its read, dropped (closed) after the record.
     pub(crate) opened: Option<OpenedFile>,
+    /// What deserves a warning about the record just encoded, if anything: taken with it (see
+    /// `writer::Encoded::ended`), dropped if it is refused after all.
+    pub warning: Option<String>,
 }
 
 /// Above this a scratch buffer is given back after use: one huge record must not pin its size.
@@ -669,6 +672,7 @@ impl Scratch {
             bytes: Vec::new(),
             spill: Spill::default(),
             opened: None,
+            warning: None,
         }
     }
 

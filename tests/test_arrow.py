@@ -615,7 +615,7 @@ def test_a_bad_row_names_its_row_and_column(
     [
         ("ds", {"url": url(0), "last_modified": "Sat, 31 Dec 2016 23:59:60 GMT"}),
         ("web", {"url": url(0), "metadata": {"k": "v"}}),
-        ("ds", {"url": url(0), "content": "x", "crawl_immediately": True}),
+        ("web", {"url": url(0), "pagerank": 90}),
         (
             "ds",
             {
@@ -626,7 +626,7 @@ def test_a_bad_row_names_its_row_and_column(
             },
         ),
     ],
-    ids=["leap-second", "web-metadata", "crawl-in-content-feed", "acl-twice"],
+    ids=["leap-second", "web-metadata", "pagerank-in-web-feed", "acl-twice"],
 )
 def test_a_row_breaking_a_protocol_rule_is_refused_as_its_dict_is(
     tmp_path: Path, datasource: str, row: dict[str, Any]

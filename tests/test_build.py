@@ -87,13 +87,6 @@ def build(tmp_path: Path, records: list[object], *args: str, out: str = "out") -
             "2016-12-31 23:59:60 UTC is a leap second",
         ),
         (
-            doc(1, crawl_immediately=True),
-            "incremental",
-            "crawl_immediately",
-            "web and metadata-and-url feeds only",
-        ),
-        (doc(1, crawl_once=False), "full", "crawl_once", "web and metadata-and-url feeds only"),
-        (
             doc(
                 1,
                 acl={"principals": [{"name": "ann", "scope": "user", "access": "permit"}]},
@@ -436,11 +429,26 @@ def test_record_attributes_reach_the_feed(tmp_path: Path) -> None:
     }
 
 
-def test_crawl_flags_reach_a_metadata_and_url_feed(tmp_path: Path) -> None:
-    rec = {"url": "http://docs.example.com/1", "crawl_immediately": True, "crawl_once": False}
-    assert build(tmp_path, [rec], "--feedtype", "metadata-and-url") == 0
-    attrs = decode_set(tmp_path / "out")[0].attrs
-    assert (attrs["crawl-immediately"], attrs["crawl-once"]) == ("true", "false")
+@pytest.mark.parametrize("feedtype", ["incremental", "full", "metadata-and-url"])
+def test_crawl_flags_reach_every_feed_with_a_warning_in_content_feeds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], feedtype: str
+) -> None:
+    # The guide: crawl-immediately "has no effect on content feeds", which is no error, and
+    # `false` is the DTD's default: records that say so were built before and still are.
+    first = {"url": "http://docs.example.com/1", "crawl_immediately": True, "crawl_once": False}
+    second = {"url": "http://docs.example.com/2", "crawl_immediately": False}
+    if feedtype != "metadata-and-url":
+        first["content"] = second["content"] = "text"
+    assert build(tmp_path, [first, second], "--feedtype", feedtype) == 0
+    fed = decode_set(tmp_path / "out")
+    assert (fed[0].attrs["crawl-immediately"], fed[0].attrs["crawl-once"]) == ("true", "false")
+    assert fed[1].attrs["crawl-immediately"] == "false"
+    err = capsys.readouterr().err
+    if feedtype == "metadata-and-url":
+        assert "crawl_immediately" not in err
+    else:
+        assert "in.jsonl:1: crawl_immediately: true has no effect on content feeds" in err
+        assert "in.jsonl:2:" not in err
 
 
 def test_metadata_is_refused_in_an_incremental_web_feed_and_taken_in_metadata_and_url(
@@ -1060,6 +1068,16 @@ def test_python_api_warns_about_oversized_records(tmp_path: Path) -> None:
         FeedWriter(tmp_path / "o", "api", max_bytes=1000) as w,
     ):
         w.add(doc(1, content=os.urandom(5000)))
+
+
+def test_python_api_warns_about_a_crawl_flag_without_effect(tmp_path: Path) -> None:
+    with FeedWriter(tmp_path / "o", "api") as w, pytest.warns(FeedWarning) as caught:
+        w.add_batch([doc(1), doc(2, crawl_once=True, crawl_immediately=True)])
+    [warning] = [c.message for c in caught]
+    assert isinstance(warning, FeedWarning)
+    assert warning.index == 1
+    assert str(warning).startswith("crawl_immediately and crawl_once: true has no effect")
+    assert decode_set(tmp_path / "o")[1].attrs["crawl-once"] == "true"
 
 
 def test_python_api_refuses_bad_settings(tmp_path: Path) -> None:

@@ -638,6 +638,15 @@ static HELD: AtomicUsize = AtomicUsize::new(0);
 /// of descriptors where the caller held most: the build stopped with EMFILE. A file planned
 /// past it is closed once asked ahead, and opened again by its encoding thread.
 fn max_held(held: &AtomicUsize) -> usize {
+    match open_file_limit() {
+        Some(limit) => held_within(limit, others_open(held)),
+        None => 256,
+    }
+}
+
+/// The process's limit on open files (the soft RLIMIT_NOFILE, often 1,024): no descriptor is
+/// numbered at or above it. `None` where it cannot be known.
+pub(crate) fn open_file_limit() -> Option<u64> {
     #[cfg(unix)]
     {
         let mut limit = libc::rlimit {
@@ -646,11 +655,10 @@ fn max_held(held: &AtomicUsize) -> usize {
         };
         // SAFETY: getrlimit only fills the struct it is given.
         if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
-            return held_within(limit.rlim_cur, others_open(held));
+            return Some(limit.rlim_cur);
         }
     }
-    let _ = held;
-    256
+    None
 }
 
 /// A quarter of the descriptors free under `limit` when `others` are open, up to 4,096.

@@ -14,7 +14,7 @@ use crate::escape::first_unrepresentable;
 use crate::url::{check_in_full, plainly_valid, url_path};
 
 pub use content::Content;
-pub(crate) use content::{read_ahead, OpenedFile, Source, Utf8Blocks};
+pub(crate) use content::{open_file_limit, read_ahead, OpenedFile, Source, Utf8Blocks};
 use date::normalize_date;
 pub(crate) use date::parse_date;
 use xml::Checked;
@@ -329,25 +329,27 @@ impl<'a> Record<'a> {
         .filter_map(|(field, given)| given.then_some(field))
     }
 
-    /// The first field given that applies to other feeds than `kind`, and why: the guide's
-    /// record attributes for content feeds only (`pagerank`) or for web and metadata-and-url
-    /// feeds only (`crawl-immediately`, and `crawl-once` alike), which another feed ignores.
-    fn field_for_other_feeds(&self, kind: FeedKind) -> Option<(&'static str, &'static str)> {
-        [
-            ("pagerank", self.pagerank.is_some(), true),
-            ("crawl_immediately", self.crawl_immediately.is_some(), false),
-            ("crawl_once", self.crawl_once.is_some(), false),
+    /// A warning about a crawl flag set in a content feed, naming it: the guide's
+    /// `crawl-immediately` is for web and metadata-and-url feeds only, and "has no effect on
+    /// content feeds", whose URLs the appliance does not crawl (`crawl-once` alike). Written as
+    /// given all the same: the DTD allows both on any record, and `false` is their default.
+    fn crawl_flag_without_effect(&self, kind: FeedKind) -> Option<String> {
+        if !kind.carries_content() {
+            return None;
+        }
+        let set: Vec<&str> = [
+            ("crawl_immediately", self.crawl_immediately),
+            ("crawl_once", self.crawl_once),
         ]
         .into_iter()
-        .find(|&(_, given, for_content)| given && for_content != kind.carries_content())
-        .map(|(field, _, for_content)| {
-            let why = if for_content {
-                "applies to content feeds only"
-            } else {
-                "applies to web and metadata-and-url feeds only, whose URLs the appliance \
-                 crawls (it does not crawl a content feed's)"
-            };
-            (field, why)
+        .filter_map(|(field, given)| (given == Some(true)).then_some(field))
+        .collect();
+        (!set.is_empty()).then(|| {
+            format!(
+                "{}: true has no effect on content feeds, whose URLs the appliance does not \
+                 crawl (it is for web and metadata-and-url feeds); written as given",
+                set.join(" and ")
+            )
         })
     }
 
@@ -404,10 +406,10 @@ impl<'a> Record<'a> {
                 return Err(err("displayurl", "is empty".into()));
             }
         }
-        if let Some((field, why)) = self.field_for_other_feeds(kind) {
-            return Err(not_allowed(field, why));
-        }
         if let Some(rank) = self.pagerank {
+            if !kind.carries_content() {
+                return Err(not_allowed("pagerank", "applies to content feeds only"));
+            }
             if !(68..=100).contains(&rank) {
                 return Err(err("pagerank", format!("{rank} is outside 68 to 100")));
             }
@@ -542,7 +544,9 @@ impl<'a> Record<'a> {
         let checked = self.check(index, kind, opts)?;
         let written = checked.write(index, opts, scratch, out);
         scratch.trim();
-        written
+        written?;
+        scratch.warning = self.crawl_flag_without_effect(kind);
+        Ok(())
     }
 }
 
@@ -605,7 +609,13 @@ mod tests {
     }
 
     #[test]
-    fn crawl_flags_are_refused_in_content_feeds_as_pagerank_is_in_web_feeds() {
+    fn crawl_flags_are_written_in_every_feed_with_a_warning_in_content_feeds() {
+        // The guide: crawl-immediately "has no effect on content feeds" (not an error), and the
+        // DTD allows both flags on any record. Pagerank stays refused outside content feeds.
+        let opts = EncodeOptions {
+            compress: Compress::Never,
+            acl_format: AclFormat::PerUrl,
+        };
         for (feedtype, web) in [
             (FeedType::Full, false),
             (FeedType::Incremental, false),
@@ -616,41 +626,45 @@ mod tests {
             let content = !web && feedtype != FeedType::MetadataAndUrl;
             let given = [
                 (
+                    Some(true),
+                    None,
+                    "crawl-immediately=\"true\"",
                     "crawl_immediately",
-                    Record {
-                        crawl_immediately: Some(true),
-                        ..page()
-                    },
                 ),
-                (
-                    "crawl_once",
-                    Record {
-                        crawl_once: Some(false),
-                        ..page()
-                    },
-                ),
-                (
-                    "pagerank",
-                    Record {
-                        pagerank: Some(90),
-                        ..page()
-                    },
-                ),
+                (None, Some(true), "crawl-once=\"true\"", "crawl_once"),
+                (Some(false), Some(false), "crawl-once=\"false\"", ""),
             ];
-            for (field, record) in given {
-                let applies = content == (field == "pagerank");
-                match encode(&record, kind(feedtype, web), AclFormat::PerUrl) {
-                    Ok(xml) => assert!(applies, "{field} in {feedtype:?} (web {web}): {xml}"),
-                    Err((f, k, message)) => {
-                        assert!(!applies, "{field}: {message}");
-                        assert_eq!((f, k), (Some(field), RecordErrorKind::NotAllowed));
-                        let only = if content {
-                            "web and metadata-and-url"
-                        } else {
-                            "content"
-                        };
-                        assert!(message.contains(&format!("{only} feeds only")), "{message}");
+            for (crawl_immediately, crawl_once, written, warned) in given {
+                let record = Record {
+                    crawl_immediately,
+                    crawl_once,
+                    ..page()
+                };
+                let (mut scratch, mut out) = (Scratch::new(1), Vec::new());
+                record
+                    .encode_into(3, kind(feedtype, web), opts, &mut scratch, &mut out)
+                    .unwrap();
+                let xml = String::from_utf8(out).unwrap();
+                assert!(xml.contains(written), "{xml}");
+                match scratch.warning {
+                    Some(warning) => {
+                        assert!(content && !warned.is_empty(), "{feedtype:?}: {warning}");
+                        let said = format!("{warned}: true has no effect on content feeds");
+                        assert!(warning.starts_with(&said), "{warning}");
                     }
+                    None => assert!(!content || warned.is_empty(), "{feedtype:?} {warned}"),
+                }
+            }
+            let ranked = Record {
+                pagerank: Some(90),
+                ..page()
+            };
+            match encode(&ranked, kind(feedtype, web), AclFormat::PerUrl) {
+                Ok(xml) => assert!(content && xml.contains("pagerank=\"90\""), "{xml}"),
+                Err((field, k, message)) => {
+                    assert!(!content, "{message}");
+                    assert_eq!((field, k), (Some("pagerank"), RecordErrorKind::NotAllowed));
+                    assert!(message.contains("content feeds only"), "{message}");
                 }
             }
         }

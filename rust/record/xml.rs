@@ -96,6 +96,7 @@ impl Checked<'_, '_> {
             bytes,
             spill,
             opened,
+            ..
         } = scratch;
         let mut sink = Sink::new(out, start, spill);
         let mut source = content.source(index, self.mimetype, bytes, opened.take())?;

@@ -333,10 +333,13 @@ impl FeedWriter {
 
     /// Checks the sizes of encoded records and hands them to the writing thread.
     fn take(&mut self, mut encoded: Vec<Encoded>) -> Result<BatchReport> {
-        let warnings = check_sizes(&encoded, self.limits)?;
+        let mut warnings = check_sizes(&encoded, self.limits)?;
         for done in &mut encoded {
             self.found.append(&mut done.found);
+            warnings.extend(done.take_warnings());
         }
+        // In the records' order, whatever each is about.
+        warnings.sort_by_key(|&(index, _)| index);
         self.taken.0 += encoded.iter().map(|e| e.ends.len() as u64).sum::<u64>();
         self.taken.1 += encoded.iter().map(Encoded::bytes).sum::<u64>();
         self.send(Job::Append(encoded))?;
@@ -672,7 +675,7 @@ fn encode_run(
     let mut done = Encoded::recycled(weight + weight / 2);
     for i in run {
         encode(i, scratch, &mut done.buf)?;
-        done.ended(index(i), &mut scratch.spill);
+        done.ended(index(i), scratch);
     }
     Ok(done)
 }

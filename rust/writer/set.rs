@@ -282,7 +282,8 @@ impl ManifestEntry {
 /// What a batch did besides writing records.
 #[derive(Debug, Default)]
 pub struct BatchReport {
-    /// Records that went alone into a file over the cap, with why.
+    /// Warnings about records, by index, in their order: one that went alone into a file over
+    /// the cap, a crawl flag without effect in a content feed.
     pub warnings: Vec<(usize, String)>,
     /// Files finished while writing this batch, in manifest order.
     pub finished: Vec<ManifestEntry>,

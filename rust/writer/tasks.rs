@@ -121,8 +121,10 @@ fn with_scratch<T>(level: u8, f: impl FnOnce(&mut Scratch) -> T) -> T {
             *slot = Some(Scratch::new(level));
         }
         let scratch = slot.as_mut().expect("just set");
-        // A record moved out whose piece failed before taking it (a panic) is not the next's.
+        // A record moved out whose piece failed before taking it (a panic) is not the next's,
+        // nor is a warning about it.
         drop(scratch.spill.take());
+        scratch.warning = None;
         f(scratch)
     })
 }
@@ -149,6 +151,8 @@ pub(super) struct Encoded {
     /// The lines refused, in line order, when the writer skips them (see
     /// `FeedWriter::skip_refused`); taken off before the records are written.
     pub(super) refused: Refusals,
+    /// Warnings about records (`Scratch::warning`), by the record's position among them.
+    warned: Vec<(usize, String)>,
     /// Whether `buf` goes back to the encoding threads once written (see `Recycled`).
     recycle: bool,
 }
@@ -196,17 +200,29 @@ impl Encoded {
             spilled: Vec::new(),
             found: Fingerprints::default(),
             refused: Refusals::default(),
+            warned: Vec::new(),
         }
     }
 
     /// Marks the end of the record at `index`, which was just appended to `buf`, or moved out
-    /// into `spill`.
-    pub(super) fn ended(&mut self, index: usize, spill: &mut Spill) {
-        if let Some(spilled) = spill.take() {
+    /// into the scratch's `spill`, with the scratch's warning about it.
+    pub(super) fn ended(&mut self, index: usize, scratch: &mut Scratch) {
+        if let Some(spilled) = scratch.spill.take() {
             self.spilled.push((self.ends.len(), spilled));
+        }
+        if let Some(warning) = scratch.warning.take() {
+            self.warned.push((self.ends.len(), warning));
         }
         self.ends.push(self.buf.len());
         self.indices.push(index);
+    }
+
+    /// Takes the warnings about its records, each with the record's index.
+    pub(super) fn take_warnings(&mut self) -> impl Iterator<Item = (usize, String)> + '_ {
+        let indices = &self.indices;
+        self.warned
+            .drain(..)
+            .map(move |(at, warning)| (indices[at], warning))
     }
 
     pub(super) fn records(&self) -> impl Iterator<Item = (usize, Rec<'_>)> {
@@ -472,12 +488,13 @@ impl LineEncoding {
                     if let Some((record, fp)) = found {
                         done.found.push(chunk, index, line, &record.url, &fp);
                     }
-                    done.ended(index, &mut scratch.spill);
+                    done.ended(index, scratch);
                 }
                 Some(e) => {
                     // Nothing of the refused record stays: its bytes, its file moved out.
                     done.buf.truncate(start);
                     drop(scratch.spill.take());
+                    scratch.warning = None;
                     done.refused.set_aside(e)?;
                 }
             }
@@ -518,26 +535,32 @@ const CHUNK_FILES: jsonl::FileBudget = jsonl::FileBudget {
 /// opens themselves, each doubling of a table that threads share waits for an RCU grace period
 /// (`expand_fdtable`), the planning threads stopped meanwhile: a process's first build (every
 /// `fastfeed build`) took 0.42 to 0.48 s on two cores, 0.39 to 0.40 once grown (session 26).
-/// Where the limit on open files is lower, the table stays as it is: opens stop there anyway.
 #[cfg(target_os = "linux")]
 pub(super) fn make_room_for_opened_files(dir: &std::path::Path) {
     use std::os::fd::AsRawFd;
     let Ok(open) = std::fs::File::open(dir) else {
         return;
     };
-    let wanted = (open.as_raw_fd() as usize + CHUNK_FILES.named).min(libc::c_int::MAX as usize);
+    let wanted = table_wanted(open.as_raw_fd());
     // SAFETY: F_DUPFD makes a new descriptor, the lowest free one from `wanted` on (never one in
     // use), which is closed at once: only the table's size stays.
     unsafe {
-        let fd = libc::fcntl(
-            open.as_raw_fd(),
-            libc::F_DUPFD_CLOEXEC,
-            wanted as libc::c_int,
-        );
+        let fd = libc::fcntl(open.as_raw_fd(), libc::F_DUPFD_CLOEXEC, wanted);
         if fd >= 0 {
             libc::close(fd);
         }
     }
+}
+
+/// The highest descriptor the table is grown to hold, `fd` being the highest open: a round's
+/// files above it, and at most the last one the limit on open files allows (F_DUPFD refuses
+/// one past it, EINVAL, and grew nothing where the limit is 1,024 or 4,096, the usual ones).
+/// The planner holds no more open than that limit lets it (`record::read_ahead`) anyway.
+#[cfg(target_os = "linux")]
+fn table_wanted(fd: libc::c_int) -> libc::c_int {
+    let limit = crate::record::open_file_limit().unwrap_or(u64::MAX);
+    let wanted = (fd.max(0) as u64 + CHUNK_FILES.named as u64).min(limit.saturating_sub(1));
+    wanted.min(libc::c_int::MAX as u64) as libc::c_int
 }
 
 /// Elsewhere nothing is known to wait on the table's growth.
@@ -956,8 +979,13 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn the_descriptor_table_holds_a_rounds_files_before_they_are_opened() {
+        use std::os::fd::AsRawFd;
         let dir = tempfile::tempdir().unwrap();
         make_room_for_opened_files(dir.path());
+        // Whatever the limit on open files (`ulimit -n` 64, 1024, 4096, 20000): up to it. The
+        // grower's own descriptor was the lowest free, as this one is.
+        let open = std::fs::File::open(dir.path()).unwrap();
+        let wanted = table_wanted(open.as_raw_fd()) as usize;
         let status = std::fs::read_to_string("/proc/self/status").unwrap();
         let size: usize = status
             .lines()
@@ -966,7 +994,7 @@ mod tests {
             .trim()
             .parse()
             .unwrap();
-        assert!(size > CHUNK_FILES.named, "{size}");
+        assert!(size > wanted, "{size} <= {wanted}");
     }
 
     #[test]

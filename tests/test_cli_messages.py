@@ -439,6 +439,36 @@ def test_a_dash_read_from_a_terminal_says_what_the_command_waits_for(tmp_path: P
     assert b"terminal" not in piped.stderr
 
 
+def test_one_ctrl_d_ends_what_is_typed_at_a_terminal(tmp_path: Path) -> None:
+    """Lines typed one by one, then Ctrl-D on an empty line: the build ends with them. (Ctrl-D
+    once had to be typed twice when lines came before it.)"""
+    import time
+
+    keyboard, terminal = os.openpty()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "fastfeed", "build", "-", "--datasource", "d", "--out",
+         str(tmp_path / "typed")],
+        stdin=terminal, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    os.close(terminal)
+    try:
+        for n in range(3):
+            os.write(
+                keyboard, f'{{"url": "http://e.example.com/{n}", "content": "{n}"}}\n'.encode()
+            )
+            time.sleep(0.1)
+        os.write(keyboard, b"\x04")
+        _, err = child.communicate(timeout=10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+        os.close(keyboard)
+
+    assert child.returncode == 0, err
+    assert sum(e.records for e in read_manifest(tmp_path / "typed")) == 3
+
+
 def closed_pipe() -> int:
     """The writing end of a pipe whose reader is gone: writing to it fails with EPIPE."""
     import os

@@ -105,6 +105,31 @@ def test_dev_stdin_as_input_gives_every_record(tmp_path: Path) -> None:
     assert urls(tmp_path / "out") == sorted(d["url"] for d in DOCS)
 
 
+@pytest.mark.parametrize("ending", [b"\n", b""])
+def test_chunks_of_a_pipe_keep_every_line_and_its_number(
+    pipe_of: Callable[[bytes], str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    ending: bytes,
+) -> None:
+    """Blocks far smaller than lines, and lines of every length about them: each line whole
+    and in order (the longer ones through the temporary file), a refused one named by its
+    number, the last one kept without its newline."""
+    monkeypatch.setattr(inputs_module, "CHUNK_BYTES", 64)
+    records = [
+        {"url": f"http://docs.example.com/{i}", "content": "z" * (i * 37 % 300)} for i in range(40)
+    ]
+    lines = [orjson.dumps(r) for r in records]
+    lines[25] = orjson.dumps({**records[25], "pagerank": 3})
+    source = pipe_of(b"\n".join(lines) + ending)
+    assert main(build_args(source, tmp_path / "out", "--on-error", "skip")) == 1
+    assert (tmp_path / "out" / "rejected.log").read_text().startswith(f"{source}:26: pagerank:")
+    assert [f.url for f in decode_set(tmp_path / "out")] == [
+        r["url"] for i, r in enumerate(records) if i != 25
+    ]
+
+
 def test_groups_from_a_pipe_are_all_written(
     pipe_of: Callable[[bytes], str], tmp_path: Path
 ) -> None:

@@ -180,14 +180,16 @@ def test_ctrl_c_during_a_run_names_its_set_and_how_to_send_the_rest(
     )
 
 
-def run_from_a_pipe(emulator: Emulator, tls: Any, out: Path, *extra: str) -> subprocess.Popen[str]:
+def run_from_a_pipe(
+    emulator: Emulator, tls: Any, out: Path, *extra: str, stdin: int = subprocess.PIPE
+) -> subprocess.Popen[str]:
     """`fastfeed run - --feedtype full --max-records 2 --out OUT`, its records to write to
-    its stdin."""
+    its stdin (a pipe of its own, or the descriptor `stdin`)."""
     argv = cli(Path("-"), emulator, tls, "--datasource", "docs", "--feedtype", "full",
                "--max-records", "2", "--out", str(out), *extra)  # fmt: skip
     argv[argv.index("push")] = "run"
     return subprocess.Popen(
-        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
 
 
@@ -225,6 +227,73 @@ def test_ctrl_c_during_a_run_from_a_pipe_writes_no_manifest_for_the_input_cut_sh
     assert f"the build had not finished ({out} has no manifest)" in err
     assert "fastfeed push" not in err
     assert emulator.pushes() == []
+
+
+def open_input(source: str) -> tuple[int, int]:
+    """The ends of a `source` ("pipe" or "terminal") to give a child as its stdin: the one the
+    child reads, and the one the test writes to and keeps open."""
+    if source == "terminal":
+        keyboard, read_end = os.openpty()
+    else:
+        read_end, keyboard = os.pipe()
+    return read_end, keyboard
+
+
+def ctrl_c_once_building(child: subprocess.Popen[str], out: Path, keyboard: int) -> str:
+    """Types a record to `child` through `keyboard` (its input, kept open), and once its build
+    has started (`out` exists) and waits for more, sends one Ctrl-C; returns what it said on
+    stderr. A child still running 5 s later is killed, and the test fails."""
+    try:
+        os.write(keyboard, b'{"url": "http://e.example.com/1", "content": "1"}\n')
+        deadline = time.monotonic() + 30
+        while not out.exists():
+            assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+            time.sleep(0.02)
+        time.sleep(0.3)  # the builder waits for more input
+        child.send_signal(signal.SIGINT)
+        return child.communicate(timeout=5)[1]
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+        os.close(keyboard)
+
+
+@pytest.mark.parametrize("source", ["pipe", "terminal"])
+def test_ctrl_c_stops_a_run_whose_input_stays_open(
+    emulator: Emulator, tls: Any, tmp_path: Path, source: str
+) -> None:
+    """At a terminal, or fed by a program the Ctrl-C does not end (a writer in another session),
+    the input stays open: the run stops its builder's wait for more, ends at the first Ctrl-C,
+    and says the build did not finish. Its builder once waited for the input's end, and the
+    process with it, until a fourth Ctrl-C aborted it."""
+    out = tmp_path / "run-set"
+    read_end, keyboard = open_input(source)
+    child = run_from_a_pipe(emulator, tls, out, stdin=read_end)
+    os.close(read_end)
+    err = ctrl_c_once_building(child, out, keyboard)
+
+    assert child.returncode == 130, err
+    assert not (out / MANIFEST).exists()
+    assert f"the build had not finished ({out} has no manifest)" in err
+    assert "fastfeed push" not in err
+    assert emulator.pushes() == []
+
+
+@pytest.mark.parametrize("source", ["pipe", "terminal"])
+def test_ctrl_c_stops_a_build_whose_input_stays_open(tmp_path: Path, source: str) -> None:
+    """`fastfeed build -` reads on its main thread: the first Ctrl-C stops it too."""
+    out = tmp_path / "o"
+    read_end, keyboard = open_input(source)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "fastfeed", "build", "-", "--datasource", "d", "--out", str(out)],
+        stdin=read_end, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    os.close(read_end)
+    err = ctrl_c_once_building(child, out, keyboard)
+
+    assert child.returncode == 130, err
+    assert not (out / MANIFEST).exists()
 
 
 def held_by_the_backlog(

@@ -385,7 +385,7 @@ def _feed(builder: _Builder, inputs: Sequence[str], base_url: str | None, out: s
         for name in inputs:
             path = Path(name)
             if name == "-":
-                builder.jsonl(stream_chunks(sys.stdin.buffer, "<stdin>"), "<stdin>")
+                builder.jsonl(stream_chunks(sys.stdin.buffer, "<stdin>", builder.stop), "<stdin>")
             elif tables.is_table(name):
                 builder.table(name)
             elif path.is_dir():
@@ -397,7 +397,7 @@ def _feed(builder: _Builder, inputs: Sequence[str], base_url: str | None, out: s
                     raise FastfeedError(f"cannot read {name}: {exc.strerror}") from None
                 with stream:
                     if not mappable(stream):
-                        builder.jsonl(stream_chunks(stream, name), name)
+                        builder.jsonl(stream_chunks(stream, name, builder.stop), name)
                         continue
                     mapped = MappedInput(stream)
                     try:

@@ -9,9 +9,10 @@ import collections
 import contextlib
 import mmap
 import os
+import select
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -42,6 +43,9 @@ DIR_BATCH_BYTES = 2 * CHUNK_BYTES
 #: A line of a stream longer than this is refused: it is held in memory until its end, and no
 #: record that long can fit under the hard ceiling on a feed file.
 MAX_STREAMED_LINE = HARD_MAX_BYTES
+#: How long a read of a stream waits for input before it checks whether the build is to stop:
+#: what a Ctrl-C of `fastfeed run` may wait on its builder.
+STOP_WAIT_MS = 100
 
 
 class MappedInput:
@@ -111,21 +115,41 @@ class MappedInput:
             start = end
 
 
-def stream_chunks(stream: IO[bytes], name: str) -> Iterator[bytes | memoryview]:
+def stream_chunks(
+    stream: IO[bytes], name: str, stop: Callable[[], None] = lambda: None
+) -> Iterator[bytes | memoryview]:
     """Newline-aligned chunks of about CHUNK_BYTES read from a stream that cannot be mapped
     (standard input, a pipe, a device); a longer line makes a longer chunk, up to
     MAX_STREAMED_LINE. A line longer than a block is gathered in an unnamed temporary file,
-    then mapped: gathered in memory, then joined, it was held twice (400 MB for a line of 200)."""
-    pending: list[bytes] = []  # the start of a line whose end has not been read yet
-    spool: IO[bytes] | None = None  # or in this file, once longer than a block
-    held = lines = 0
-    while block := stream.read(CHUNK_BYTES):
-        cut = block.rfind(b"\n") + 1
+    then mapped: gathered in memory, then joined, it was held twice (400 MB for a line of 200).
+
+    The stream is read at its descriptor, from where it stands (nothing may have been read
+    through its buffer), and `stop`, which raises to stop the build, is called at least every
+    STOP_WAIT_MS while the input is awaited (see `_read`). A read of the input's end is
+    its end: at a terminal, one Ctrl-D on an empty line ends it."""
+    fd = stream.fileno()
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    block = bytearray(CHUNK_BYTES)
+    view = memoryview(block)
+    filled = 0  # bytes of `block` read: the start of a line not ended yet, then what follows
+    spool: IO[bytes] | None = None  # or the start of that line in this file, once longer
+    held = lines = 0  # held: the bytes of the line in `spool`
+    ended = False
+    while not ended:
+        while filled < len(block):
+            read = _read(fd, poller, view[filled:], stop)
+            if not read:
+                ended = True
+                break
+            filled += read
         where = f"{name}:{lines + 1}"  # the line that ends in this block, or past it
-        if cut == 0:
-            spool = _spooled(spool, [*pending, block], where)
-            pending = []
-            held += len(block)
+        # At the input's end, its last line ends too, newline or not.
+        cut = filled if ended else block.rfind(b"\n", 0, filled) + 1
+        if cut == 0 and not ended:
+            spool = _spooled(spool, [view[:filled]], where)
+            held += filled
+            filled = 0
             if held > MAX_STREAMED_LINE:
                 spool.close()
                 raise InputError(
@@ -136,18 +160,32 @@ def stream_chunks(stream: IO[bytes], name: str) -> Iterator[bytes | memoryview]:
             continue
         lines += block.count(b"\n", 0, cut)
         if spool is not None:
-            spool = _spooled(spool, [memoryview(block)[:cut]], where)
+            spool = _spooled(spool, [view[:cut]], where)
             chunk: bytes | memoryview = _mapped(spool, where)
-            spool = None
+            spool, held = None, 0
         else:
-            chunk = b"".join((*pending, block[:cut])) if pending else block[:cut]
-        pending = [block[cut:]] if cut < len(block) else []
-        held = len(block) - cut
-        yield chunk
-    if spool is not None:
-        yield _mapped(spool, f"{name}:{lines + 1}")
-    elif pending:
-        yield b"".join(pending)
+            # Bytes, not a view of the block: the core reads them in place while the next
+            # block is read (a view of a bytearray it would copy, with the GIL held).
+            chunk = bytes(view[:cut])
+        block[: filled - cut] = block[cut:filled]
+        filled -= cut
+        if chunk:
+            yield chunk
+
+
+def _read(fd: int, poller: select.poll, into: memoryview, stop: Callable[[], None]) -> int:
+    """Reads what is there of the input `fd` into `into`, once some is: 0 at its end. Until
+    then `stop` is called every STOP_WAIT_MS: a read that blocked until input came kept a
+    builder thread waiting at a terminal, or on a pipe whose writer outlived the Ctrl-C that
+    stopped its run, and the process with it. A descriptor that cannot be waited on (a
+    regular file, a device) is always ready."""
+    while True:
+        stop()
+        if poller.poll(STOP_WAIT_MS):
+            try:
+                return os.readv(fd, [into])
+            except BlockingIOError:  # a descriptor left non-blocking, read by another too
+                continue
 
 
 def _spooled(spool: IO[bytes] | None, parts: Iterable[bytes | memoryview], where: str) -> IO[bytes]:

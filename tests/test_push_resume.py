@@ -346,6 +346,40 @@ def test_a_run_stopped_once_its_manifest_is_written_but_before_its_build_ends_ke
     assert len(emulator.pushes()) == 1
 
 
+def test_a_run_whose_push_fails_once_its_build_finished_keeps_the_manifest_to_resume(
+    emulator: Emulator, make_feed_set: Callable[..., Path], push_settings: Callable[..., Any],
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """Only an interrupt may have cut the input short: a push refused (an untrusted IP) while
+    the builder hands over its last files leaves a finished set, which `fastfeed push` resumes
+    once the appliance trusts this machine again, as the error says."""
+    settings = push_settings(emulator, backlog_high=0, backlog_low=0)
+    held_by_the_backlog(emulator, make_feed_set, settings)
+    out = tmp_path / "run-set"
+    trusted = emulator.state.trusted_ips
+
+    async def refused() -> None:
+        running = asyncio.ensure_future(
+            build_and_push_async([str(three_records(tmp_path / "docs.jsonl"))], out, "docs",
+                                 "full", settings, max_ahead=1, max_records=2)
+        )  # fmt: skip
+        while not ((out / MANIFEST).exists() and (out / JOURNAL).exists()):
+            assert not running.done()
+            await asyncio.sleep(0.01)
+        emulator.state.trusted_ips = frozenset({"10.9.9.9"})
+        emulator.resume_feeder()
+        with pytest.raises(FastfeedError, match="Unauthorized"):
+            await running
+
+    asyncio.run(refused())
+
+    assert (out / MANIFEST).exists()
+    emulator.state.trusted_ips = trusted
+    assert push(out, settings).ok
+    # The refused POST is kept with no datasource: the two files of the set went after it.
+    assert sorted(p.datasource for p in emulator.pushes()) == ["", "docs", "docs", "other"]
+
+
 def test_ctrl_c_right_after_a_piped_input_ends_leaves_no_manifest_to_push(
     emulator: Emulator, make_feed_set: Callable[..., Path], push_settings: Callable[..., Any],
     tls: Any, tmp_path: Path,

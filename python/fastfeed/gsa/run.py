@@ -42,7 +42,9 @@ async def build_and_push_async(
     and so waits, between chunks of input: the files of the chunks being encoded (many, when
     they are small) come on top. The set stays in `out_dir` with its journal. A push that stops
     (an error, Ctrl-C) stops the build too, without a manifest if it had not finished: then
-    only a set whose build had finished can be finished by `fastfeed push OUT_DIR`.
+    only a set whose build had finished can be finished by `fastfeed push OUT_DIR`. After a
+    Ctrl-C (or a cancel), a build that ends after it keeps no manifest either: the Ctrl-C may
+    have ended the program feeding its input, and the set hold input cut short.
 
     A build that fails partway (`InputError`) raises after the files already built were
     pushed; for a `full` feed, the datasource then holds only those until the next push.
@@ -52,6 +54,7 @@ async def build_and_push_async(
     loop = asyncio.get_running_loop()
     room = threading.Semaphore(max_ahead)
     stopped = threading.Event()
+    interrupted = threading.Event()  # stopped by Ctrl-C (or cancelled), set before `stopped`
     directory = Path(out_dir)
     with contextlib.ExitStack() as journals:
         journal: list[Journal] = []
@@ -96,8 +99,9 @@ async def build_and_push_async(
                 # a manifest of input the Ctrl-C may have cut short. Without it the set is
                 # an unfinished one, which `fastfeed push` refuses. Decided here, where the
                 # build ends, rather than by the pusher: a second Ctrl-C abandons the wait
-                # for the build, not the build.
-                if stopped.is_set():
+                # for the build, not the build. Only an interrupt can have cut the input
+                # short: a push that failed (an untrusted IP) leaves a finished set to resume.
+                if interrupted.is_set():
                     (directory / MANIFEST).unlink(missing_ok=True)
 
         async with Pusher(
@@ -107,7 +111,9 @@ async def build_and_push_async(
             building.add_done_callback(lambda _: pusher.close_input())
             try:
                 pushed = await pusher.run()
-            except BaseException:
+            except BaseException as exc:
+                if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
+                    interrupted.set()
                 stopped.set()
                 with contextlib.suppress(Exception):
                     await building

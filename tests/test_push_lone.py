@@ -16,6 +16,7 @@ from fastfeed import _core
 from fastfeed.cli import main
 from fastfeed.delivery.results import Outcome
 from fastfeed.emulator import Emulator
+from fastfeed.errors import PushError
 from fastfeed.gsa import files
 from fastfeed.gsa.files import HEAD_BYTES, HEADER, NOT_JOURNALLED, lone_head
 from fastfeed.gsa.push import Pusher
@@ -396,6 +397,20 @@ def test_a_lone_file_of_the_appliances_limit_is_refused_unread(
     assert f"{path} holds {_core.FEED_MAX_BYTES} bytes: the appliance takes a feed file of " in err
     assert "less than 1000000000 bytes (1 GB)" in err
     assert emulator.pushes() == []
+
+
+def test_a_lone_file_that_grew_past_the_limit_after_its_head_was_read_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The limit is checked again on the bytes validated, which are those sent."""
+    path = write(tmp_path / "feed.xml", one_record("docs", "incremental"))
+    limit = path.stat().st_size + 100
+    monkeypatch.setattr(files, "FEED_MAX_BYTES", limit)
+    head = lone_head(path)
+    with path.open("a") as f:
+        f.write(" " * 100)  # still a valid feed: blanks after its root element
+    with pytest.raises(PushError, match=f"holds {limit} bytes: the appliance takes a feed"):
+        head.validated()
 
 
 def test_a_lone_file_replaced_after_its_head_is_read_is_sent_by_the_header_validated(

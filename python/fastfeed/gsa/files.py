@@ -90,6 +90,8 @@ class LoneHead:
                 # What the parser left unread (after the root element) is sent too: hash it.
                 while stream.read(1 << 20):
                     pass
+            # Again on what was read: the file may have grown since its size was first taken.
+            _within_the_limit(path, stream.size)
         except OSError as exc:
             raise _unreadable(path, exc) from None
         entry = ManifestEntry(
@@ -247,6 +249,17 @@ def is_lone(path: Path) -> bool:
     return path.is_file() and not (path.parent / MANIFEST).exists()
 
 
+def _within_the_limit(path: Path, size: int) -> None:
+    """Refuses a lone file of `size` bytes, if the appliance's limit or more."""
+    if size >= FEED_MAX_BYTES:
+        raise PushError(
+            f"{path} holds {size} bytes: the appliance takes a feed file of less than "
+            f"{FEED_MAX_BYTES} bytes (1 GB). Split its records into smaller feeds; nothing "
+            "was sent",
+            refused=True,
+        )
+
+
 def lone_head(path: Path, *, groupsource: str | None = None) -> LoneHead:
     """What a lone file is, from its size and its head, refused if it cannot be pushed: one of
     the appliance's limit or more, a compressed one, one that is neither a feed with a
@@ -256,13 +269,7 @@ def lone_head(path: Path, *, groupsource: str | None = None) -> LoneHead:
         size = path.stat().st_size
     except OSError as exc:
         raise _unreadable(path, exc) from None
-    if size >= FEED_MAX_BYTES:
-        raise PushError(
-            f"{path} holds {size} bytes: the appliance takes a feed file of less than "
-            f"{FEED_MAX_BYTES} bytes (1 GB). Split its records into smaller feeds; nothing "
-            "was sent",
-            refused=True,
-        )
+    _within_the_limit(path, size)
     if path.suffix == ".gz" or _head_bytes(path, 2) == b"\x1f\x8b":
         raise PushError(
             f"{path} is gzip-compressed: the appliance takes feed files uncompressed. Gunzip it "

@@ -402,7 +402,8 @@ def test_a_lone_file_of_the_appliances_limit_is_refused_unread(
 def test_a_lone_file_that_grew_past_the_limit_after_its_head_was_read_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The limit is checked again on the bytes validated, which are those sent."""
+    """The limit is checked on the bytes as they are validated, which are those sent: a file
+    that grew (or still grows) is refused once they reach it, not read to its end."""
     path = write(tmp_path / "feed.xml", one_record("docs", "incremental"))
     limit = path.stat().st_size + 100
     monkeypatch.setattr(files, "FEED_MAX_BYTES", limit)

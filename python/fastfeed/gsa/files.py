@@ -72,7 +72,7 @@ class LoneHead:
         digest = Xxh3()
         try:
             with open(path, "rb") as f, stage(progress, "validate", path.stat().st_size) as line:
-                stream = _Hashing(f, digest, line)
+                stream = _Hashing(path, f, digest, line)
                 found = validate_stream(
                     stream,
                     str(path),
@@ -90,8 +90,6 @@ class LoneHead:
                 # What the parser left unread (after the root element) is sent too: hash it.
                 while stream.read(1 << 20):
                     pass
-            # Again on what was read: the file may have grown since its size was first taken.
-            _within_the_limit(path, stream.size)
         except OSError as exc:
             raise _unreadable(path, exc) from None
         entry = ManifestEntry(
@@ -309,9 +307,12 @@ def lone_head(path: Path, *, groupsource: str | None = None) -> LoneHead:
 
 
 class _Hashing:
-    """A file whose bytes are hashed, counted and shown as they are read."""
+    """The file at `path`, whose bytes are hashed, counted and shown as they are read, and
+    refused once they reach the appliance's limit: a file that grew since its size was taken
+    (one still being written) is not read to its end first."""
 
-    def __init__(self, stream: Readable, digest: Xxh3, line: Stage) -> None:
+    def __init__(self, path: Path, stream: Readable, digest: Xxh3, line: Stage) -> None:
+        self._path = path
         self._stream = stream
         self._digest = digest
         self._line = line
@@ -322,6 +323,7 @@ class _Hashing:
         self._digest.update(data)
         self.size += len(data)
         self._line.update(self.size)
+        _within_the_limit(self._path, self.size)
         return data
 
 

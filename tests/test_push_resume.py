@@ -314,6 +314,22 @@ def three_records(path: Path) -> Path:
     return path
 
 
+async def run_held_once_its_manifest_is_written(
+    tmp_path: Path, out: Path, settings: PushSettings
+) -> asyncio.Future[Any]:
+    """A run of `three_records` into `out`, held by the backlog (`held_by_the_backlog`), once
+    its close wrote the manifest and its first file is in the journal: its builder waits for
+    room to say its last file."""
+    running = asyncio.ensure_future(
+        build_and_push_async([str(three_records(tmp_path / "docs.jsonl"))], out, "docs",
+                             "full", settings, max_ahead=1, max_records=2)
+    )  # fmt: skip
+    while not ((out / MANIFEST).exists() and (out / JOURNAL).exists()):
+        assert not running.done()
+        await asyncio.sleep(0.01)
+    return running
+
+
 def test_a_run_stopped_once_its_manifest_is_written_but_before_its_build_ends_keeps_none(
     emulator: Emulator, make_feed_set: Callable[..., Path], push_settings: Callable[..., Any],
     tmp_path: Path,
@@ -326,13 +342,7 @@ def test_a_run_stopped_once_its_manifest_is_written_but_before_its_build_ends_ke
     out = tmp_path / "run-set"
 
     async def interrupted() -> None:
-        running = asyncio.ensure_future(
-            build_and_push_async([str(three_records(tmp_path / "docs.jsonl"))], out, "docs",
-                                 "full", settings, max_ahead=1, max_records=2)
-        )  # fmt: skip
-        while not ((out / MANIFEST).exists() and (out / JOURNAL).exists()):
-            assert not running.done()
-            await asyncio.sleep(0.01)
+        running = await run_held_once_its_manifest_is_written(tmp_path, out, settings)
         running.cancel()  # what Ctrl-C does to `fastfeed run`
         with pytest.raises(asyncio.CancelledError):
             await running
@@ -359,13 +369,7 @@ def test_a_run_whose_push_fails_once_its_build_finished_keeps_the_manifest_to_re
     trusted = emulator.state.trusted_ips
 
     async def refused() -> None:
-        running = asyncio.ensure_future(
-            build_and_push_async([str(three_records(tmp_path / "docs.jsonl"))], out, "docs",
-                                 "full", settings, max_ahead=1, max_records=2)
-        )  # fmt: skip
-        while not ((out / MANIFEST).exists() and (out / JOURNAL).exists()):
-            assert not running.done()
-            await asyncio.sleep(0.01)
+        running = await run_held_once_its_manifest_is_written(tmp_path, out, settings)
         emulator.state.trusted_ips = frozenset({"10.9.9.9"})
         emulator.resume_feeder()
         with pytest.raises(FastfeedError, match="Unauthorized"):

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 import pytest
@@ -203,6 +203,114 @@ def test_run_does_not_let_the_builder_run_far_ahead_of_the_appliance(
         runner.join(60)
     assert result == [0]
     assert len(read_manifest(out)) == records // per_file
+
+
+def big_records(first: int, count: int) -> bytes:
+    """Records of 40 KB: a hundred of them fill the builder's 4 MB chunk of input, and it
+    writes files once a few chunks are in."""
+    return b"".join(
+        orjson.dumps({"url": f"http://example.com/{i}", "content": f"{i} " + "x" * 40_000}) + b"\n"
+        for i in range(first, first + count)
+    )
+
+
+def run_from_a_fifo(
+    emulator: Emulator, tls: Any, tmp_path: Path, feedtype: str, *extra: str
+) -> tuple[Path, Path, threading.Thread, list[int]]:
+    """`fastfeed run FIFO --feedtype FEEDTYPE --max-records 100 --out OUT` started on a thread:
+    the FIFO to feed, OUT, the thread, and where its exit status goes."""
+    fifo, out = tmp_path / "docs.fifo", tmp_path / "set"
+    os.mkfifo(fifo)
+    argv = ["run", str(fifo), "--datasource", "docs", "--feedtype", feedtype]
+    argv += ["--max-records", "100", "--out", str(out), *cli_target(emulator, tls), *extra]
+    status: list[int] = []
+    runner = threading.Thread(target=lambda: status.append(main(argv)))
+    runner.start()
+    return fifo, out, runner, status
+
+
+def feed_until(feeding: BinaryIO, out: Path, condition: Callable[[], bool]) -> int:
+    """Feeds `big_records` a chunk at a time (the builder writes its files a few chunks behind
+    its input, and tells of them between chunks) until files were built and `condition`
+    holds; returns how many records went in."""
+    written = 0
+    while written < 600 or not (len(list(out.glob("*.xml"))) >= 2 and condition()):
+        assert written < 3000, "the run did not do what it should with its input open"
+        feeding.write(big_records(written, 100))
+        feeding.flush()
+        written += 100
+        time.sleep(0.1)
+    return written
+
+
+def nothing_more() -> bool:
+    time.sleep(0.5)  # time enough for a push, were one started
+    return True
+
+
+@pytest.mark.parametrize("feedtype", ["full", "incremental"])
+def test_run_sends_a_full_feed_once_built_whole_and_others_as_they_are_built(
+    emulator: Emulator, tls: Any, tmp_path: Path, feedtype: str
+) -> None:
+    """Fed by a pipe still open, a run has built files of the input so far. Of a full feed it
+    sends none: its first file would replace the datasource with what came so far. Of an
+    incremental feed it sends them at once. Once the input ends, every file is sent, in
+    order, and the index holds every record."""
+    fifo, out, runner, status = run_from_a_fifo(emulator, tls, tmp_path, feedtype)
+    try:
+        with open(fifo, "wb") as feeding:
+            streams = feedtype != "full"
+            written = feed_until(
+                feeding, out, (lambda: bool(emulator.pushes())) if streams else nothing_more
+            )
+            assert bool(emulator.pushes()) is streams
+            assert not (out / "manifest.jsonl").exists()  # the build is still going
+            feeding.write(big_records(written, 100))
+            written += 100
+    finally:
+        runner.join(60)
+    assert status == [0]
+    assert [p.sha256 for p in emulator.pushes()] == sha256s(out)
+    assert [p.feedtype for p in emulator.pushes()][:2] == [feedtype, "incremental"]
+    emulator.wait_idle()
+    urls = [f"http://example.com/{i}" for i in range(written)]
+    assert sorted(emulator.documents("docs")) == sorted(urls)
+
+
+def test_a_full_run_whose_build_fails_sends_nothing(
+    emulator: Emulator,
+    tls: Any,
+    make_feed_set: MakeSet,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A bad record after files of the input were built: the datasource keeps what it held,
+    since the first file of the full set would have replaced it; the run says the build
+    stopped and that nothing was pushed, and exits 1, as a failed build."""
+    held = make_feed_set("docs", "full", files=1)
+    assert main(["push", str(held), *cli_target(emulator, tls)]) == 0
+    emulator.wait_idle()
+    before = emulator.documents("docs")
+    capsys.readouterr()
+
+    fifo, out, runner, status = run_from_a_fifo(emulator, tls, tmp_path, "full", "--json")
+    try:
+        with open(fifo, "wb") as feeding:
+            written = feed_until(feeding, out, nothing_more)
+            feeding.write(b'{"url": "http://example.com/bad"\n')
+    finally:
+        runner.join(60)
+
+    stdout, err = capsys.readouterr()
+    assert status == [1], err
+    assert not (out / "manifest.jsonl").exists()
+    assert f"docs.fifo:{written + 1}" in err
+    assert "the build stopped; nothing was pushed" in err
+    answer = json.loads(stdout)
+    assert answer["ok"] is False and answer["out"] == str(out)
+    assert len(emulator.pushes()) == 1
+    emulator.wait_idle()
+    assert emulator.documents("docs") == before
 
 
 def test_help_teaches_with_examples(capsys: pytest.CaptureFixture[str]) -> None:

@@ -135,12 +135,15 @@ def test_push_draws_every_file_accepted_at_100_percent(
     assert orjson.loads(ran.stdout)["files"]["accepted"] == 4
 
 
-def test_run_draws_its_build_and_its_push(emulator: Emulator, tls: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("feedtype", ["incremental", "full"])  # a full feed's push waits
+def test_run_draws_its_build_and_its_push(
+    emulator: Emulator, tls: Any, tmp_path: Path, feedtype: str
+) -> None:
     source = records(tmp_path / "docs.jsonl", 2000)
 
     ran = on_terminal(
-        "run", str(source), "--datasource", "docs", "--out", "feeds", "--max-records", "500",
-        *cli_target(emulator, tls),
+        "run", str(source), "--datasource", "docs", "--feedtype", feedtype, "--out", "feeds",
+        "--max-records", "500", *cli_target(emulator, tls),
     )  # fmt: skip
 
     assert ran.status == 0

@@ -181,11 +181,16 @@ def test_ctrl_c_during_a_run_names_its_set_and_how_to_send_the_rest(
 
 
 def run_from_a_pipe(
-    emulator: Emulator, tls: Any, out: Path, *extra: str, stdin: int = subprocess.PIPE
+    emulator: Emulator,
+    tls: Any,
+    out: Path,
+    *extra: str,
+    stdin: int = subprocess.PIPE,
+    feedtype: str = "full",
 ) -> subprocess.Popen[str]:
-    """`fastfeed run - --feedtype full --max-records 2 --out OUT`, its records to write to
+    """`fastfeed run - --feedtype FEEDTYPE --max-records 2 --out OUT`, its records to write to
     its stdin (a pipe of its own, or the descriptor `stdin`)."""
-    argv = cli(Path("-"), emulator, tls, "--datasource", "docs", "--feedtype", "full",
+    argv = cli(Path("-"), emulator, tls, "--datasource", "docs", "--feedtype", feedtype,
                "--max-records", "2", "--out", str(out), *extra)  # fmt: skip
     argv[argv.index("push")] = "run"
     return subprocess.Popen(
@@ -224,7 +229,7 @@ def test_ctrl_c_during_a_run_from_a_pipe_writes_no_manifest_for_the_input_cut_sh
 
     assert child.returncode == 130, err
     assert not (out / "manifest.jsonl").exists()
-    assert f"the build had not finished ({out} has no manifest)" in err
+    assert f"the build had not finished ({out} has no manifest); nothing was pushed" in err
     assert "fastfeed push" not in err
     assert emulator.pushes() == []
 
@@ -275,7 +280,7 @@ def test_ctrl_c_stops_a_run_whose_input_stays_open(
 
     assert child.returncode == 130, err
     assert not (out / MANIFEST).exists()
-    assert f"the build had not finished ({out} has no manifest)" in err
+    assert f"the build had not finished ({out} has no manifest); nothing was pushed" in err
     assert "fastfeed push" not in err
     assert emulator.pushes() == []
 
@@ -306,8 +311,8 @@ def held_by_the_backlog(
 
 
 def three_records(path: Path) -> Path:
-    """With `max_records=2` and `max_ahead=1`, the builder waits for room on its second file,
-    which only the writer's close finishes: after it wrote the manifest."""
+    """With `max_records=2` and `max_ahead=1`, the builder of an incremental set waits for room
+    on its second file, which only the writer's close finishes: after it wrote the manifest."""
     path.write_text(
         "".join(f'{{"url": "http://e.example.com/{n}", "content": "{n}"}}\n' for n in range(3))
     )
@@ -317,12 +322,12 @@ def three_records(path: Path) -> Path:
 async def run_held_once_its_manifest_is_written(
     tmp_path: Path, out: Path, settings: PushSettings
 ) -> asyncio.Future[Any]:
-    """A run of `three_records` into `out`, held by the backlog (`held_by_the_backlog`), once
-    its close wrote the manifest and its first file is in the journal: its builder waits for
-    room to say its last file."""
+    """An incremental run of `three_records` into `out`, held by the backlog
+    (`held_by_the_backlog`), once its close wrote the manifest and its first file is in the
+    journal: its builder waits for room to say its last file."""
     running = asyncio.ensure_future(
         build_and_push_async([str(three_records(tmp_path / "docs.jsonl"))], out, "docs",
-                             "full", settings, max_ahead=1, max_records=2)
+                             "incremental", settings, max_ahead=1, max_records=2)
     )  # fmt: skip
     while not ((out / MANIFEST).exists() and (out / JOURNAL).exists()):
         assert not running.done()
@@ -388,13 +393,13 @@ def test_ctrl_c_right_after_a_piped_input_ends_leaves_no_manifest_to_push(
     emulator: Emulator, make_feed_set: Callable[..., Path], push_settings: Callable[..., Any],
     tls: Any, tmp_path: Path,
 ) -> None:  # fmt: skip
-    """The program feeding the pipe ends first, then Ctrl-C reaches the run while its builder
-    (held by the backlog) has written the manifest but not yet ended: the run says the build
-    did not finish, and leaves no set that would replace the datasource with input cut short."""
+    """The program feeding the pipe ends first, then Ctrl-C reaches an incremental run while
+    its builder (held by the backlog) has written the manifest but not yet ended: the run says
+    the build did not finish, and leaves no set that `fastfeed push` would send as whole."""
     held_by_the_backlog(emulator, make_feed_set, push_settings(emulator))
     out = tmp_path / "run-set"
     child = run_from_a_pipe(emulator, tls, out, "--max-ahead", "1", "--backlog-high", "0",
-                            "--backlog-low", "0")  # fmt: skip
+                            "--backlog-low", "0", feedtype="incremental")  # fmt: skip
     assert child.stdin is not None
     try:
         child.stdin.write(three_records(tmp_path / "docs.jsonl").read_text())
@@ -414,3 +419,34 @@ def test_ctrl_c_right_after_a_piped_input_ends_leaves_no_manifest_to_push(
     assert f"the build had not finished ({out} has no manifest)" in err
     assert "fastfeed push" not in err
     assert len(emulator.pushes()) == 1
+
+
+def test_a_full_run_whose_push_stops_midway_is_finished_by_push(
+    emulator: Emulator, tls: Any, tmp_path: Path
+) -> None:
+    """A full run's push starts once its set is whole; a file the appliance refuses stops its
+    datasource's push there. `fastfeed push OUT` sends the rest in order, not the file
+    accepted before (the journal), and the index ends equal to the input."""
+    source = tmp_path / "docs.jsonl"
+    urls = [f"http://e.example.com/{n}" for n in range(6)]
+    source.write_text("".join(f'{{"url": "{url}", "content": "{url}"}}\n' for url in urls))
+    out = tmp_path / "run-set"
+    argv = cli(source, emulator, tls, "--datasource", "docs", "--feedtype", "full",
+               "--max-records", "2", "--out", str(out))  # fmt: skip
+    argv[argv.index("push")] = "run"
+    emulator.add_fault(Fault.slow(seconds=0.0))
+    emulator.add_fault(Fault.answer("Error - the appliance dislikes this"))
+    ran = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 1, ran.stderr
+
+    done = subprocess.run(cli(out, emulator, tls, "--json"), capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["files"] == {
+        "accepted": 2, "skipped": 1, "failed": 0, "blocked": 0,
+    }  # fmt: skip
+    assert [p.filename for p in emulator.pushes()] == [
+        "docs-000001.xml", "docs-000002.xml", "docs-000002.xml", "docs-000003.xml",
+    ]  # fmt: skip
+    emulator.wait_idle()
+    assert sorted(emulator.documents("docs")) == sorted(urls)

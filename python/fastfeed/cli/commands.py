@@ -13,7 +13,7 @@ from typing import Any, TextIO, TypeVar
 import click
 
 from fastfeed.cli import settings
-from fastfeed.cli.reports import ExitCode, describe, emit, failed
+from fastfeed.cli.reports import NOTHING_PUSHED, ExitCode, describe, emit, failed
 from fastfeed.errors import FastfeedError
 from fastfeed.progress import plural
 
@@ -318,8 +318,13 @@ def _resume(ctx: click.Context) -> str | None:
                 f"{tally}the build had finished: send the rest with fastfeed push {out}, "
                 "giving it this run's appliance options (--host...)"
             )
+        pushed = (
+            NOTHING_PUSHED
+            if ctx.params.get("feedtype") == "full"
+            else "the files built so far were pushed as far as its push-journal.jsonl says"
+        )
         return (
-            f"the build had not finished ({out} has no manifest); the files built so far were "
-            "pushed as far as its push-journal.jsonl says: run again with a new --out"
+            f"the build had not finished ({out} has no manifest); {pushed}; run again with a "
+            "new --out"
         )
     return None

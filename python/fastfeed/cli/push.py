@@ -28,6 +28,7 @@ from fastfeed.cli.reports import (
     failed,
     push_sets,
     report,
+    run_stopped,
     skippable,
     stopped,
 )
@@ -81,9 +82,17 @@ TLS failure, missing manifest, an invalid lone file, bad settings).
 """
 
 RUN_HELP = """\
-Build a feed set and push it as one pipeline: each feed file is pushed as soon as it is built,
-and the builder waits when it is --max-ahead files ahead of the pusher, so a slow appliance
-never makes unpushed feeds pile up. Takes the options of `fastfeed build` and `fastfeed push`.
+Build a feed set and push it as one pipeline. Takes the options of `fastfeed build` and
+`fastfeed push`.
+
+A full feed (--feedtype full) is pushed once its build has finished: its first file replaces
+the whole datasource, so a build stopped by a bad record, an unreadable input, a full disk or
+Ctrl-C must not have sent any of it. Nothing is sent before; then the files go in order, as
+`fastfeed push` sends them. The whole set is on disk first, as with `fastfeed build` then
+`fastfeed push`.
+
+Any other feed file is pushed as soon as it is built, and the builder waits when it is
+--max-ahead files ahead of the pusher, so a slow appliance never makes unpushed feeds pile up.
 
 The feed set is kept (--out, default ./fastfeed-feeds/DATASOURCE-TIMESTAMP/): the guide advises
 keeping copies to push again after an index reset (`fastfeed replay`). An interrupted run is
@@ -175,7 +184,8 @@ def _push(
     default=4,
     metavar="K",
     section=BUILDING,
-    help="built files not yet pushed before the builder waits (default 4)",
+    help="built files not yet pushed before the builder waits (default 4; a full feed is "
+    "pushed once built whole, without waiting)",
 )
 @connection_options()
 @push_options()
@@ -210,13 +220,11 @@ def run_command(
                 on_warning=warn,
                 **encoding,
             )
-    except InputError as exc:
-        skip = " (or use --on-error skip)" if skippable(exc, on_error) else ""
-        hint = (
-            f"the build stopped; the files built before were pushed. {out} has no manifest: fix "
-            f"the input{skip} and run again with a new --out."
-        )
-        return failed("run", str(exc), as_json, hint=hint, data={"out": out})
+    # OSError: the build's (an input not read whole, a full disk): the push turns its own
+    # into results. The command's other errors are Command.invoke's.
+    except (InputError, OSError) as exc:
+        can_skip = skippable(exc, on_error)
+        return run_stopped(exc, as_json, out=out, full=feedtype == "full", skippable=can_skip)
     print(f"fastfeed run: the feed set is kept in {out}", file=sys.stderr)
     return report("run", pushed, as_json)
 

@@ -83,6 +83,18 @@ def failed(
     return status
 
 
+#: Why `fastfeed run` sent nothing of a full set whose build did not finish.
+NOTHING_PUSHED = "nothing was pushed (a full feed is pushed only once its build has finished)"
+
+
+def _remedy(exc: InputError | OSError, item: str, skippable: bool) -> str:
+    if not isinstance(exc, InputError):
+        return "it"
+    if skippable:
+        return f"the {item} (or use --on-error skip)"
+    return "the input"
+
+
 def build_stopped(
     command: str,
     exc: InputError | OSError,
@@ -95,17 +107,24 @@ def build_stopped(
     """A build stopped by a refused `item` (record, line), by an input it cannot read whole
     or by the disk: it left no manifest, so nothing half-built can be pushed; says what to fix,
     and that --on-error skip sets the item aside where it would (`skippable`)."""
-    if not isinstance(exc, InputError):
-        remedy = "it"
-    elif skippable:
-        remedy = f"the {item} (or use --on-error skip)"
-    else:
-        remedy = "the input"
     hint = (
-        f"stopped; {out} has no manifest and cannot be pushed. Fix {remedy} and build again "
-        "into an empty directory."
+        f"stopped; {out} has no manifest and cannot be pushed. Fix "
+        f"{_remedy(exc, item, skippable)} and build again into an empty directory."
     )
     return failed(command, describe(exc), as_json, hint=hint, data={"out": out})
+
+
+def run_stopped(
+    exc: InputError | OSError, as_json: bool, *, out: str, full: bool, skippable: bool
+) -> int:
+    """`fastfeed run`'s build stopped as `build_stopped` says: of a `full` set nothing was
+    pushed; of another, the files built before were."""
+    pushed = NOTHING_PUSHED if full else "the files built before were pushed"
+    hint = (
+        f"the build stopped; {pushed}. {out} has no manifest: fix "
+        f"{_remedy(exc, 'record', skippable)} and run again with a new --out."
+    )
+    return failed("run", describe(exc), as_json, hint=hint, data={"out": out})
 
 
 class Warnings:

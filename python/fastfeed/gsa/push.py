@@ -131,7 +131,7 @@ class Pusher:
         self._fatal: PushError | None = None
         self._hold_until = 0.0
         self._retries = 0
-        self._started = time.monotonic()
+        self._started = 0.0  # when `run` starts: a run's push may wait for its build first
         self._client: httpx.AsyncClient | None = None
         # Whether the appliance answered anything yet: a connection refused before that means
         # nothing listens there, and after it an appliance restarting.
@@ -179,6 +179,7 @@ class Pusher:
 
     async def run(self) -> PushSummary:
         """Pushes until every submitted file is done; raises `PushError` if told to stop."""
+        self._started = time.monotonic()
         self._line = stage(self._progress, "push")
         ticker = asyncio.create_task(self._tick()) if self._line.live else None
         try:

@@ -6,9 +6,9 @@ import asyncio
 import contextlib
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fastfeed.delivery.blocking import blocking
 from fastfeed.delivery.results import FeedFile, PushSummary
@@ -22,6 +22,8 @@ from fastfeed.sets.build import BuildSummary
 from fastfeed.sets.journal import Journal
 from fastfeed.sets.manifest import MANIFEST, ManifestEntry
 
+T = TypeVar("T")
+
 
 async def build_and_push_async(
     inputs: Sequence[str],
@@ -34,24 +36,34 @@ async def build_and_push_async(
     progress: Progress | None = None,
     **build_options: Any,
 ) -> tuple[BuildSummary, PushSummary]:
-    """Builds a feed set into `out_dir` and pushes each file as soon as it is finished.
+    """Builds a feed set into `out_dir` and pushes it: a `full` set once its build has
+    finished, any other file by file as they are built.
 
-    The builder runs in a thread and waits whenever `max_ahead` of its files are not yet done
-    with by the pusher, so an appliance slower than the builder bounds what piles up unpushed
-    (on disk and in flight) instead of letting the builder run away. It learns of its files,
-    and so waits, between chunks of input: the files of the chunks being encoded (many, when
-    they are small) come on top. The set stays in `out_dir` with its journal. A push that stops
-    (an error, Ctrl-C) stops the build too, without a manifest if it had not finished: then
-    only a set whose build had finished can be finished by `fastfeed push OUT_DIR`. After a
-    Ctrl-C (or a cancel), a build that ends after it keeps no manifest either: the Ctrl-C may
-    have ended the program feeding its input, and the set hold input cut short.
+    A `full` set's first file replaces the whole datasource on the appliance: pushed before the
+    build had finished, a build failing then (a bad record, an input not read whole, a full
+    disk, Ctrl-C) would leave the datasource holding part of its documents. So nothing of it is
+    sent until the build has written its manifest; then its files are pushed in manifest order,
+    as `push_async` would. The whole set is on disk before the push starts, as with `build`
+    then `push`, and `max_ahead` does not apply.
 
-    A build that fails partway (`InputError`) raises after the files already built were
-    pushed; for a `full` feed, the datasource then holds only those until the next push.
+    Incremental and metadata-and-url files are pushed as soon as each is finished. The builder
+    runs in a thread and waits whenever `max_ahead` of its files are not yet done with by the
+    pusher, so an appliance slower than the builder bounds what piles up unpushed (on disk and
+    in flight) instead of letting the builder run away. It learns of its files, and so waits,
+    between chunks of input: the files of the chunks being encoded (many, when they are small)
+    come on top. A build that fails partway (`InputError`) raises after the files already
+    built were pushed.
+
+    The set stays in `out_dir` with its journal. A push that stops (an error, Ctrl-C) stops the
+    build too, without a manifest if it had not finished: then only a set whose build had
+    finished can be finished by `fastfeed push OUT_DIR`. After a Ctrl-C (or a cancel), a build
+    that ends after it keeps no manifest either: the Ctrl-C may have ended the program feeding
+    its input, and the set hold input cut short.
     """
     if max_ahead < 1:
         raise ValueError("max_ahead must be at least 1")
     loop = asyncio.get_running_loop()
+    streams = feedtype != "full"
     room = threading.Semaphore(max_ahead)
     stopped = threading.Event()
     interrupted = threading.Event()  # stopped by Ctrl-C (or cancelled), set before `stopped`
@@ -87,7 +99,7 @@ async def build_and_push_async(
                     directory,
                     datasource,
                     feedtype,
-                    on_file=on_file,
+                    on_file=on_file if streams else None,
                     progress=progress,
                     stop=stop,
                     **build_options,
@@ -104,13 +116,11 @@ async def build_and_push_async(
                 if interrupted.is_set():
                     (directory / MANIFEST).unlink(missing_ok=True)
 
-        async with Pusher(
-            settings, progress=progress, on_result=lambda _: room.release()
-        ) as pusher:
-            building = asyncio.ensure_future(asyncio.to_thread(build_unless_stopped))
-            building.add_done_callback(lambda _: pusher.close_input())
+        async def stopping_the_build(work: Awaitable[T]) -> T:
+            """`work`; should it raise (the push stopped, Ctrl-C), the build stops too, and
+            is waited for."""
             try:
-                pushed = await pusher.run()
+                return await work
             except BaseException as exc:
                 if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
                     interrupted.set()
@@ -118,7 +128,24 @@ async def build_and_push_async(
                 with contextlib.suppress(Exception):
                     await building
                 raise
-            return await building, pushed
+
+        # Entered before the build even for a `full` set, which it sends nothing of before
+        # `run`: settings it cannot work with (a --cacert that does not load) then stop the
+        # run at once, not after a build of hours.
+        async with Pusher(
+            settings, progress=progress, on_result=lambda _: room.release()
+        ) as pusher:
+            building = asyncio.ensure_future(asyncio.to_thread(build_unless_stopped))
+            if streams:
+                building.add_done_callback(lambda _: pusher.close_input())
+                pushed = await stopping_the_build(pusher.run())
+                return await building, pushed
+            # Shielded: a Ctrl-C stops the build through `stop`, and waits for it to end.
+            built = await stopping_the_build(asyncio.shield(building))
+            for entry in built.manifest:
+                submit(entry)
+            pusher.close_input()
+            return built, await pusher.run()
 
 
 build_and_push = blocking(build_and_push_async, "Synchronous `build_and_push_async`.")

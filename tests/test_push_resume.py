@@ -19,6 +19,7 @@ import pytest
 from fastfeed import FastfeedError, build_and_push_async, push
 from fastfeed.delivery.settings import PushSettings
 from fastfeed.emulator import Emulator, Fault
+from fastfeed.gsa import run
 from fastfeed.sets.journal import JOURNAL
 from fastfeed.sets.manifest import MANIFEST
 from feeds import sha256s
@@ -419,6 +420,37 @@ def test_ctrl_c_right_after_a_piped_input_ends_leaves_no_manifest_to_push(
     assert f"the build had not finished ({out} has no manifest)" in err
     assert "fastfeed push" not in err
     assert len(emulator.pushes()) == 1
+
+
+def test_ctrl_c_just_as_a_full_runs_build_ends_leaves_no_set_and_sends_nothing(
+    emulator: Emulator, push_settings: Callable[..., Any], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """A Ctrl-C that reaches a full run once its build has ended, but before its push starts,
+    may be the one that ended the build's input (the program feeding its pipe): its set, maybe
+    cut short, would replace the datasource. Nothing is sent, and the manifest goes, so that
+    `fastfeed push` does not send it either."""
+    out = tmp_path / "run-set"
+    build = run.build
+
+    async def interrupted() -> None:
+        task, loop = asyncio.current_task(), asyncio.get_running_loop()
+        assert task is not None
+
+        def build_then_ctrl_c(*args: Any, **kwargs: Any) -> Any:
+            built = build(*args, **kwargs)
+            loop.call_soon_threadsafe(task.cancel)  # what Ctrl-C does to `fastfeed run`
+            return built
+
+        monkeypatch.setattr(run, "build", build_then_ctrl_c)
+        await build_and_push_async([str(three_records(tmp_path / "docs.jsonl"))], out, "docs",
+                                   "full", push_settings(emulator), max_records=2)  # fmt: skip
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(interrupted())
+
+    assert not (out / MANIFEST).exists() and len(list(out.glob("*.xml"))) == 2
+    assert emulator.pushes() == []
 
 
 def test_a_full_run_whose_push_stops_midway_is_finished_by_push(

@@ -57,8 +57,9 @@ async def build_and_push_async(
     The set stays in `out_dir` with its journal. A push that stops (an error, Ctrl-C) stops the
     build too, without a manifest if it had not finished: then only a set whose build had
     finished can be finished by `fastfeed push OUT_DIR`. After a Ctrl-C (or a cancel), a build
-    that ends after it keeps no manifest either: the Ctrl-C may have ended the program feeding
-    its input, and the set hold input cut short.
+    that ends after it keeps no manifest either, nor does a `full` one interrupted before its
+    push started: the Ctrl-C may have ended the program feeding its input, and the set hold
+    input cut short.
     """
     if max_ahead < 1:
         raise ValueError("max_ahead must be at least 1")
@@ -124,6 +125,12 @@ async def build_and_push_async(
             except BaseException as exc:
                 if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
                     interrupted.set()
+                    if not streams:
+                        # Nothing was sent: a build that ended just before the Ctrl-C reached
+                        # the run may have read the end the Ctrl-C gave its input (after
+                        # `build_unless_stopped` looked). Removed after `interrupted` is set,
+                        # so that whichever looks last removes a manifest written before.
+                        (directory / MANIFEST).unlink(missing_ok=True)
                 stopped.set()
                 with contextlib.suppress(Exception):
                     await building

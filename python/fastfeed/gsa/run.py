@@ -147,7 +147,8 @@ async def build_and_push_async(
                 building.add_done_callback(lambda _: pusher.close_input())
                 pushed = await stopping_the_build(pusher.run())
                 return await building, pushed
-            # Shielded: a Ctrl-C stops the build through `stop`, and waits for it to end.
+            # Shielded: a Ctrl-C does not abandon the builder's thread, but stops it through
+            # `stop` and waits for its end (`stopping_the_build`).
             built = await stopping_the_build(asyncio.shield(building))
             for entry in built.manifest:
                 submit(entry)

@@ -9,9 +9,14 @@ to serve another). Its tables:
   version 2): fingerprints of another version match no record, so the next sync sends every
   record once again (`outdated` says so before it does).
 * `pending`: the records of the last sync's feed set, in the set's order, with the fingerprint
-  each will have once accepted (none for a delete). When the push journal says a file was
-  accepted, its records move to `documents` (`commit_records`), in one transaction; a sync killed
-  at any point leaves them pending, and the next sync finishes that set first.
+  each will have once accepted (none for a delete); `meta` names the set (`pending_set`, an
+  absolute path: a sync run again from another directory finds it) and the appliance its journal
+  is kept for (`pending_journal`). The set is recorded once built, before any of it is sent (a
+  sync killed while building leaves none). When the push journal says a file was accepted, its
+  records move to `documents` (`commit_records`), in one transaction; a sync killed at any point
+  leaves them pending, and the next sync finishes that set first. A set given up before every
+  file of it is known accepted (`unknown_pending`) leaves its URLs `UNKNOWN`: any file not
+  journalled may have arrived (in flight when the sync was killed).
 * `confirming`: while a sync confirms (`--confirm`), the URL of each record committed, by its
   place in the set, so that a file the appliance's feeder then failed can be undone
   (`unconfirm`).
@@ -63,8 +68,10 @@ CREATE TABLE IF NOT EXISTS pending (
 CREATE TABLE IF NOT EXISTS confirming (seq INTEGER PRIMARY KEY, url TEXT NOT NULL);
 """
 
-#: The fingerprint of a URL whose last record the appliance accepted and then failed to
-#: process: it matches no record, so the next sync sends the URL again, as a record or a delete.
+#: The fingerprint of a URL the appliance may hold in another version than the state knew (a
+#: file its feeder failed after accepting it; a set given up, or lost, before every file of it was
+#: known accepted): it matches no record, so the next sync sends the URL again, as a record or a
+#: delete.
 UNKNOWN = ""
 
 
@@ -183,7 +190,7 @@ class SyncState:
         return int(self._db.execute("SELECT count(*) FROM documents").fetchone()[0])
 
     def unknown(self) -> int:
-        """URLs whose last file the appliance's feeder failed (`unconfirm`)."""
+        """URLs held as `UNKNOWN`: the next sync sends them again."""
         query = "SELECT count(*) FROM documents WHERE fingerprint = ?"
         return int(self._db.execute(query, (UNKNOWN,)).fetchone()[0])
 
@@ -368,14 +375,28 @@ class SyncState:
 
     @property
     def pending_set(self) -> Path | None:
-        """The feed set of a sync whose records are not all accepted yet."""
+        """The feed set of a sync whose records are not all accepted yet. Absolute; an earlier
+        fastfeed recorded it as given, relative to the directory that sync ran in, which is
+        taken to be the current one (where the default `--out` of a sync run again puts its
+        set); a set not found there is lost (`unknown_pending`)."""
         value = self._meta("pending_set")
         return None if value is None else Path(value)
 
-    def set_pending(self, feed_set: Path, records: Iterable[tuple[str, str | None]]) -> None:
-        """Records the set about to be sent: its records (URL, fingerprint, None for a delete)
-        in the set's order. Before the first file is sent, so that a sync killed while pushing
-        knows what each accepted file carried."""
+    @property
+    def pending_journal(self) -> str | None:
+        """The target the pending set's push journal is kept for (none in a state of an earlier
+        fastfeed)."""
+        return self._meta("pending_journal")
+
+    @contextlib.contextmanager
+    def recording_pending(
+        self, feed_set: Path, journal: str, records: Iterable[tuple[str, str | None]]
+    ) -> Iterator[None]:
+        """Records the set about to be built and sent: its records (URL, fingerprint, None for a
+        delete) in the set's order, and the target its push journal is kept for (`journal`).
+        Written before the body (the set's build) runs and committed when it ends, before the
+        first file is sent, so that a sync killed while pushing knows what each accepted file
+        carried; one killed while building, or whose build fails, records nothing."""
         with self._transaction():
             self._db.execute("DELETE FROM pending")
             batch: list[tuple[int, str, str | None]] = []
@@ -385,10 +406,15 @@ class SyncState:
                     self._db.executemany("INSERT INTO pending VALUES (?, ?, ?)", batch)
                     batch.clear()
             self._db.executemany("INSERT INTO pending VALUES (?, ?, ?)", batch)
-            self._set_meta("pending_set", os.fspath(feed_set))
+            yield
+            self._name_pending(feed_set, journal)
 
-    def set_pending_snapshot(self, feed_set: Path, deletes: bool) -> None:
-        """Records the set about to be sent, as `set_pending` does, when it carries every
+    def _name_pending(self, feed_set: Path, journal: str) -> None:
+        self._set_meta("pending_set", os.fspath(feed_set.absolute()))
+        self._set_meta("pending_journal", journal)
+
+    def set_pending_snapshot(self, feed_set: Path, journal: str, deletes: bool) -> None:
+        """Records the set about to be sent, as `recording_pending` does, when it carries every
         record of the snapshot in its order (taken into the pending set as it was read:
         `start_snapshot(pending=True)`), then (`deletes`) a delete for each URL held that the
         snapshot has not, in URL order (as `deleted` lists them). No row goes through Python."""
@@ -400,7 +426,7 @@ class SyncState:
                 (self._records,),
             )
         self._db.execute("DROP INDEX IF EXISTS main.pending_url")
-        self._set_meta("pending_set", os.fspath(feed_set))
+        self._name_pending(feed_set, journal)
         self._db.execute("COMMIT")
 
     def commit_records(
@@ -489,15 +515,27 @@ class SyncState:
         return int(self._db.execute("SELECT count(*) FROM pending").fetchone()[0])
 
     def clear_pending(self) -> None:
-        """The pending set is done with: every file accepted, or it was never sent, or given up
-        (`fastfeed state abandon`: what it did not get accepted is sent by the next sync, if
-        the snapshot still has it)."""
+        """The pending set is done with: every file of it accepted."""
         with self._transaction():
             self._drop_pending()
 
+    def unknown_pending(self) -> int:
+        """Gives up the pending set, whose records left are of files not known to be accepted
+        (`fastfeed state abandon`, or a set that cannot be read). Any of them may have arrived
+        all the same (in flight when the sync was killed; a request whose answer was lost), so
+        each of their URLs becomes held with the `UNKNOWN` fingerprint: the next sync sends it
+        again, as the record the snapshot has or as a delete. Returns how many URLs."""
+        with self._transaction():
+            count = self._db.execute(
+                "INSERT OR REPLACE INTO documents SELECT url, ?, ? FROM pending",
+                (UNKNOWN, time.time()),
+            ).rowcount
+            self._drop_pending()
+        return count
+
     def _drop_pending(self) -> None:
         self._db.execute("DELETE FROM pending")
-        self._db.execute("DELETE FROM meta WHERE key = 'pending_set'")
+        self._db.execute("DELETE FROM meta WHERE key IN ('pending_set', 'pending_journal')")
 
 
 def _joined(spans: Iterable[tuple[int, int]]) -> Iterator[tuple[int, int]]:

@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sqlite3
+import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -111,6 +113,8 @@ class SyncState:
         self.path = Path(path)
         if target is None and not self.path.is_file():
             raise StateError(f"{self.path} does not exist: no sync used it as its state")
+        if target is not None and not self.path.exists():
+            _make(self.path, target)
         try:
             self._db = sqlite3.connect(
                 self.path, timeout=WAIT, isolation_level=None, factory=_Connection
@@ -125,16 +129,18 @@ class SyncState:
             raise
 
     def _open(self, target: str | None) -> str:
-        """Checks that the file is a state of `target` (any, if None), making it if new; returns
-        the target it is the state of. With no target, nothing is written: a sync holds the
-        state's write lock while it reads and compares a first snapshot (`start_snapshot`), and
-        looking at the state (`fastfeed state show`) meanwhile shows what it held before."""
+        """Checks that the file is a state of `target` (any, if None); returns the target it is
+        the state of. With no target, nothing is written: a sync holds the state's write lock
+        while it reads and compares a first snapshot (`start_snapshot`), and looking at the
+        state (`fastfeed state show`) meanwhile shows what it held before."""
         try:
             tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")}
-            if (tables or target is None) and "meta" not in tables:
+            if not tables:
+                raise _no_state(self.path)
+            if "meta" not in tables:
                 # Another program's database (a seedlist store...): not ours to add tables to.
                 raise StateError(f"{self.path} is not a sync state")
-            if target is not None:
+            if target is not None:  # tables a later version added
                 self._db.executescript(_SCHEMA)
                 self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
@@ -145,13 +151,8 @@ class SyncState:
         except sqlite3.DatabaseError as exc:
             raise StateError(f"{self.path}: not a usable sync state: {exc}") from None
         version = self._meta("schema")
-        if version is None and target is not None:
-            with self._transaction():
-                if self._meta("schema") is None:  # not made meanwhile by another process
-                    self._set_meta("schema", str(SCHEMA_VERSION))
-                    self._set_meta("target", target)
-                    self._set_meta("fingerprint", FINGERPRINT_VERSION)
-            version = self._meta("schema")
+        if version is None:  # made in place by an earlier fastfeed, and cut short
+            raise _no_state(self.path)
         if version != str(SCHEMA_VERSION):
             raise StateError(
                 f"{self.path}: not a sync state of this fastfeed (format {version}; this one "
@@ -536,6 +537,58 @@ class SyncState:
     def _drop_pending(self) -> None:
         self._db.execute("DELETE FROM pending")
         self._db.execute("DELETE FROM meta WHERE key IN ('pending_set', 'pending_journal')")
+
+
+def work_prefix(state: Path) -> str:
+    """How the names of what is made beside the state at `state` begin (a new state, a sync's
+    work): what a sync killed meanwhile left, the next one removes."""
+    return f".{state.name}.sync-"
+
+
+def _make(path: Path, target: str) -> None:
+    """Makes a new state of `target` at `path`: complete beside it, then renamed into place, so
+    that a sync killed meanwhile leaves no empty file there (an existing file that holds no
+    state is refused, never taken for a new state). One sync at a time makes it (`locked`)."""
+    try:
+        work = Path(tempfile.mkdtemp(prefix=work_prefix(path), dir=path.parent))
+    except OSError as exc:
+        raise StateError(f"cannot make the sync state {path}: {exc.strerror}") from None
+    try:
+        new = work / path.name
+        db = sqlite3.connect(new, isolation_level=None, factory=_Connection)
+        db.state = path
+        try:
+            db.executescript(_SCHEMA)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            with _Transaction(db):
+                for key, value in (
+                    ("schema", str(SCHEMA_VERSION)),
+                    ("target", target),
+                    ("fingerprint", FINGERPRINT_VERSION),
+                ):
+                    db.execute("INSERT INTO meta VALUES (?, ?)", (key, value))
+        finally:
+            db.close()  # the WAL checkpointed into the file, and removed
+        os.rename(new, path)
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _no_state(path: Path) -> StateError:
+    return StateError(
+        f"{path} holds no sync state (it is empty: emptied, or cut short by a crash or a full "
+        "disk?). It is not taken for a new state, which would send no delete for what the "
+        "appliance holds and the source no longer has. Restore it from a backup and sync "
+        "again; or remove it to start over: the next sync then sends every record again and "
+        "deletes nothing (remove from the index what the source no longer has by hand, or "
+        "reset the index first)"
+    )
 
 
 def _joined(spans: Iterable[tuple[int, int]]) -> Iterator[tuple[int, int]]:

@@ -53,7 +53,7 @@ from fastfeed.sets.guard import AllowDeletes, check_deletes
 from fastfeed.sets.journal import Journal
 from fastfeed.sets.manifest import ManifestEntry, read_manifest
 from fastfeed.sets.snapshot import Snapshot
-from fastfeed.sets.state import BATCH, FINGERPRINT_VERSION, Diff, SyncState, in_use
+from fastfeed.sets.state import BATCH, FINGERPRINT_VERSION, Diff, SyncState, in_use, work_prefix
 from fastfeed.sets.writer import FeedWarning, SetWriter, print_warning
 
 
@@ -224,8 +224,9 @@ def run_sync(
         warn = on_warning or print_warning
         resumed = 0 if dry_run else _finish_pending(st, receiver, progress, warn)
         # A sync killed before cleaning up left its work (a copy of standard input, maybe
-        # large) beside the state; only a sync holding the state's lock may take it away.
-        prefix = f".{state_path.name}.sync-"
+        # large; a new state not yet in place) beside the state; only a sync holding the
+        # state's lock may take it away.
+        prefix = work_prefix(state_path)
         for stale in state_path.parent.glob(prefix + "*"):
             shutil.rmtree(stale, ignore_errors=True)
         work = Path(tempfile.mkdtemp(prefix=prefix, dir=state_path.parent))

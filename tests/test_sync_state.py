@@ -13,6 +13,7 @@ import pytest
 from fastfeed import PushSettings, StateError, sync
 from fastfeed.cli import main
 from fastfeed.emulator import Emulator
+from fastfeed.sets.state import SyncState
 from test_sync import doc, expected, index, received, write
 
 Settings = Callable[..., PushSettings]
@@ -77,3 +78,37 @@ def test_a_new_state_is_in_place_only_once_complete(
     ]
     with pytest.raises(StateError, match="is the state of 127.0.0.1:.* datasource docs"):
         sync([src], state, "other", push_settings(emulator), out_dir=tmp_path / "s3")
+
+
+def test_a_full_disk_under_the_state_stops_the_sync_before_it_sends_saying_so(
+    emulator: Emulator,
+    push_settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    state = tmp_path / "docs.state"
+    first = [doc(n) for n in range(100)]
+    sync([write(tmp_path / "a.jsonl", first)], state, "docs", push_settings(emulator),
+         out_dir=tmp_path / "s1")  # fmt: skip
+    opened = SyncState._open
+
+    def full(st: SyncState, target: str | None) -> str:
+        """The state's file cannot grow (SQLite's own "database or disk is full")."""
+        held = opened(st, target)
+        pages = st._db.execute("PRAGMA page_count").fetchone()[0]
+        st._db.execute(f"PRAGMA max_page_count = {pages}")
+        return held
+
+    more = [doc(n) for n in range(3000)]
+    with monkeypatch.context() as patched:
+        patched.setattr(SyncState, "_open", full)
+        with pytest.raises(StateError) as stopped:
+            sync([write(tmp_path / "b.jsonl", more)], state, "docs", push_settings(emulator),
+                 out_dir=tmp_path / "s2")  # fmt: skip
+    assert str(stopped.value).startswith(f"cannot write the sync state {state}: the disk is full")
+    assert "free space" in str(stopped.value)
+    assert received(emulator) == 100  # nothing sent
+
+    again = sync([write(tmp_path / "b.jsonl", more)], state, "docs", push_settings(emulator),
+                 out_dir=tmp_path / "s3")  # fmt: skip
+    assert again.ok and again.diff.new == 2900 and index(emulator) == expected(more)

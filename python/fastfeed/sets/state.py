@@ -621,7 +621,8 @@ def in_use(path: str | os.PathLike[str]) -> str:
 class _Connection(sqlite3.Connection):
     """A state's connection: SQLite's "database is locked" (another process held the state's
     write lock longer than the wait, as a sync does while it reads a first snapshot) is a
-    `StateError` that says what holds it and to wait."""
+    `StateError` that says what holds it and to wait; SQLite's other failures to run a
+    statement (a full disk, most often) are a `StateError` naming the state and the cause."""
 
     #: The state's path, as the user gave it.
     state: Path
@@ -645,11 +646,27 @@ class _Connection(sqlite3.Connection):
         except sqlite3.OperationalError as exc:
             if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
                 raise StateError(in_use(self.state)) from None
-            raise
+            raise StateError(_failed(self.state, exc)) from None
+
+
+def _failed(state: Path, exc: sqlite3.OperationalError) -> str:
+    """What to say when SQLite cannot use the state. A full disk is not always SQLite's
+    SQLITE_FULL: it may fail to grow its shared-memory file first, "disk I/O error"."""
+    try:
+        full = os.statvfs(state.parent).f_bavail == 0
+    except OSError:
+        full = False
+    if full or exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_FULL:
+        return (
+            f"cannot write the sync state {state}: the disk is full ({exc}); free space where "
+            "it is (or in the temporary directory, where SQLite sorts) and sync again"
+        )
+    return f"cannot use the sync state {state}: {exc} ({exc.sqlite_errorname})"
 
 
 class _Transaction:
-    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on an exception."""
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on an exception (unless SQLite rolled it back
+    already, as it does on a full disk: a ROLLBACK then would hide why)."""
 
     def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
@@ -659,4 +676,7 @@ class _Transaction:
         return self._db
 
     def __exit__(self, kind: object, *rest: object) -> None:
-        self._db.execute("COMMIT" if kind is None else "ROLLBACK")
+        if kind is None:
+            self._db.execute("COMMIT")
+        elif self._db.in_transaction:
+            self._db.execute("ROLLBACK")

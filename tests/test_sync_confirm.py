@@ -80,7 +80,7 @@ def test_a_file_the_feeder_fails_is_reported_and_sent_again_by_the_next_sync(
             held = {url: fp for url, fp, _ in st.documents()}
         assert {u for u, fp in held.items() if fp == UNKNOWN} == lost and len(held) == 12
         assert main(["state", "show", str(state), "--json"]) == 0
-        assert json.loads(capsys.readouterr().out)["failed_in_feeder"] == 4
+        assert json.loads(capsys.readouterr().out)["unknown"] == 4
 
         # The next sync sends those four records, and only them.
         assert main([*argv, "--out", str(tmp_path / "s2")]) == 0
@@ -136,7 +136,8 @@ def test_a_sync_killed_while_it_confirmed_has_its_files_sent_again(
     with SyncState(state, f"127.0.0.1:{emulator.port} datasource docs") as st:
         held = {url: fp for url, fp, _ in st.documents()}
         mine = [(r["url"], held[r["url"]]) for r in records[:2]]
-        st.set_pending(tmp_path / "s0", mine)
+        with st.recording_pending(tmp_path / "s0", f"127.0.0.1:{emulator.port}", mine):
+            pass
         st.commit_records([(0, 2)], confirming=True)
         st.clear_pending()
 

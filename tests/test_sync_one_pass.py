@@ -169,7 +169,7 @@ def test_the_state_writes_each_url_of_a_first_sync_once_more_when_the_set_is_acc
             ]
             st.add_snapshot(orjson.dumps(rows).decode())
         assert st.compare(repeats=True).new == 20_000
-        st.set_pending_snapshot(tmp_path / "s1", deletes=False)
+        st.set_pending_snapshot(tmp_path / "s1", "appliance", deletes=False)
         assert st.pending_count() == 20_000
         st._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the WAL from here: the commit's
         st.commit_records([(0, 20_000)])

@@ -13,7 +13,7 @@ from fastfeed.cli.options import json_option
 from fastfeed.cli.reports import ExitCode
 from fastfeed.progress import plural
 from fastfeed.sets.state import SyncState
-from fastfeed.sets.sync import locked
+from fastfeed.sets.sync import abandon_pending, locked
 
 HELP = """\
 Look at the state `fastfeed sync` keeps (what the appliance accepted, per URL), or adjust it.
@@ -21,7 +21,7 @@ Look at the state `fastfeed sync` keeps (what the appliance accepted, per URL), 
   show    counts, last sync, an unfinished sync's set; with --url, a URL's fingerprint
   export  every URL with its fingerprint and when it was accepted, as JSON Lines
   forget  forget URLs (or all of them), so that the next sync sends them again
-  abandon drop an unfinished sync's set, so that the next sync compares anew
+  abandon give up an unfinished sync's set, so that the next sync compares anew
 
 examples:
   fastfeed state show docs.state
@@ -68,7 +68,7 @@ def show_command(path: str, url: tuple[str, ...], as_json: bool) -> int:
             "state": path,
             "target": st.target,
             "documents": st.count(),
-            "failed_in_feeder": st.unknown(),
+            "unknown": st.unknown(),
             "last_sync": st.last_sync,
             "pending_set": None if pending is None else str(pending),
             "pending_records": st.pending_count(),
@@ -84,10 +84,10 @@ def show_command(path: str, url: tuple[str, ...], as_json: bool) -> int:
     print(f"{path}: {info['target']}")
     print(f"  documents held: {info['documents']:,}")
     print(f"  last sync:      {_when(last)}")
-    if info["failed_in_feeder"]:
+    if info["unknown"]:
         print(
-            f"  failed:         {info['failed_in_feeder']:,} URLs whose file the feeder failed "
-            "(the next sync sends them again)"
+            f"  unknown:        {info['unknown']:,} URLs whose file the feeder failed, or of a "
+            "set given up (the next sync sends them again)"
         )
     if pending is not None:
         print(f"  unfinished:     {info['pending_records']:,} records of {pending} (sync again)")
@@ -157,24 +157,35 @@ def forget_command(path: str, url: tuple[str, ...], forget_all: bool, yes: bool)
 
 @state.command(
     "abandon",
-    help="Drop the set an unfinished sync left. A sync first finishes that set; when one of its "
-    "files fails every time (a record the appliance refuses, since fixed in the source), it "
-    "blocks every later sync. Abandoned, the state keeps what the appliance accepted, and the "
-    "next sync compares the snapshot anew, sending what is still missing from the fixed "
-    "source.\n\nexample:\n  fastfeed state abandon docs.state\n",
-    short_help="drop an unfinished sync's set",
+    help="Give up the set an unfinished sync left. A sync first finishes that set; when one of "
+    "its files fails every time (a record the appliance refuses, since fixed in the source), it "
+    "blocks every later sync. Abandoned, the state holds what the set's push journal says the "
+    "appliance accepted; the URLs of its other records may have arrived or not (a file in "
+    "flight when the sync stopped), so the next sync compares the snapshot anew and sends them "
+    "again, as records or deletes.\n\nexample:\n  fastfeed state abandon docs.state\n",
+    short_help="give up an unfinished sync's set",
 )
 @STATE_FILE
 def abandon_command(path: str) -> int:
     with locked(path), SyncState(path, None) as st:
-        pending, left = st.pending_set, st.pending_count()
-        st.clear_pending()
-    if pending is None:
-        print(f"fastfeed state abandon: {path} has no unfinished set", file=sys.stderr)
-    else:
-        print(
-            f"fastfeed state abandon: abandoned {pending} ({left:,} records not accepted); the "
-            "next sync compares anew",
-            file=sys.stderr,
+        pending = st.pending_set
+        if pending is None:
+            print(f"fastfeed state abandon: {path} has no unfinished set", file=sys.stderr)
+            return ExitCode.OK
+        given_up = abandon_pending(st, pending)
+    said = []
+    if given_up.unread:
+        said.append(f"its push journal cannot be read ({given_up.unread})")
+    elif given_up.accepted:
+        said.append(
+            f"recorded {plural(given_up.accepted, 'record')} its journal says were accepted"
         )
+    if given_up.unknown:
+        said.append(
+            f"the next sync sends again the {plural(given_up.unknown, 'URL')} of its records not "
+            "known to be accepted (they may have arrived or not)"
+        )
+    else:
+        said.append("nothing of it is left to send")
+    print(f"fastfeed state abandon: abandoned {pending}: {'; '.join(said)}", file=sys.stderr)
     return ExitCode.OK

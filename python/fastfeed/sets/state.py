@@ -9,9 +9,14 @@ to serve another). Its tables:
   version 2): fingerprints of another version match no record, so the next sync sends every
   record once again (`outdated` says so before it does).
 * `pending`: the records of the last sync's feed set, in the set's order, with the fingerprint
-  each will have once accepted (none for a delete). When the push journal says a file was
-  accepted, its records move to `documents` (`commit_records`), in one transaction; a sync killed
-  at any point leaves them pending, and the next sync finishes that set first.
+  each will have once accepted (none for a delete); `meta` names the set (`pending_set`, an
+  absolute path: a sync run again from another directory finds it) and the appliance its journal
+  is kept for (`pending_journal`). The set is recorded once built, before any of it is sent (a
+  sync killed while building leaves none). When the push journal says a file was accepted, its
+  records move to `documents` (`commit_records`), in one transaction; a sync killed at any point
+  leaves them pending, and the next sync finishes that set first. A set given up before every
+  file of it is known accepted (`unknown_pending`) leaves its URLs `UNKNOWN`: any file not
+  journalled may have arrived (in flight when the sync was killed).
 * `confirming`: while a sync confirms (`--confirm`), the URL of each record committed, by its
   place in the set, so that a file the appliance's feeder then failed can be undone
   (`unconfirm`).
@@ -33,7 +38,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sqlite3
+import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -63,8 +70,10 @@ CREATE TABLE IF NOT EXISTS pending (
 CREATE TABLE IF NOT EXISTS confirming (seq INTEGER PRIMARY KEY, url TEXT NOT NULL);
 """
 
-#: The fingerprint of a URL whose last record the appliance accepted and then failed to
-#: process: it matches no record, so the next sync sends the URL again, as a record or a delete.
+#: The fingerprint of a URL the appliance may hold in another version than the state knew (a
+#: file its feeder failed after accepting it; a set given up, or lost, before every file of it was
+#: known accepted): it matches no record, so the next sync sends the URL again, as a record or a
+#: delete.
 UNKNOWN = ""
 
 
@@ -104,6 +113,8 @@ class SyncState:
         self.path = Path(path)
         if target is None and not self.path.is_file():
             raise StateError(f"{self.path} does not exist: no sync used it as its state")
+        if target is not None and not self.path.exists():
+            _make(self.path, target)
         try:
             self._db = sqlite3.connect(
                 self.path, timeout=WAIT, isolation_level=None, factory=_Connection
@@ -118,16 +129,18 @@ class SyncState:
             raise
 
     def _open(self, target: str | None) -> str:
-        """Checks that the file is a state of `target` (any, if None), making it if new; returns
-        the target it is the state of. With no target, nothing is written: a sync holds the
-        state's write lock while it reads and compares a first snapshot (`start_snapshot`), and
-        looking at the state (`fastfeed state show`) meanwhile shows what it held before."""
+        """Checks that the file is a state of `target` (any, if None); returns the target it is
+        the state of. With no target, nothing is written: a sync holds the state's write lock
+        while it reads and compares a first snapshot (`start_snapshot`), and looking at the
+        state (`fastfeed state show`) meanwhile shows what it held before."""
         try:
             tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")}
-            if (tables or target is None) and "meta" not in tables:
+            if not tables:
+                raise _no_state(self.path)
+            if "meta" not in tables:
                 # Another program's database (a seedlist store...): not ours to add tables to.
                 raise StateError(f"{self.path} is not a sync state")
-            if target is not None:
+            if target is not None:  # tables a later version added
                 self._db.executescript(_SCHEMA)
                 self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
@@ -138,13 +151,8 @@ class SyncState:
         except sqlite3.DatabaseError as exc:
             raise StateError(f"{self.path}: not a usable sync state: {exc}") from None
         version = self._meta("schema")
-        if version is None and target is not None:
-            with self._transaction():
-                if self._meta("schema") is None:  # not made meanwhile by another process
-                    self._set_meta("schema", str(SCHEMA_VERSION))
-                    self._set_meta("target", target)
-                    self._set_meta("fingerprint", FINGERPRINT_VERSION)
-            version = self._meta("schema")
+        if version is None:  # made in place by an earlier fastfeed, and cut short
+            raise _no_state(self.path)
         if version != str(SCHEMA_VERSION):
             raise StateError(
                 f"{self.path}: not a sync state of this fastfeed (format {version}; this one "
@@ -183,7 +191,7 @@ class SyncState:
         return int(self._db.execute("SELECT count(*) FROM documents").fetchone()[0])
 
     def unknown(self) -> int:
-        """URLs whose last file the appliance's feeder failed (`unconfirm`)."""
+        """URLs held as `UNKNOWN`: the next sync sends them again."""
         query = "SELECT count(*) FROM documents WHERE fingerprint = ?"
         return int(self._db.execute(query, (UNKNOWN,)).fetchone()[0])
 
@@ -368,14 +376,28 @@ class SyncState:
 
     @property
     def pending_set(self) -> Path | None:
-        """The feed set of a sync whose records are not all accepted yet."""
+        """The feed set of a sync whose records are not all accepted yet. Absolute; an earlier
+        fastfeed recorded it as given, relative to the directory that sync ran in, which is
+        taken to be the current one (where the default `--out` of a sync run again puts its
+        set); a set not found there is lost (`unknown_pending`)."""
         value = self._meta("pending_set")
         return None if value is None else Path(value)
 
-    def set_pending(self, feed_set: Path, records: Iterable[tuple[str, str | None]]) -> None:
-        """Records the set about to be sent: its records (URL, fingerprint, None for a delete)
-        in the set's order. Before the first file is sent, so that a sync killed while pushing
-        knows what each accepted file carried."""
+    @property
+    def pending_journal(self) -> str | None:
+        """The target the pending set's push journal is kept for (none in a state of an earlier
+        fastfeed)."""
+        return self._meta("pending_journal")
+
+    @contextlib.contextmanager
+    def recording_pending(
+        self, feed_set: Path, journal: str, records: Iterable[tuple[str, str | None]]
+    ) -> Iterator[None]:
+        """Records the set about to be built and sent: its records (URL, fingerprint, None for a
+        delete) in the set's order, and the target its push journal is kept for (`journal`).
+        Written before the body (the set's build) runs and committed when it ends, before the
+        first file is sent, so that a sync killed while pushing knows what each accepted file
+        carried; one killed while building, or whose build fails, records nothing."""
         with self._transaction():
             self._db.execute("DELETE FROM pending")
             batch: list[tuple[int, str, str | None]] = []
@@ -385,10 +407,15 @@ class SyncState:
                     self._db.executemany("INSERT INTO pending VALUES (?, ?, ?)", batch)
                     batch.clear()
             self._db.executemany("INSERT INTO pending VALUES (?, ?, ?)", batch)
-            self._set_meta("pending_set", os.fspath(feed_set))
+            yield
+            self._name_pending(feed_set, journal)
 
-    def set_pending_snapshot(self, feed_set: Path, deletes: bool) -> None:
-        """Records the set about to be sent, as `set_pending` does, when it carries every
+    def _name_pending(self, feed_set: Path, journal: str) -> None:
+        self._set_meta("pending_set", os.fspath(feed_set.absolute()))
+        self._set_meta("pending_journal", journal)
+
+    def set_pending_snapshot(self, feed_set: Path, journal: str, deletes: bool) -> None:
+        """Records the set about to be sent, as `recording_pending` does, when it carries every
         record of the snapshot in its order (taken into the pending set as it was read:
         `start_snapshot(pending=True)`), then (`deletes`) a delete for each URL held that the
         snapshot has not, in URL order (as `deleted` lists them). No row goes through Python."""
@@ -400,7 +427,7 @@ class SyncState:
                 (self._records,),
             )
         self._db.execute("DROP INDEX IF EXISTS main.pending_url")
-        self._set_meta("pending_set", os.fspath(feed_set))
+        self._name_pending(feed_set, journal)
         self._db.execute("COMMIT")
 
     def commit_records(
@@ -489,15 +516,79 @@ class SyncState:
         return int(self._db.execute("SELECT count(*) FROM pending").fetchone()[0])
 
     def clear_pending(self) -> None:
-        """The pending set is done with: every file accepted, or it was never sent, or given up
-        (`fastfeed state abandon`: what it did not get accepted is sent by the next sync, if
-        the snapshot still has it)."""
+        """The pending set is done with: every file of it accepted."""
         with self._transaction():
             self._drop_pending()
 
+    def unknown_pending(self) -> int:
+        """Gives up the pending set, whose records left are of files not known to be accepted
+        (`fastfeed state abandon`, or a set that cannot be read). Any of them may have arrived
+        all the same (in flight when the sync was killed; a request whose answer was lost), so
+        each of their URLs becomes held with the `UNKNOWN` fingerprint: the next sync sends it
+        again, as the record the snapshot has or as a delete. Returns how many URLs."""
+        with self._transaction():
+            count = self._db.execute(
+                "INSERT OR REPLACE INTO documents SELECT url, ?, ? FROM pending",
+                (UNKNOWN, time.time()),
+            ).rowcount
+            self._drop_pending()
+        return count
+
     def _drop_pending(self) -> None:
         self._db.execute("DELETE FROM pending")
-        self._db.execute("DELETE FROM meta WHERE key = 'pending_set'")
+        self._db.execute("DELETE FROM meta WHERE key IN ('pending_set', 'pending_journal')")
+
+
+def work_prefix(state: Path) -> str:
+    """How the names of what is made beside the state at `state` begin (a new state, a sync's
+    work): what a sync killed meanwhile left, the next one removes."""
+    return f".{state.name}.sync-"
+
+
+def _make(path: Path, target: str) -> None:
+    """Makes a new state of `target` at `path`: complete beside it, then renamed into place, so
+    that a sync killed meanwhile leaves no empty file there (an existing file that holds no
+    state is refused, never taken for a new state). One sync at a time makes it (`locked`)."""
+    try:
+        work = Path(tempfile.mkdtemp(prefix=work_prefix(path), dir=path.parent))
+    except OSError as exc:
+        raise StateError(f"cannot make the sync state {path}: {exc.strerror}") from None
+    try:
+        new = work / path.name
+        db = sqlite3.connect(new, isolation_level=None, factory=_Connection)
+        db.state = path
+        try:
+            db.executescript(_SCHEMA)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            with _Transaction(db):
+                for key, value in (
+                    ("schema", str(SCHEMA_VERSION)),
+                    ("target", target),
+                    ("fingerprint", FINGERPRINT_VERSION),
+                ):
+                    db.execute("INSERT INTO meta VALUES (?, ?)", (key, value))
+        finally:
+            db.close()  # the WAL checkpointed into the file, and removed
+        os.rename(new, path)
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _no_state(path: Path) -> StateError:
+    return StateError(
+        f"{path} holds no sync state (it is empty: emptied, or cut short by a crash or a full "
+        "disk?). It is not taken for a new state, which would send no delete for what the "
+        "appliance holds and the source no longer has. Restore it from a backup and sync "
+        "again; or remove it to start over: the next sync then sends every record again and "
+        "deletes nothing (remove from the index what the source no longer has by hand, or "
+        "reset the index first)"
+    )
 
 
 def _joined(spans: Iterable[tuple[int, int]]) -> Iterator[tuple[int, int]]:
@@ -530,7 +621,8 @@ def in_use(path: str | os.PathLike[str]) -> str:
 class _Connection(sqlite3.Connection):
     """A state's connection: SQLite's "database is locked" (another process held the state's
     write lock longer than the wait, as a sync does while it reads a first snapshot) is a
-    `StateError` that says what holds it and to wait."""
+    `StateError` that says what holds it and to wait; SQLite's other failures to run a
+    statement (a full disk, most often) are a `StateError` naming the state and the cause."""
 
     #: The state's path, as the user gave it.
     state: Path
@@ -554,11 +646,27 @@ class _Connection(sqlite3.Connection):
         except sqlite3.OperationalError as exc:
             if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
                 raise StateError(in_use(self.state)) from None
-            raise
+            raise StateError(_failed(self.state, exc)) from None
+
+
+def _failed(state: Path, exc: sqlite3.OperationalError) -> str:
+    """What to say when SQLite cannot use the state. A full disk is not always SQLite's
+    SQLITE_FULL: it may fail to grow its shared-memory file first, "disk I/O error"."""
+    try:
+        full = os.statvfs(state.parent).f_bavail == 0
+    except OSError:
+        full = False
+    if full or exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_FULL:
+        return (
+            f"cannot write the sync state {state}: the disk is full ({exc}); free space where "
+            "it is (or in the temporary directory, where SQLite sorts) and sync again"
+        )
+    return f"cannot use the sync state {state}: {exc} ({exc.sqlite_errorname})"
 
 
 class _Transaction:
-    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on an exception."""
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on an exception (unless SQLite rolled it back
+    already, as it does on a full disk: a ROLLBACK then would hide why)."""
 
     def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
@@ -568,4 +676,7 @@ class _Transaction:
         return self._db
 
     def __exit__(self, kind: object, *rest: object) -> None:
-        self._db.execute("COMMIT" if kind is None else "ROLLBACK")
+        if kind is None:
+            self._db.execute("COMMIT")
+        elif self._db.in_transaction:
+            self._db.execute("ROLLBACK")

@@ -7,8 +7,11 @@ holds the fingerprint of each record the receiver accepted. New and changed reco
 receiver's builder (incremental: never a full feed, which split across files deletes its own
 parts) and sent by its pusher. The state moves only as the push journal says files were
 accepted: the records of each accepted file, in one transaction. So a sync killed at any point
-and run again sends every change not accepted (it first finishes the set it left), at most
-re-sends the file that was in flight, and never records a change that did not arrive.
+and run again sends every change not accepted (it first finishes the set it left, found by its
+absolute path from any directory), at most re-sends the files that were in flight, and never
+records a change that did not arrive. A set left that can no longer be read (removed, cut
+short), or given up (`abandon_pending`), is not taken as never sent: the URLs of its records not
+known to be accepted are sent again (`SyncState.unknown_pending`), with a warning.
 
 A sync that sends every record anyway (the first of a collection, `resend_all`, a state whose
 fingerprints are of another version) reads the snapshot once: the receiver's writer builds the
@@ -43,15 +46,15 @@ from pathlib import Path
 import orjson
 
 from fastfeed.delivery.results import Outcome, PushSummary
-from fastfeed.errors import InputError, MassDelete, PushError, SettingsError
+from fastfeed.errors import FastfeedError, InputError, MassDelete, PushError, SettingsError
 from fastfeed.progress import Progress, plural
 from fastfeed.sets.build import check_out_dir, expand, write_set
 from fastfeed.sets.guard import AllowDeletes, check_deletes
 from fastfeed.sets.journal import Journal
-from fastfeed.sets.manifest import MANIFEST, ManifestEntry, read_manifest
+from fastfeed.sets.manifest import ManifestEntry, read_manifest
 from fastfeed.sets.snapshot import Snapshot
-from fastfeed.sets.state import BATCH, FINGERPRINT_VERSION, Diff, SyncState, in_use
-from fastfeed.sets.writer import FeedWarning, SetWriter
+from fastfeed.sets.state import BATCH, FINGERPRINT_VERSION, Diff, SyncState, in_use, work_prefix
+from fastfeed.sets.writer import FeedWarning, SetWriter, print_warning
 
 
 @dataclass(frozen=True)
@@ -211,16 +214,19 @@ def run_sync(
     """Makes the receiver's collection equal to the snapshot `inputs`, sending only what
     differs from `state` (see the module's description); `confirm` waits for the appliance to
     process what it accepted, where the receiver can tell. Each warning about a record goes to
-    `on_warning`, naming its line (default: printed on stderr)."""
+    `on_warning`, naming its line (default: printed on stderr), as does one about a set an
+    interrupted sync left that cannot be read (its records are sent again)."""
     started = time.monotonic()
     state_path = Path(state)
     out = Path(out_dir)
     inputs = expand(inputs, base_url, state=state_path)
     with locked(state_path), SyncState(state_path, receiver.target) as st:
-        resumed = 0 if dry_run else _finish_pending(st, receiver, progress)
+        warn = on_warning or print_warning
+        resumed = 0 if dry_run else _finish_pending(st, receiver, progress, warn)
         # A sync killed before cleaning up left its work (a copy of standard input, maybe
-        # large) beside the state; only a sync holding the state's lock may take it away.
-        prefix = f".{state_path.name}.sync-"
+        # large; a new state not yet in place) beside the state; only a sync holding the
+        # state's lock may take it away.
+        prefix = work_prefix(state_path)
         for stale in state_path.parent.glob(prefix + "*"):
             shutil.rmtree(stale, ignore_errors=True)
         work = Path(tempfile.mkdtemp(prefix=prefix, dir=state_path.parent))
@@ -285,7 +291,7 @@ def run_sync(
             if writer is None:
                 _build_changes(st, snapshot, receiver, work, out, diff.deleted, progress)
             else:
-                _end_snapshot_set(st, writer, out, diff.deleted)
+                _end_snapshot_set(st, writer, out, receiver.journal_target, diff.deleted)
             pending = True
             release()  # the set is built: none of it is needed to push it
             pushed = _push_pending(st, out, receiver, progress, confirming=finish is not None)
@@ -318,29 +324,28 @@ def _build_changes(
     deleted: int,
     progress: Progress | None,
 ) -> None:
-    """Builds the set of what changed (the snapshot's second pass), pending before it is
-    built: a sync killed while building finds no manifest, and drops it."""
+    """Builds the set of what changed (the snapshot's second pass), recorded as pending once
+    built: a sync killed while building, or whose build fails, leaves no set."""
     changes, deletes = work / "changes.jsonl", work / "deletes.jsonl"
-    st.set_pending(out, _write_changes(st, snapshot, changes, deletes, deleted))
+    records = _write_changes(st, snapshot, changes, deletes, deleted)
     try:
-        write_set(
-            [os.fspath(changes), os.fspath(deletes)],
-            out,
-            functools.partial(receiver.writer, out),
-            None,
-            "stop",
-            None,
-            progress,
-        )
+        with st.recording_pending(out, receiver.journal_target, records):
+            write_set(
+                [os.fspath(changes), os.fspath(deletes)],
+                out,
+                functools.partial(receiver.writer, out),
+                None,
+                "stop",
+                None,
+                progress,
+            )
     except InputError as exc:
-        st.clear_pending()  # nothing of it was sent
         raise _as_given(exc, changes, st, snapshot) from None
-    except BaseException:
-        st.clear_pending()
-        raise
 
 
-def _end_snapshot_set(st: SyncState, writer: SetWriter, out: Path, deleted: int) -> None:
+def _end_snapshot_set(
+    st: SyncState, writer: SetWriter, out: Path, journal: str, deleted: int
+) -> None:
     """Ends a set built as the snapshot was read: the deletes after its records, then the
     manifest; then the state learns what the set carries, before any of it is sent."""
     writer.fingerprint_records(False)
@@ -353,7 +358,7 @@ def _end_snapshot_set(st: SyncState, writer: SetWriter, out: Path, deleted: int)
     if lines:
         writer.add_jsonl(b"".join(lines))
     writer.close()
-    st.set_pending_snapshot(out, deletes=bool(deleted))
+    st.set_pending_snapshot(out, journal, deletes=bool(deleted))
 
 
 def _delete_line(url: str) -> bytes:
@@ -452,15 +457,56 @@ def _unconfirm(st: SyncState, feed_set: Path, confirmed: Confirmation) -> None:
     st.end_confirming()
 
 
-def _finish_pending(st: SyncState, receiver: Receiver, progress: Progress | None) -> int:
+@dataclass(frozen=True)
+class Abandoned:
+    """What giving up a pending set did (`abandon_pending`)."""
+
+    #: Its records the journal says the appliance accepted: now held.
+    accepted: int
+    #: The URLs of its other records, now held as unknown: the next sync sends them again.
+    unknown: int
+    #: Why its journal could not be read ("" if it was): none of it is known accepted.
+    unread: str = ""
+
+
+def abandon_pending(st: SyncState, feed_set: Path) -> Abandoned:
+    """Gives up `feed_set`, the set an interrupted sync left (`SyncState.pending_set`): commits
+    the records of the files its journal says the appliance accepted (a sync killed mid-push had
+    no time to), and holds the URLs of the others as unknown (`SyncState.unknown_pending`): any
+    file not journalled may have arrived."""
+    held, unread = st.pending_count(), ""
+    journal = st.pending_journal
+    if journal is None:
+        unread = "an earlier fastfeed did not record which appliance it is the journal of"
+    else:
+        try:
+            _commit(st, feed_set, journal, confirming=False)
+        except FastfeedError as exc:
+            unread = str(exc)
+    accepted = held - st.pending_count()
+    return Abandoned(accepted, st.unknown_pending(), unread)
+
+
+def _finish_pending(
+    st: SyncState, receiver: Receiver, progress: Progress | None, warn: Callable[[str], None]
+) -> int:
     """Sends what an interrupted sync left unaccepted, before comparing anew: its records are
-    changes the appliance may not hold. Returns how many records it held."""
+    changes the appliance may not hold. Returns how many records it held. A set that cannot be
+    read is given up (`abandon_pending`), so that the comparison sends its records again."""
     st.unconfirm_left()
     feed_set = st.pending_set
     if feed_set is None:
         return 0
-    if not (feed_set / MANIFEST).exists():
-        st.clear_pending()  # killed while building: nothing of it was sent
+    try:
+        read_manifest(feed_set)
+    except FastfeedError as exc:
+        why = "it no longer exists" if not feed_set.is_dir() else str(exc)
+        given_up = abandon_pending(st, feed_set)
+        warn(
+            f"cannot finish the set {feed_set} an interrupted sync left: {why}. Which of its "
+            f"files the appliance accepted is not known, so {plural(given_up.unknown, 'URL')} "
+            "it carried are compared as unknown, and sent again (records and deletes)"
+        )
         return 0
     held = st.pending_count()
     pushed = _push_pending(st, feed_set, receiver, progress)
@@ -470,7 +516,8 @@ def _finish_pending(st: SyncState, receiver: Receiver, progress: Progress | None
             f"{plural(left, 'record')} of the set {feed_set}, left by an interrupted sync, were "
             "not accepted; fix what the push reports and sync again. If the set itself is what "
             f"fails (a record the source has fixed since), `fastfeed state abandon {st.path}` "
-            "drops it and the next sync compares anew",
+            "gives it up: the next sync compares anew, and sends again what of it the journal "
+            "does not say was accepted",
             summary=pushed,
         )
     st.clear_pending()

@@ -1,0 +1,115 @@
+"""A sync killed mid-push whose set the next one cannot simply finish: run again from another
+directory (as under cron), its set removed, or given up with `fastfeed state abandon`. Whatever
+of it the appliance may hold, the next sync of the restored source makes the index equal to it
+again: nothing it deleted is lost for good."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastfeed.cli import main
+from fastfeed.emulator import Emulator, Fault
+from fastfeed.sets.journal import JOURNAL
+from fastfeed.sets.state import UNKNOWN, SyncState
+from test_sync import _CLI, _child_sync, write
+
+pytestmark = pytest.mark.usefixtures("clean_env")
+
+RECORDS = [{"url": f"http://docs.example.com/{n}", "content": f"document {n}"} for n in range(100)]
+
+
+def _argv(receiver: str, emulator: Emulator, tls: Any, src: str, state: Path) -> list[str]:
+    if receiver == "gsa":
+        where = ["sync", src, "--datasource", "docs", "--host", "127.0.0.1", "--port",
+                 str(emulator.port)]  # fmt: skip
+    else:
+        where = ["thunderstone", "sync", src, "--profile", "docs", "--url",
+                 f"{emulator.url}/texis/dowalk/recvdata.xml"]  # fmt: skip
+    return [*where, "--state", str(state), "--cacert", str(tls.ca_path), "--max-records", "2"]
+
+
+def _index(receiver: str, emulator: Emulator) -> set[str]:
+    emulator.wait_idle()
+    if receiver == "gsa":
+        return set(emulator.documents("docs"))
+    return set(emulator.thunderstone_documents("docs"))
+
+
+def _accepted(journal: Path) -> int:
+    return journal.read_bytes().count(b'"accepted"') if journal.exists() else 0
+
+
+@pytest.mark.parametrize("receiver", ["gsa", "thunderstone"])
+@pytest.mark.parametrize("then", ["run from another directory", "set removed", "abandoned"])
+def test_a_sync_killed_mid_push_loses_no_delete_whatever_becomes_of_its_set(
+    make_emulator: Callable[..., Emulator],
+    tls: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    receiver: str,
+    then: str,
+) -> None:
+    emulator = make_emulator()
+    state = tmp_path / "docs.state"
+    in0 = write(tmp_path / "in0.jsonl", RECORDS)
+    in1 = write(tmp_path / "in1.jsonl", RECORDS[20:])  # URLs 0 to 19 deleted
+    argv0 = _argv(receiver, emulator, tls, in0, state)
+    assert main([*argv0, "--out", str(tmp_path / "first")]) == 0
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+
+    # The deletes go 2 a file (10 files), each answer taking 0.5 s: killed once some of them
+    # are accepted and journalled, others maybe in flight. The set is kept under the default
+    # --out, relative to the directory the sync runs in.
+    emulator.add_fault(Fault(kind="slow", seconds=0.5, times=200))
+    argv1 = _argv(receiver, emulator, tls, in1, state)
+    child = _child_sync([*argv1, "--allow-deletes", "0.5"], a)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not any(
+        _accepted(j) >= 2 for j in a.glob(f"fastfeed-feeds/*/{JOURNAL}")
+    ):
+        time.sleep(0.01)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    emulator.clear_faults()
+    (feed_set,) = a.glob("fastfeed-feeds/*")
+    accepted = _accepted(feed_set / JOURNAL)
+    assert 2 <= accepted < 10
+    assert len(_index(receiver, emulator)) <= 100 - 2 * accepted
+
+    cwd = a
+    if then == "run from another directory":
+        cwd = b
+    elif then == "set removed":
+        shutil.rmtree(feed_set)
+    else:
+        capsys.readouterr()
+        assert main(["state", "abandon", str(state)]) == 0
+        said = capsys.readouterr().err
+        assert (
+            f"recorded {2 * accepted} records its journal says were accepted; the next sync "
+            f"sends again the {20 - 2 * accepted} URLs"
+        ) in said
+        with SyncState(state, None) as st:
+            assert (st.pending_set, st.count()) == (None, 100 - 2 * accepted)
+            assert st.unknown() == 20 - 2 * accepted
+    restored = subprocess.run([*_CLI, *argv0], cwd=cwd, capture_output=True, text=True)
+    assert restored.returncode == 0, restored.stderr
+    if then == "set removed":
+        assert (
+            f"cannot finish the set {feed_set} an interrupted sync left: it no longer exists"
+            in (restored.stderr)
+        )
+    assert _index(receiver, emulator) == {r["url"] for r in RECORDS}
+    with SyncState(state, None) as st:
+        held = {url: fp for url, fp, _ in st.documents()}
+    assert set(held) == {r["url"] for r in RECORDS} and UNKNOWN not in held.values()

@@ -40,6 +40,24 @@ def test_push_prints_a_json_summary_and_exits_0(
     assert "2 accepted" in err
 
 
+def test_a_bad_journal_line_is_said_as_the_command_s_warning(
+    emulator: Emulator, tls: Any, make_feed_set: MakeSet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    feeds = make_feed_set("docs")
+    with open(feeds / JOURNAL, "ab") as f:
+        f.write(b"[1,2]\n")
+
+    assert main(["push", str(feeds), *cli_target(emulator, tls)]) == 0
+
+    err = capsys.readouterr().err
+    assert (
+        f"warning: {feeds / JOURNAL}: ignored a line that is not a journal line (line 1); any "
+        "file named there is pushed again\n"
+    ) in err
+    # Not Python's way, with the file and line of fastfeed's code that issued it.
+    assert "JournalWarning" not in err and ".py:" not in err
+
+
 def test_an_untrusted_ip_exits_3_and_says_how_to_fix_it(
     make_emulator: Callable[..., Emulator],
     tls: Any,

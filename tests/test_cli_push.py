@@ -81,6 +81,26 @@ def test_a_missing_manifest_exits_3(
     assert "manifest.jsonl" in capsys.readouterr().err
 
 
+def test_a_set_left_by_a_killed_run_is_said_to_be_run_again(
+    emulator: Emulator, tls: Any, make_feed_set: MakeSet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run pushes each file as it is built and writes the manifest last: killed before,
+    it leaves files, some in its journal, and no manifest. Building is not what to redo."""
+    feeds = make_feed_set("docs", files=2)
+    assert main(["push", str(feeds), *cli_target(emulator, tls)]) == 0
+    (feeds / "manifest.jsonl").unlink()
+    capsys.readouterr()
+
+    assert main(["push", str(feeds), *cli_target(emulator, tls)]) == 3
+
+    err = capsys.readouterr().err
+    assert (
+        f"{feeds} is not a finished feed set: a `fastfeed run` into it stopped before its build "
+        f"finished, having pushed the files its {JOURNAL} lists; run it again into a new --out"
+    ) in err
+    assert "fastfeed build" not in err
+
+
 def test_a_refused_file_exits_1_and_shows_the_appliance_answer(
     emulator: Emulator, tls: Any, make_feed_set: MakeSet, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -307,7 +307,7 @@ def _build(snapshot: Path, out: Path, fingerprints: bool) -> int:
     with FeedWriter(out, "bench", "incremental") as writer, snapshot.open("rb") as f:
         if fingerprints:
             writer.fingerprint_records()
-        mapped = MappedInput(f)
+        mapped = MappedInput(f, str(snapshot))
         for started, chunk in enumerate(mapped.chunks()):
             writer.start_jsonl(chunk)
             if started:

@@ -27,7 +27,7 @@ use crate::encode::Compress;
 use crate::error::{listing, Error, Fenced};
 use crate::fingerprint;
 use crate::guard::Guard;
-use crate::jsonl::FIELDS;
+use crate::jsonl::{self, FIELDS};
 use crate::limits::FEED_MAX_BYTES;
 use crate::record::{self, parse_date, AclFormat, FeedType};
 use crate::url::check_url;
@@ -167,6 +167,14 @@ fn fingerprint_jsonl<'py>(
         py.allow_threads(|| fingerprint::fingerprint_jsonl((*chunk).as_ref(), pieces))?;
     let (rows, spans, keys, records) = fingerprinted(py, &found, source, base);
     Ok((rows, spans, keys, records, lines))
+}
+
+/// Whether the last line of an input that ends without a newline is no complete JSON value,
+/// read without the GIL (see `jsonl::cut_short`).
+#[pyfunction]
+fn cut_short(py: Python<'_>, line: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let line = shared_chunk(py, line)?;
+    Ok(py.allow_threads(|| jsonl::cut_short((*line).as_ref())))
 }
 
 /// The fingerprints of records (dicts of the record schema, see `fingerprint.rs`), read as the
@@ -782,6 +790,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(datasource_problem, m)?)?;
     m.add_function(wrap_pyfunction!(mimetype_problem, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint_jsonl, m)?)?;
+    m.add_function(wrap_pyfunction!(cut_short, m)?)?;
     m.add_function(wrap_pyfunction!(repeated_keys, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint_records, m)?)?;
     parquet::register(m)?;

@@ -662,5 +662,16 @@ pub fn lines_in(chunk: &[u8], part: Range<usize>) -> (Vec<(usize, &[u8])>, usize
     (out, count)
 }
 
+/// Whether `line`, the last of an input that ends without a newline, is no complete JSON value:
+/// the input was cut short in the middle of a record (a copy or download cut, a full disk),
+/// and whatever followed is lost. A line that is whole needs no newline (many tools leave the
+/// last one out), and any other, whatever is wrong with it, is taken as cut: refused as a bad
+/// record, `--on-error skip` would build a feed short of it and of every record after the
+/// cut, which as a full feed deletes them. Read without keeping anything of the line.
+pub fn cut_short(line: &[u8]) -> bool {
+    !line.iter().all(u8::is_ascii_whitespace)
+        && serde_json::from_slice::<serde::de::IgnoredAny>(line).is_err()
+}
+
 #[cfg(test)]
 mod tests;

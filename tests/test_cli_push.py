@@ -40,6 +40,24 @@ def test_push_prints_a_json_summary_and_exits_0(
     assert "2 accepted" in err
 
 
+def test_a_bad_journal_line_is_said_as_the_command_s_warning(
+    emulator: Emulator, tls: Any, make_feed_set: MakeSet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    feeds = make_feed_set("docs")
+    with open(feeds / JOURNAL, "ab") as f:
+        f.write(b"[1,2]\n")
+
+    assert main(["push", str(feeds), *cli_target(emulator, tls)]) == 0
+
+    err = capsys.readouterr().err
+    assert (
+        f"warning: {feeds / JOURNAL}: ignored a line that is not a journal line (line 1); any "
+        "file named there is pushed again\n"
+    ) in err
+    # Not Python's way, with the file and line of fastfeed's code that issued it.
+    assert "JournalWarning" not in err and ".py:" not in err
+
+
 def test_an_untrusted_ip_exits_3_and_says_how_to_fix_it(
     make_emulator: Callable[..., Emulator],
     tls: Any,
@@ -61,6 +79,26 @@ def test_a_missing_manifest_exits_3(
 
     assert main(["push", str(tmp_path / "empty"), *cli_target(emulator, tls)]) == 3
     assert "manifest.jsonl" in capsys.readouterr().err
+
+
+def test_a_set_left_by_a_killed_run_is_said_to_be_run_again(
+    emulator: Emulator, tls: Any, make_feed_set: MakeSet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run pushes each file as it is built and writes the manifest last: killed before,
+    it leaves files, some in its journal, and no manifest. Building is not what to redo."""
+    feeds = make_feed_set("docs", files=2)
+    assert main(["push", str(feeds), *cli_target(emulator, tls)]) == 0
+    (feeds / "manifest.jsonl").unlink()
+    capsys.readouterr()
+
+    assert main(["push", str(feeds), *cli_target(emulator, tls)]) == 3
+
+    err = capsys.readouterr().err
+    assert (
+        f"{feeds} is not a finished feed set: a `fastfeed run` into it stopped before its build "
+        f"finished, having pushed the files its {JOURNAL} lists; run it again into a new --out"
+    ) in err
+    assert "fastfeed build" not in err
 
 
 def test_a_refused_file_exits_1_and_shows_the_appliance_answer(

@@ -427,3 +427,83 @@ def test_an_input_truncated_during_the_build_stops_it_with_a_message_not_sigbus(
     assert f"{source}: the file shrank while it was read" in done.stdout
     assert not (tmp_path / "out" / "manifest.jsonl").exists()
     assert [p.name for p in (tmp_path / "out").iterdir() if p.name.endswith(".tmp")] == []
+
+
+def cut_in_a_record(records: int) -> tuple[bytes, int]:
+    """`records` whole lines then half of the next, as `head -c` leaves a download: the bytes,
+    and the number of the cut line."""
+    data = b"".join(
+        orjson.dumps({"url": f"http://docs.example.com/{i}", "content": "z" * 300}) + b"\n"
+        for i in range(records + 1)
+    )
+    return data[: len(data) - 200], records + 1
+
+
+@pytest.mark.parametrize("read_as", ["file", "pipe", "long line from a pipe"])
+def test_an_input_cut_in_a_record_stops_the_build_even_skipping(
+    pipe_of: Callable[[bytes], str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    read_as: str,
+) -> None:
+    """Refused as a bad record, the cut line was skipped and the records before it made a
+    full feed, which pushed deletes every document after the cut."""
+    data, line = cut_in_a_record(5)
+    if read_as == "file":
+        source = str(tmp_path / "docs.jsonl")
+        Path(source).write_bytes(data)
+    else:
+        if read_as == "long line from a pipe":
+            monkeypatch.setattr(inputs_module, "CHUNK_BYTES", 64)  # its start in the spool
+        source = pipe_of(data)
+    assert main(build_args(source, tmp_path / "out", "--on-error", "skip")) == 1
+    err = capsys.readouterr().err
+    assert f"{source}:{line}: the input ends in the middle of a record, at byte {len(data)}" in err
+    assert "was it cut short" in err and "--on-error skip" not in err
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
+    assert not (tmp_path / "out" / "rejected.jsonl").exists()
+
+
+def test_a_cut_input_stops_the_api_builds_and_a_sync(tmp_path: Path) -> None:
+    import fastfeed
+
+    data, line = cut_in_a_record(3)
+    source = tmp_path / "docs.jsonl"
+    source.write_bytes(data)
+    cut = f"{source}:{line}: the input ends in the middle of a record"
+    with pytest.raises(fastfeed.InputError, match=cut) as stopped:
+        fastfeed.build([str(source)], tmp_path / "a", "docs", "full", on_error="skip")
+    assert not stopped.value.skippable
+    with pytest.raises(fastfeed.InputError, match=cut):
+        fastfeed.build_thunderstone([str(source)], tmp_path / "b", "docs", on_error="skip")
+    groups = tmp_path / "groups.jsonl"
+    groups.write_bytes(b'{"group": "g", "members": [{"name": "u", "scope": "user"}]}\n{"gro')
+    with pytest.raises(fastfeed.InputError, match=f"{groups}:2: the input ends in the middle"):
+        fastfeed.build_groups([str(groups)], tmp_path / "c", "ldap", "full", on_error="skip")
+    settings = fastfeed.PushSettings(host="127.0.0.1", port=9)  # never reached
+    with pytest.raises(fastfeed.InputError, match=cut):
+        fastfeed.sync([str(source)], tmp_path / "s.state", "docs", settings, out_dir=tmp_path / "d")
+    with fastfeed.SeedlistStore(tmp_path / "s.sqlite") as store:
+        from fastfeed.seedlist.inputs import read_jsonl
+
+        with pytest.raises(fastfeed.LoadError, match=cut):
+            store.load_located(read_jsonl([str(source)]))
+
+
+@pytest.mark.parametrize("last", [b'{"url": "http://docs.example.com/last"}', b"  "])
+def test_a_whole_last_line_needs_no_newline(tmp_path: Path, last: bytes) -> None:
+    source = tmp_path / "docs.jsonl"
+    source.write_bytes(DATA + last)
+    assert main(build_args(str(source), tmp_path / "out")) == 0
+    assert len(urls(tmp_path / "out")) == len(DOCS) + (last.strip() != b"")
+
+
+def test_a_bad_last_line_that_is_whole_is_still_a_record_to_skip(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "docs.jsonl"
+    source.write_bytes(DATA + b'{"url": "http://docs.example.com/x", "pagerank": 200}')
+    assert main(build_args(str(source), tmp_path / "out", "--on-error", "skip")) == 1
+    assert (tmp_path / "out" / "rejected.log").read_text().startswith(f"{source}:4: pagerank:")
+    assert len(urls(tmp_path / "out")) == len(DOCS)

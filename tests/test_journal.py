@@ -93,7 +93,7 @@ def test_a_well_formed_line_that_is_no_journal_line_is_ignored_with_a_warning(
     with open(tmp_path / JOURNAL, "ab") as f:
         f.write(line + b"\n")
 
-    with pytest.warns(JournalWarning, match=r"ignored 1 lines .*\(line 2\)"):
+    with pytest.warns(JournalWarning, match=r"ignored a line that is not a journal line \(line 2"):
         journal = Journal(tmp_path, "gsa:19902")
     with journal:
         assert journal.is_accepted(entry(1))

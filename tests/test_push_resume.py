@@ -357,7 +357,7 @@ def test_a_run_stopped_once_its_manifest_is_written_but_before_its_build_ends_ke
 
     assert not (out / MANIFEST).exists()
     assert len(list(out.glob("*.xml"))) == 2 and (out / JOURNAL).exists()
-    with pytest.raises(FastfeedError, match="interrupted"):
+    with pytest.raises(FastfeedError, match="a `fastfeed run` into it stopped before its build"):
         push(out, settings)
     assert len(emulator.pushes()) == 1
 

@@ -286,7 +286,8 @@ def test_a_directory_that_is_no_feed_set_is_refused(
     assert orjson.loads(out) == {
         "ok": False,
         "error": f"{tmp_path / 'loose' / 'manifest.jsonl'} does not exist: {tmp_path / 'loose'} "
-        "is not a finished feed set (was `fastfeed build` interrupted?)",
+        "is not a finished feed set (did a `fastfeed build` or `fastfeed run` into it stop "
+        "before its end? then build or run again into a new --out)",
     }
     assert "is not a finished feed set" in err
 

@@ -144,6 +144,25 @@ fn lines_skip_blanks_but_count_them() {
 }
 
 #[test]
+fn a_last_line_cut_anywhere_is_cut_short_and_a_whole_one_is_not() {
+    let line = r#"{"url": "http://a.example.com/é", "pagerank": -1.5e2, "lock": true,
+        "metadata": {"tags": ["a\"b", "\u00e9"]}, "acl": null}"#
+        .replace('\n', " ");
+    let line = line.as_bytes();
+    assert!(!cut_short(line));
+    assert!(!cut_short(b"{} \r"));
+    assert!(!cut_short(b"  "));
+    // A cut inside a number ("-", "1.") is a syntax error to serde, not an early end.
+    for end in 1..line.len() {
+        assert!(
+            cut_short(&line[..end]),
+            "{:?}",
+            String::from_utf8_lossy(&line[..end])
+        );
+    }
+}
+
+#[test]
 fn the_lines_of_all_pieces_are_the_lines_of_the_chunk_once_each() {
     let mut chunk = Vec::new();
     for n in 0..40usize {

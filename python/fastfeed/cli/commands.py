@@ -4,8 +4,10 @@ become messages and exit statuses."""
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
@@ -128,7 +130,9 @@ class Command(click.Command):
         try:
             if "-" in ctx.params.get("inputs", ()):
                 _check_stdin(command)
-            status = super().invoke(ctx)
+            with warnings.catch_warnings():
+                warnings.showwarning = functools.partial(_show_warning, warnings.showwarning)
+                status = super().invoke(ctx)
             ctx.meta[QUICK_EXIT] = self.quick_exit
             return status
         except FastfeedError as exc:
@@ -144,6 +148,28 @@ class Command(click.Command):
                 print(f"fastfeed {command}: {hint}", file=sys.stderr)
             emit({"ok": False, "error": "interrupted"}, as_json)
             return ExitCode.INTERRUPTED
+
+
+def _show_warning(
+    others: Callable[..., None],
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    """Says fastfeed's own warnings that its API issues (a push journal's ignored lines) as the
+    command's other warnings are said: Python's way names the file and line of fastfeed's code
+    that issued it, and quotes that line, which tell the user nothing. Others go as Python
+    says them (`others`)."""
+    if category.__module__.partition(".")[0] != "fastfeed":
+        others(message, category, filename, lineno, file, line)
+        return
+    # Here: the writer's module loads the core, which a push does not need.
+    from fastfeed.sets.writer import print_warning
+
+    print_warning(str(message))
 
 
 def _check_stdin(command: str) -> None:

@@ -10,7 +10,9 @@ from typing import IO, Any
 
 import orjson
 
+from fastfeed import _core
 from fastfeed.errors import FastfeedError, LoadError
+from fastfeed.sets.inputs import cut_short
 
 
 def read_jsonl(inputs: Sequence[str]) -> Iterator[tuple[str, Mapping[str, Any]]]:
@@ -33,13 +35,17 @@ def read_jsonl(inputs: Sequence[str]) -> Iterator[tuple[str, Mapping[str, Any]]]
 
 
 def _lines(stream: IO[bytes], name: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    read = 0
     for number, line in enumerate(stream, 1):
+        read += len(line)
         if not line.strip():
             continue
         location = f"{name}:{number}"
         try:
             record = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
+            if not line.endswith(b"\n") and _core.cut_short(line):
+                raise LoadError(location, None, cut_short(read)) from None
             raise LoadError(location, None, f"invalid JSON: {exc}") from None
         _refuse_repeated_names(line, location)
         if not isinstance(record, dict):

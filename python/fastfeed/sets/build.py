@@ -399,7 +399,7 @@ def _feed(builder: _Builder, inputs: Sequence[str], base_url: str | None, out: s
                     if not mappable(stream):
                         builder.jsonl(stream_chunks(stream, name, builder.stop), name)
                         continue
-                    mapped = MappedInput(stream)
+                    mapped = MappedInput(stream, name)
                     try:
                         builder.jsonl(
                             mapped.chunks(), name, changed=mapped.changed, resize=mapped.resize

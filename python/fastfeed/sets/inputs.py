@@ -55,10 +55,13 @@ class MappedInput:
 
     A file that shrinks while it is read (truncated, rewritten in place) would make the kernel
     kill the process at the first read past its new end (SIGBUS). The mapping is guarded:
-    such a read finds zeros, and `changed()` says the file is no longer what was read."""
+    such a read finds zeros, and `changed()` says the file is no longer what was read. One
+    cut short in the middle of a record (`name` in errors) is refused before any chunk is
+    taken (see `refuse_cut_short`)."""
 
-    def __init__(self, stream: IO[bytes]) -> None:
+    def __init__(self, stream: IO[bytes], name: str) -> None:
         self._stream = stream
+        self._name = name
         self.size = os.fstat(stream.fileno()).st_size
         # Closed when the last view of it is gone: a view still held (an error's traceback)
         # would make an explicit close fail.
@@ -86,6 +89,12 @@ class MappedInput:
 
     def chunks(self) -> Iterator[memoryview]:
         mapped, size = self._mapped, self.size
+        if mapped[size - 1] != ord("\n"):
+            last = mapped.rfind(b"\n", 0, size) + 1
+            with memoryview(mapped)[last:] as line:
+                if _core.cut_short(line):
+                    where = f"{self._name}:{_newlines(mapped, last) + 1}"
+                    raise InputError(where, cut_short(size))
         start = released = 0
         # The starts of the chunks yielded and perhaps still encoding (see below).
         recent: collections.deque[int] = collections.deque(maxlen=AHEAD)
@@ -134,7 +143,7 @@ def stream_chunks(
     view = memoryview(block)
     filled = 0  # bytes of `block` read: the start of a line not ended yet, then what follows
     spool: IO[bytes] | None = None  # or the start of that line in this file, once longer
-    held = lines = 0  # held: the bytes of the line in `spool`
+    held = lines = taken = 0  # held: the bytes of the line in `spool`; taken: all chunks'
     ended = False
     while not ended:
         while filled < len(block):
@@ -167,10 +176,37 @@ def stream_chunks(
             # Bytes, not a view of the block: the core reads them in place while the next
             # block is read (a view of a bytearray it would copy, with the GIL held).
             chunk = bytes(view[:cut])
+        taken += len(chunk)
+        if ended and chunk and chunk[-1] != ord("\n"):
+            # The last line: after the block's last newline, or all of the chunk (its start
+            # perhaps in the temporary file).
+            newline = block.rfind(b"\n", 0, cut)
+            last = 0 if newline < 0 else len(chunk) - (cut - newline - 1)
+            if _core.cut_short(memoryview(chunk)[last:]):
+                raise InputError(f"{name}:{lines + 1}", cut_short(taken))
         block[: filled - cut] = block[cut:filled]
         filled -= cut
         if chunk:
             yield chunk
+
+
+def cut_short(size: int) -> str:
+    """Why an input of `size` bytes whose last line, without a newline, is no complete JSON
+    value (see `_core.cut_short`) is refused: it was cut short, and what followed the cut is
+    lost. An input error, never a record to skip: a feed short of the records after the cut,
+    pushed as a full feed, deletes them."""
+    return (
+        f"the input ends in the middle of a record, at byte {size} with no newline: was it cut "
+        "short (a copy or download that stopped, a full disk)? Give the whole input (a last "
+        "line that is whole needs no newline)"
+    )
+
+
+def _newlines(mapped: mmap.mmap, end: int) -> int:
+    """The newlines in the first `end` bytes of `mapped`, counted a chunk at a time."""
+    return sum(
+        mapped[at : min(at + CHUNK_BYTES, end)].count(b"\n") for at in range(0, end, CHUNK_BYTES)
+    )
 
 
 def _read(fd: int, poller: select.poll, into: memoryview, stop: Callable[[], None]) -> int:

@@ -100,10 +100,15 @@ class Journal:
                 accepted.add((item["datasource"], item["file"], item["digest"]))
         if ignored:
             shown = ", ".join(map(str, ignored[:10])) + (", ..." if len(ignored) > 10 else "")
+            what = (
+                "a line that is not a journal line"
+                if len(ignored) == 1
+                else f"{len(ignored):,} lines that are not journal lines"
+            )
             warnings.warn(
                 JournalWarning(
-                    f"{self.path}: ignored {len(ignored)} lines that are not journal lines "
-                    f"(line {shown}); the files they named, if any, are pushed again"
+                    f"{self.path}: ignored {what} (line {shown}); any file named there is "
+                    "pushed again"
                 ),
                 stacklevel=3,
             )

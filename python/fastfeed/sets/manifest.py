@@ -91,10 +91,7 @@ def read_manifest(directory: str | os.PathLike[str]) -> list[ManifestEntry]:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise FastfeedError(
-            f"{path} does not exist: {directory} is not a finished feed set "
-            "(was `fastfeed build` interrupted?)"
-        ) from None
+        raise FastfeedError(f"{path} does not exist: {_unfinished(Path(directory))}") from None
     entries = []
     for lineno, line in enumerate(data.splitlines(), 1):
         if not line.strip():
@@ -104,3 +101,22 @@ def read_manifest(directory: str | os.PathLike[str]) -> list[ManifestEntry]:
         except (TypeError, ValueError) as exc:  # orjson's JSONDecodeError is a ValueError
             raise FastfeedError(f"{path}:{lineno}: not a manifest entry: {exc}") from None
     return entries
+
+
+def _unfinished(directory: Path) -> str:
+    """What a directory without a manifest is, and what to do: a build or run writes the
+    manifest last, so one stopped before its end left none, and its set is never finished. A
+    journal there is a run's: it pushes each file as it is built, and journals those accepted
+    (a build's set is pushed only once it has a manifest)."""
+    from fastfeed.sets.journal import JOURNAL  # here: the journal's module reads manifests
+
+    if (directory / JOURNAL).is_file():
+        return (
+            f"{directory} is not a finished feed set: a `fastfeed run` into it stopped before "
+            f"its build finished, having pushed the files its {JOURNAL} lists; run it again "
+            "into a new --out"
+        )
+    return (
+        f"{directory} is not a finished feed set (did a `fastfeed build` or `fastfeed run` "
+        "into it stop before its end? then build or run again into a new --out)"
+    )

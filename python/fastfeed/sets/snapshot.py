@@ -199,7 +199,7 @@ class Snapshot:
         with source.path.open("rb") as stream:
             if os.fstat(stream.fileno()).st_size == 0:
                 return
-            mapped = MappedInput(stream)
+            mapped = MappedInput(stream, source.name)
             try:
                 self._read_chunks(n, mapped.chunks(), mapped.changed, source, state, line, writer)
             finally:

@@ -41,19 +41,19 @@ mod dict;
 mod parquet;
 
 create_exception!(
-    _core,
+    fastfeed._core,
     FastfeedError,
     PyException,
     "The root of every fastfeed error: catching it catches them all."
 );
 create_exception!(
-    _core,
+    fastfeed._core,
     FeedError,
     FastfeedError,
     "A feed cannot be built as asked: bad settings, or a record that breaks the protocol."
 );
 create_exception!(
-    _core,
+    fastfeed._core,
     RecordError,
     FeedError,
     "A record breaks a rule; `index` is its position in the batch, `field` the field at fault, \
@@ -62,6 +62,15 @@ create_exception!(
      Lines before it were written all the same (see `add_jsonl`)."
 );
 
+create_exception!(
+    fastfeed._core,
+    EmptyFullFeed,
+    FastfeedError,
+    "A full feed with nothing in it. Sent, it would remove every document of its datasource \
+     (a full groups feed: every group) from the appliance; an empty input is far more often a \
+     broken export than an empty source, so it takes the user's explicit word \
+     (`allow_empty_full=True`, `--allow-empty-full`)."
+);
 /// A chunk of JSON Lines' error, whatever it is (a refused line, a file that could not be read
 /// or written: `OSError`), with how many of its lines were written before it (`.written`: see
 /// `FeedWriter::written_before_error`), for a caller to go on from there.
@@ -99,6 +108,7 @@ impl From<Error> for PyErr {
             }),
             Error::Config(message) => FeedError::new_err(message),
             Error::Io {
+            Error::EmptyFull(message) => EmptyFullFeed::new_err(message),
                 ref path,
                 ref source,
             } => {
@@ -396,7 +406,7 @@ fn jsonl_report(py: Python<'_>, report: BatchReport) -> PyResult<JsonlReport<'_>
 #[pymethods]
 impl PyFeedWriter {
     #[new]
-    #[pyo3(signature = (out_dir, datasource, feedtype, *, kind="feed", max_bytes=DEFAULT_MAX_BYTES, max_records=0, compress="auto", level=DEFAULT_LEVEL, workers=0, acl_format="per-url"))]
+    #[pyo3(signature = (out_dir, datasource, feedtype, *, kind="feed", max_bytes=DEFAULT_MAX_BYTES, max_records=0, compress="auto", level=DEFAULT_LEVEL, workers=0, acl_format="per-url", allow_empty_full=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -411,6 +421,7 @@ impl PyFeedWriter {
         workers: usize,
         acl_format: &str,
     ) -> PyResult<Self> {
+        allow_empty_full: bool,
         let feedtype = FeedType::parse(feedtype).ok_or_else(|| {
             FeedError::new_err(format!(
                 "feed type '{feedtype}' is not one of full, incremental, metadata-and-url"
@@ -434,6 +445,7 @@ impl PyFeedWriter {
             workers,
             acl_format,
         };
+            allow_empty_full,
         let set = SetKind::parse(kind)?;
         let writer =
             py.allow_threads(|| FeedWriter::create(set, &out_dir, datasource, feedtype, opts))?;
@@ -537,7 +549,7 @@ impl PyFeedWriter {
         let (all, finished) = self.inner.finish(|writer, counts| {
             let done = py.allow_threads(|| writer.finish())?;
             counts.files = done.0.len();
-            Ok::<_, Error>(done)
+            Ok(done)
         })?;
         Ok((entries_list(py, &all)?, entries_list(py, &finished)?))
     }
@@ -796,3 +808,4 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RECORD_FIELDS", PyTuple::new(py, FIELDS)?)?;
     Ok(())
 }
+    m.add("EmptyFullFeed", py.get_type::<EmptyFullFeed>())?;

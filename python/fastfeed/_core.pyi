@@ -20,6 +20,7 @@ __all__ = [
     "TableFile",
     "ArrowBatch",
     "rows_json",
+    "EmptyFullFeed",
     "FastfeedError",
     "FeedError",
     "RecordError",
@@ -67,6 +68,7 @@ class RecordError(FeedError):
     #: Lines of a chunk of JSON Lines before this one written all the same (`add_jsonl`).
     written: int
 
+class EmptyFullFeed(FastfeedError): ...
 @final
 class FeedWriter:
     def __new__(
@@ -94,6 +96,7 @@ class FeedWriter:
     ) -> tuple[list[tuple[int, str]], list[dict[str, Any]], int]: ...
     def start_jsonl(self, chunk: bytes | memoryview) -> None: ...
     def wait_jsonl(self) -> tuple[list[tuple[int, str]], list[dict[str, Any]], int]: ...
+        allow_empty_full: bool = False,
     def skip_refused(self, on: bool) -> None: ...
     def take_refused(self, most: int) -> list[RecordError]: ...
     def fingerprint_records(self, on: bool) -> None: ...

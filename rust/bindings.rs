@@ -20,6 +20,7 @@ use pyo3::exceptions::{PyException, PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule, PyDict, PyList, PyMemoryView, PyTuple};
 
+use crate::acl::{LEGACY_IGNORED_ROLE, LEGACY_INHERITANCE, LEGACY_INHERIT_FROM, LEGACY_PRINCIPALS};
 use crate::arrow::{
     add_batches, batch, check_columns, import, Memberships, Rows, Stream, Unlocked,
 };
@@ -61,7 +62,6 @@ create_exception!(
      invalid, not_allowed, unreadable, too_large), `written` how many lines of a chunk of JSON \
      Lines before it were written all the same (see `add_jsonl`)."
 );
-
 create_exception!(
     fastfeed._core,
     EmptyFullFeed,
@@ -71,6 +71,7 @@ create_exception!(
      broken export than an empty source, so it takes the user's explicit word \
      (`allow_empty_full=True`, `--allow-empty-full`)."
 );
+
 /// A chunk of JSON Lines' error, whatever it is (a refused line, a file that could not be read
 /// or written: `OSError`), with how many of its lines were written before it (`.written`: see
 /// `FeedWriter::written_before_error`), for a caller to go on from there.
@@ -107,8 +108,8 @@ impl From<Error> for PyErr {
                 }
             }),
             Error::Config(message) => FeedError::new_err(message),
-            Error::Io {
             Error::EmptyFull(message) => EmptyFullFeed::new_err(message),
+            Error::Io {
                 ref path,
                 ref source,
             } => {
@@ -420,8 +421,8 @@ impl PyFeedWriter {
         level: u8,
         workers: usize,
         acl_format: &str,
-    ) -> PyResult<Self> {
         allow_empty_full: bool,
+    ) -> PyResult<Self> {
         let feedtype = FeedType::parse(feedtype).ok_or_else(|| {
             FeedError::new_err(format!(
                 "feed type '{feedtype}' is not one of full, incremental, metadata-and-url"
@@ -444,8 +445,8 @@ impl PyFeedWriter {
             level,
             workers,
             acl_format,
-        };
             allow_empty_full,
+        };
         let set = SetKind::parse(kind)?;
         let writer =
             py.allow_threads(|| FeedWriter::create(set, &out_dir, datasource, feedtype, opts))?;
@@ -632,6 +633,13 @@ fn url_problem(url: &str) -> Option<String> {
     check_url(url).err()
 }
 
+/// The role suffix the appliance strips from the content of legacy ACL meta `name` (and the
+/// writer refuses), or None if it strips none.
+#[pyfunction]
+fn legacy_role(name: &str, content: &str) -> Option<&'static str> {
+    crate::acl::legacy_role(name, content)
+}
+
 /// Why this is not a MIME type, or None when it is one.
 #[pyfunction]
 fn mimetype_problem(mimetype: &str) -> Option<String> {
@@ -793,6 +801,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse_last_modified, m)?)?;
     m.add_function(wrap_pyfunction!(datasource_problem, m)?)?;
     m.add_function(wrap_pyfunction!(mimetype_problem, m)?)?;
+    m.add_function(wrap_pyfunction!(legacy_role, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint_jsonl, m)?)?;
     m.add_function(wrap_pyfunction!(repeated_keys, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint_records, m)?)?;
@@ -800,12 +809,20 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("FastfeedError", py.get_type::<FastfeedError>())?;
     m.add("FeedError", py.get_type::<FeedError>())?;
     m.add("RecordError", py.get_type::<RecordError>())?;
+    m.add("EmptyFullFeed", py.get_type::<EmptyFullFeed>())?;
     m.add("DEFAULT_MAX_BYTES", DEFAULT_MAX_BYTES)?;
     m.add("HARD_MAX_BYTES", HARD_MAX_BYTES)?;
     m.add("FEED_MAX_BYTES", FEED_MAX_BYTES)?;
     m.add("DEFAULT_LEVEL", DEFAULT_LEVEL)?;
     m.add("FINGERPRINT_VERSION", fingerprint::VERSION)?;
     m.add("RECORD_FIELDS", PyTuple::new(py, FIELDS)?)?;
+    let principals = PyDict::new(py);
+    for (name, scope, access) in LEGACY_PRINCIPALS {
+        principals.set_item(name, (scope, access))?;
+    }
+    m.add("LEGACY_PRINCIPALS", principals)?;
+    m.add("LEGACY_INHERITANCE", LEGACY_INHERITANCE)?;
+    m.add("LEGACY_INHERIT_FROM", LEGACY_INHERIT_FROM)?;
+    m.add("LEGACY_IGNORED_ROLE", LEGACY_IGNORED_ROLE)?;
     Ok(())
 }
-    m.add("EmptyFullFeed", py.get_type::<EmptyFullFeed>())?;

@@ -515,6 +515,16 @@ def refused(tmp_path: Path, table: Any, error: type[Exception] = FeedError) -> s
     [
         (pa.array([1.5]), "column 'pagerank' is double: expected integers"),
         (pa.array(["80"]), "column 'pagerank' is string: expected integers"),
+        # Types the core does not read are named as pyarrow names them, not as Rust debugs them.
+        (pa.array([["8"]], pa.list_view(pa.string())), "is list_view<string>: expected"),
+        (pa.array([[8]], pa.large_list_view(pa.int8())), "is large_list_view<int8>: expected"),
+        (pa.array([["8"]], pa.list_(pa.string(), 1)), "is fixed_size_list<string>[1]: expected"),
+        (pa.RunEndEncodedArray.from_arrays([1], [8]), "is run_end_encoded<int64, int64>: expected"),
+        (pa.array([8], pa.timestamp("ms", "UTC")), "is timestamp[ms, tz=UTC]: expected"),
+        (pa.array([8], pa.duration("us")), "is duration[us]: expected"),
+        (pa.array([b"8"], pa.binary(1)), "is fixed_size_binary[1]: expected"),
+        (pa.array([8], pa.decimal128(3, 1)), "is decimal128(3, 1): expected"),
+        (pa.array([["8"]], pa.large_list(pa.string())), "is large_list<string>: expected"),
     ],
 )
 def test_a_column_of_the_wrong_type_is_refused_before_any_row(

@@ -713,6 +713,21 @@ def view_of_a_missing_buffer() -> pa.Array:
     return pa.Array.from_buffers(pa.string_view(), 1, [None, pa.py_buffer(view)])
 
 
+def views_saying(length: int, offset: int) -> Callable[[], pa.Array]:
+    """Display URLs whose second view says `length` bytes at `offset` of their one data buffer
+    (signed, as the C data interface has them: the reader takes them unsigned)."""
+
+    def malformed() -> pa.Array:
+        text = b"http://a.example.com/" * 2
+        views = pack("<i4sii", 21, text, 0, 0) + pack("<i4sii", length, text, 0, offset)
+        return pa.Array.from_buffers(
+            pa.string_view(), 2, [None, pa.py_buffer(views), pa.py_buffer(text)]
+        )
+
+    malformed.__name__ = f"view_of_{length}_bytes_at_{offset}"
+    return malformed
+
+
 @pytest.mark.parametrize(
     "malformed, field, row",
     [
@@ -720,6 +735,9 @@ def view_of_a_missing_buffer() -> pa.Array:
         (text_going_below_zero, "displayurl", 1),
         (text_past_its_values, "displayurl", 0),
         (view_of_a_missing_buffer, "displayurl", 0),
+        (views_saying(-21, 0), "displayurl", 1),
+        (views_saying(21, -1), "displayurl", 1),
+        (views_saying(21, 22), "displayurl", 1),
     ],
 )
 @pytest.mark.parametrize("before", [1, 70_000])

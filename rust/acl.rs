@@ -184,14 +184,21 @@ impl Principal {
     }
 }
 
-/// The meta names of the guide's Legacy Metadata Format, as `fastfeed validate` knows them
-/// (`sets.validate.LEGACY_ACL_NAMES`: exact names, base64-encoded ones decoded first).
+/// The meta names of the guide's Legacy Metadata Format, which `fastfeed validate` and the
+/// emulator read through the bindings (exact names, base64-encoded ones decoded first).
 const LEGACY_USERS: &str = "google:aclusers";
 const LEGACY_GROUPS: &str = "google:aclgroups";
 const LEGACY_DENY_USERS: &str = "google:acldenyusers";
 const LEGACY_DENY_GROUPS: &str = "google:acldenygroups";
-const LEGACY_INHERITANCE: &str = "google:aclinheritancetype";
-const LEGACY_INHERIT_FROM: &str = "google:aclinheritfrom";
+pub const LEGACY_INHERITANCE: &str = "google:aclinheritancetype";
+pub const LEGACY_INHERIT_FROM: &str = "google:aclinheritfrom";
+/// The legacy meta names that give principals, each with the scope and access it gives.
+pub const LEGACY_PRINCIPALS: [(&str, &str, &str); 4] = [
+    (LEGACY_USERS, "user", "permit"),
+    (LEGACY_GROUPS, "group", "permit"),
+    (LEGACY_DENY_USERS, "user", "deny"),
+    (LEGACY_DENY_GROUPS, "group", "deny"),
+];
 
 /// Whether a meta name gives its record a legacy ACL.
 pub fn is_legacy_acl_name(name: &str) -> bool {
@@ -209,9 +216,23 @@ pub fn is_legacy_acl_name(name: &str) -> bool {
 /// The guide's Legacy Metadata Format, of google:aclusers only: "If a content string ends in
 /// =owner, =peeker, =reader, or =writer, that suffix is stripped from the user name.
 /// Furthermore, if a content string ends in =peeker, that ACL entry is ignored." A user name
-/// ending so would reach the index changed. (The same list as `LEGACY_ROLE_SUFFIXES` of
-/// fastfeed.sets.validate, which checks and emulates it.)
+/// ending so would reach the index changed.
 const LEGACY_ROLE_SUFFIXES: [&str; 4] = ["=owner", "=peeker", "=reader", "=writer"];
+/// The role suffix whose entry the appliance ignores (see `LEGACY_ROLE_SUFFIXES`).
+pub const LEGACY_IGNORED_ROLE: &str = "=peeker";
+
+/// The role suffix the appliance strips from the content of legacy ACL meta `name`, once, if
+/// it strips one: the writer refuses such a user name, `fastfeed validate` warns of it and the
+/// emulator strips it, as the appliance does.
+pub fn legacy_role(name: &str, content: &str) -> Option<&'static str> {
+    // Only google:aclusers names lose a role suffix: the guide says so of no other.
+    if name != LEGACY_USERS {
+        return None;
+    }
+    LEGACY_ROLE_SUFFIXES
+        .into_iter()
+        .find(|suffix| content.ends_with(suffix))
+}
 
 impl Acl {
     pub fn check(&self) -> Result<(), String> {
@@ -266,9 +287,7 @@ impl Acl {
                 (Scope::User, _) => LEGACY_USERS,
                 (Scope::Group, _) => LEGACY_GROUPS,
             };
-            let role = LEGACY_ROLE_SUFFIXES.iter().find(|s| p.name.ends_with(*s));
-            // Only google:aclusers names lose a role suffix: the guide says so of no other.
-            if let (LEGACY_USERS, Some(suffix)) = (name, role) {
+            if let Some(suffix) = legacy_role(name, &p.name) {
                 return Err(format!(
                     "principals[{i}]: '{}' ends in '{suffix}', which the appliance strips from a \
                      legacy ACL user name (and drops the entry for =peeker); use --acl-format \

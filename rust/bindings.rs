@@ -20,6 +20,7 @@ use pyo3::exceptions::{PyException, PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule, PyDict, PyList, PyMemoryView, PyTuple};
 
+use crate::acl::{LEGACY_IGNORED_ROLE, LEGACY_INHERITANCE, LEGACY_INHERIT_FROM, LEGACY_PRINCIPALS};
 use crate::arrow::{
     add_batches, batch, check_columns, import, Memberships, Rows, Stream, Unlocked,
 };
@@ -41,25 +42,34 @@ mod dict;
 mod parquet;
 
 create_exception!(
-    _core,
+    fastfeed._core,
     FastfeedError,
     PyException,
     "The root of every fastfeed error: catching it catches them all."
 );
 create_exception!(
-    _core,
+    fastfeed._core,
     FeedError,
     FastfeedError,
     "A feed cannot be built as asked: bad settings, or a record that breaks the protocol."
 );
 create_exception!(
-    _core,
+    fastfeed._core,
     RecordError,
     FeedError,
     "A record breaks a rule; `index` is its position in the batch, `field` the field at fault, \
      `reason` why, `kind` what sort of refusal (stable names: not_json, unknown_field, missing, \
      invalid, not_allowed, unreadable, too_large), `written` how many lines of a chunk of JSON \
      Lines before it were written all the same (see `add_jsonl`)."
+);
+create_exception!(
+    fastfeed._core,
+    EmptyFullFeed,
+    FastfeedError,
+    "A full feed with nothing in it. Sent, it would remove every document of its datasource \
+     (a full groups feed: every group) from the appliance; an empty input is far more often a \
+     broken export than an empty source, so it takes the user's explicit word \
+     (`allow_empty_full=True`, `--allow-empty-full`)."
 );
 
 /// A chunk of JSON Lines' error, whatever it is (a refused line, a file that could not be read
@@ -98,6 +108,7 @@ impl From<Error> for PyErr {
                 }
             }),
             Error::Config(message) => FeedError::new_err(message),
+            Error::EmptyFull(message) => EmptyFullFeed::new_err(message),
             Error::Io {
                 ref path,
                 ref source,
@@ -404,7 +415,7 @@ fn jsonl_report(py: Python<'_>, report: BatchReport) -> PyResult<JsonlReport<'_>
 #[pymethods]
 impl PyFeedWriter {
     #[new]
-    #[pyo3(signature = (out_dir, datasource, feedtype, *, kind="feed", max_bytes=DEFAULT_MAX_BYTES, max_records=0, compress="auto", level=DEFAULT_LEVEL, workers=0, acl_format="per-url"))]
+    #[pyo3(signature = (out_dir, datasource, feedtype, *, kind="feed", max_bytes=DEFAULT_MAX_BYTES, max_records=0, compress="auto", level=DEFAULT_LEVEL, workers=0, acl_format="per-url", allow_empty_full=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -418,6 +429,7 @@ impl PyFeedWriter {
         level: u8,
         workers: usize,
         acl_format: &str,
+        allow_empty_full: bool,
     ) -> PyResult<Self> {
         let feedtype = FeedType::parse(feedtype).ok_or_else(|| {
             FeedError::new_err(format!(
@@ -441,6 +453,7 @@ impl PyFeedWriter {
             level,
             workers,
             acl_format,
+            allow_empty_full,
         };
         let set = SetKind::parse(kind)?;
         let writer =
@@ -545,7 +558,7 @@ impl PyFeedWriter {
         let (all, finished) = self.inner.finish(|writer, counts| {
             let done = py.allow_threads(|| writer.finish())?;
             counts.files = done.0.len();
-            Ok::<_, Error>(done)
+            Ok(done)
         })?;
         Ok((entries_list(py, &all)?, entries_list(py, &finished)?))
     }
@@ -626,6 +639,13 @@ impl PyFeedWriter {
 #[pyfunction]
 fn url_problem(url: &str) -> Option<String> {
     check_url(url).err()
+}
+
+/// The role suffix the appliance strips from the content of legacy ACL meta `name` (and the
+/// writer refuses), or None if it strips none.
+#[pyfunction]
+fn legacy_role(name: &str, content: &str) -> Option<&'static str> {
+    crate::acl::legacy_role(name, content)
 }
 
 /// Why this is not a MIME type, or None when it is one.
@@ -789,6 +809,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse_last_modified, m)?)?;
     m.add_function(wrap_pyfunction!(datasource_problem, m)?)?;
     m.add_function(wrap_pyfunction!(mimetype_problem, m)?)?;
+    m.add_function(wrap_pyfunction!(legacy_role, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint_jsonl, m)?)?;
     m.add_function(wrap_pyfunction!(cut_short, m)?)?;
     m.add_function(wrap_pyfunction!(repeated_keys, m)?)?;
@@ -797,11 +818,20 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("FastfeedError", py.get_type::<FastfeedError>())?;
     m.add("FeedError", py.get_type::<FeedError>())?;
     m.add("RecordError", py.get_type::<RecordError>())?;
+    m.add("EmptyFullFeed", py.get_type::<EmptyFullFeed>())?;
     m.add("DEFAULT_MAX_BYTES", DEFAULT_MAX_BYTES)?;
     m.add("HARD_MAX_BYTES", HARD_MAX_BYTES)?;
     m.add("FEED_MAX_BYTES", FEED_MAX_BYTES)?;
     m.add("DEFAULT_LEVEL", DEFAULT_LEVEL)?;
     m.add("FINGERPRINT_VERSION", fingerprint::VERSION)?;
     m.add("RECORD_FIELDS", PyTuple::new(py, FIELDS)?)?;
+    let principals = PyDict::new(py);
+    for (name, scope, access) in LEGACY_PRINCIPALS {
+        principals.set_item(name, (scope, access))?;
+    }
+    m.add("LEGACY_PRINCIPALS", principals)?;
+    m.add("LEGACY_INHERITANCE", LEGACY_INHERITANCE)?;
+    m.add("LEGACY_INHERIT_FROM", LEGACY_INHERIT_FROM)?;
+    m.add("LEGACY_IGNORED_ROLE", LEGACY_IGNORED_ROLE)?;
     Ok(())
 }

@@ -57,6 +57,9 @@ pub enum Error {
     },
     /// The writer's own settings are wrong (datasource name, feed type, size cap...).
     Config(String),
+    /// A full set closed with no records, which the writer was not told to allow (it would
+    /// empty the source on the appliance), saying why and how to allow it.
+    EmptyFull(String),
     /// Reading a `content_path` or writing a feed file failed.
     Io {
         path: PathBuf,
@@ -145,7 +148,7 @@ impl fmt::Display for Error {
                 listed,
                 ..
             } => write!(f, "record {index}: {}", listing(message, listed.as_deref())),
-            Error::Config(message) => f.write_str(message),
+            Error::Config(message) | Error::EmptyFull(message) => f.write_str(message),
             Error::Io { path, source } => write!(f, "{}: {source}", path.display()),
         }
     }
@@ -176,7 +179,8 @@ pub fn panic_message(panic: &(dyn Any + Send)) -> Option<&str> {
 
 /// A writer and what became of it, so that each later call says so: a writer closed as asked
 /// still tells what it kept (its final counts), one aborted tells that too, and refuses to be
-/// finished; one whose finish failed names that failure; and one a panic (a bug) stopped names
+/// finished; one refused as an empty full set tells its counts and is refused so again; one
+/// whose finish failed names that failure; and one a panic (a bug) stopped names
 /// the panic. The panic may have ended a call with rows on the encoding threads, taken by
 /// neither its files nor an error: the writer is then dropped (as an abort drops it: the
 /// unfinished file is removed) and every later call is refused, so that no caller goes on and
@@ -197,6 +201,8 @@ enum State<T, K> {
 enum Shut<K> {
     /// Finished as asked, or aborted (`aborted`), keeping this of it.
     Closed { kept: K, aborted: bool },
+    /// Its finish refused it as an empty full set (`Error::EmptyFull`), saying this.
+    Empty { kept: K, why: String },
     /// Its finish failed, saying this.
     Failed(String),
     /// A call panicked, saying this.
@@ -218,7 +224,7 @@ impl<T, K: Copy> Fenced<T, K> {
     pub fn read(&self) -> Result<K> {
         match &self.state {
             State::Open(value) => Ok((self.keep)(value)),
-            State::Shut(Shut::Closed { kept, .. }) => Ok(*kept),
+            State::Shut(Shut::Closed { kept, .. } | Shut::Empty { kept, .. }) => Ok(*kept),
             State::Shut(shut) => Err(shut.error()),
         }
     }
@@ -242,17 +248,14 @@ impl<T, K: Copy> Fenced<T, K> {
     /// `call` to bring up to date (the files it finished): what it returns decides what later
     /// calls say (closed, or that this failure ended it); a panic in it is noted as `with`
     /// notes one.
-    pub fn finish<R, E: From<Error> + fmt::Display>(
-        &mut self,
-        call: impl FnOnce(T, &mut K) -> std::result::Result<R, E>,
-    ) -> std::result::Result<R, E> {
+    pub fn finish<R>(&mut self, call: impl FnOnce(T, &mut K) -> Result<R>) -> Result<R> {
         // Failed until `call` returns: nothing is left of the writer if it panics.
         let value = match std::mem::replace(&mut self.state, State::Shut(Shut::Failed("".into()))) {
             State::Open(value) => value,
             State::Shut(shut) => {
                 let error = shut.error();
                 self.state = State::Shut(shut);
-                return Err(error.into());
+                return Err(error);
             }
         };
         let mut kept = (self.keep)(&value);
@@ -261,6 +264,10 @@ impl<T, K: Copy> Fenced<T, K> {
             Ok(_) => Shut::Closed {
                 kept,
                 aborted: false,
+            },
+            Err(Error::EmptyFull(why)) => Shut::Empty {
+                kept,
+                why: why.clone(),
             },
             Err(e) => Shut::Failed(e.to_string()),
         });
@@ -293,6 +300,7 @@ impl<K> Shut<K> {
     /// Why the writer takes no more calls.
     fn error(&self) -> Error {
         Error::Config(match self {
+            Shut::Empty { why, .. } => return Error::EmptyFull(why.clone()),
             Shut::Closed { aborted: false, .. } => "this writer is closed".into(),
             Shut::Closed { aborted: true, .. } => "this writer was aborted, so it has no \
                  manifest (its finished files stay, the unfinished one was removed): write the \

@@ -10,9 +10,10 @@ from typing import Any
 import orjson
 import pytest
 from conftest import TLSFiles, cli_target
-from fastfeed import read_manifest
+from fastfeed import FeedWriter, RecordError, _core, read_manifest
 from fastfeed.cli import main
 from fastfeed.emulator import Acl, Emulator, Principal
+from fastfeed.emulator.security import legacy_acl
 from fastfeed.gsa.validate import validate_file
 
 ALICE = {
@@ -269,6 +270,31 @@ def test_a_legacy_acl_name_the_appliance_would_strip_is_refused(
     assert f"in.jsonl:1: acl: principals[0]: 'joe{role}' ends in '{role}'" in err
     assert "--acl-format per-url" in err
     assert main(["build", str(source), "--datasource", "docs", "--out", "per-url"]) == 0
+
+
+@pytest.mark.parametrize("meta", sorted(_core.LEGACY_PRINCIPALS))
+@pytest.mark.parametrize("role", ["", "=owner", "=peeker", "=reader", "=writer", "=owners"])
+def test_a_legacy_acl_name_is_refused_exactly_when_the_appliance_would_change_it(
+    tmp_path: Path, meta: str, role: str
+) -> None:
+    """The writer and the emulated appliance read the legacy format by one definition."""
+    scope, access = _core.LEGACY_PRINCIPALS[meta]
+    given = Principal(f"joe{role}", scope, access)
+    url = "http://d.example.com/a"
+    kept = legacy_acl(url, [(meta, given.name)])
+    changed = kept is None or kept.principals != (given,)
+    record = {
+        "url": url,
+        "content": "a",
+        "acl": {"principals": [principal(name=given.name, scope=scope, access=access)]},
+    }
+    writer = FeedWriter(tmp_path / "out", "docs", acl_format="legacy")
+    if changed:
+        with pytest.raises(RecordError, match=f"ends in '{role}', which the appliance strips"):
+            writer.add(record)
+    else:
+        writer.add(record)
+        writer.close()
 
 
 def test_bad_groups_are_refused_with_their_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -515,6 +515,16 @@ def refused(tmp_path: Path, table: Any, error: type[Exception] = FeedError) -> s
     [
         (pa.array([1.5]), "column 'pagerank' is double: expected integers"),
         (pa.array(["80"]), "column 'pagerank' is string: expected integers"),
+        # Types the core does not read are named as pyarrow names them, not as Rust debugs them.
+        (pa.array([["8"]], pa.list_view(pa.string())), "is list_view<string>: expected"),
+        (pa.array([[8]], pa.large_list_view(pa.int8())), "is large_list_view<int8>: expected"),
+        (pa.array([["8"]], pa.list_(pa.string(), 1)), "is fixed_size_list<string>[1]: expected"),
+        (pa.RunEndEncodedArray.from_arrays([1], [8]), "is run_end_encoded<int64, int64>: expected"),
+        (pa.array([8], pa.timestamp("ms", "UTC")), "is timestamp[ms, tz=UTC]: expected"),
+        (pa.array([8], pa.duration("us")), "is duration[us]: expected"),
+        (pa.array([b"8"], pa.binary(1)), "is fixed_size_binary[1]: expected"),
+        (pa.array([8], pa.decimal128(3, 1)), "is decimal128(3, 1): expected"),
+        (pa.array([["8"]], pa.large_list(pa.string())), "is large_list<string>: expected"),
     ],
 )
 def test_a_column_of_the_wrong_type_is_refused_before_any_row(
@@ -703,6 +713,21 @@ def view_of_a_missing_buffer() -> pa.Array:
     return pa.Array.from_buffers(pa.string_view(), 1, [None, pa.py_buffer(view)])
 
 
+def views_saying(length: int, offset: int) -> Callable[[], pa.Array]:
+    """Display URLs whose second view says `length` bytes at `offset` of their one data buffer
+    (signed, as the C data interface has them: the reader takes them unsigned)."""
+
+    def malformed() -> pa.Array:
+        text = b"http://a.example.com/" * 2
+        views = pack("<i4sii", 21, text, 0, 0) + pack("<i4sii", length, text, 0, offset)
+        return pa.Array.from_buffers(
+            pa.string_view(), 2, [None, pa.py_buffer(views), pa.py_buffer(text)]
+        )
+
+    malformed.__name__ = f"view_of_{length}_bytes_at_{offset}"
+    return malformed
+
+
 @pytest.mark.parametrize(
     "malformed, field, row",
     [
@@ -710,6 +735,9 @@ def view_of_a_missing_buffer() -> pa.Array:
         (text_going_below_zero, "displayurl", 1),
         (text_past_its_values, "displayurl", 0),
         (view_of_a_missing_buffer, "displayurl", 0),
+        (views_saying(-21, 0), "displayurl", 1),
+        (views_saying(21, -1), "displayurl", 1),
+        (views_saying(21, 22), "displayurl", 1),
     ],
 )
 @pytest.mark.parametrize("before", [1, 70_000])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
+import pickle
 import random
 import resource
 import shutil
@@ -1379,6 +1380,28 @@ def test_closing_after_abort_says_it_was_aborted_not_that_the_feed_is_empty(
     for _ in range(2):
         with pytest.raises(EmptyFullFeed):
             empty.close()
+
+
+def test_closing_a_full_feed_with_a_chunk_started_and_not_waited_for_says_so(
+    tmp_path: Path,
+) -> None:
+    # Its records are not counted until it is waited for: the set is not empty, it is unread.
+    w = FeedWriter(tmp_path / "o", "d", feedtype="full")
+    w.start_jsonl(orjson.dumps(doc(0)) + b"\n")
+    for _ in range(2):
+        with pytest.raises(FeedError, match="started and not waited for") as caught:
+            w.close()
+        assert not isinstance(caught.value, EmptyFullFeed)
+    assert not (tmp_path / "o" / "manifest.jsonl").exists()
+
+
+def test_an_empty_full_feed_refused_keeps_its_counts_and_pickles(tmp_path: Path) -> None:
+    w = FeedWriter(tmp_path / "o", "d", feedtype="full")
+    with pytest.raises(EmptyFullFeed, match="every document of 'd'.*--allow-empty-full") as caught:
+        w.close()
+    assert (w.records, w.bytes, w.files) == (0, 0, 0)
+    again = pickle.loads(pickle.dumps(caught.value))
+    assert isinstance(again, EmptyFullFeed) and str(again) == str(caught.value)
 
 
 def test_a_file_name_that_is_not_utf8_is_refused_by_name(

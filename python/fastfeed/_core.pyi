@@ -21,6 +21,7 @@ __all__ = [
     "TableFile",
     "ArrowBatch",
     "rows_json",
+    "EmptyFullFeed",
     "FastfeedError",
     "FeedError",
     "RecordError",
@@ -30,6 +31,11 @@ __all__ = [
     "DEFAULT_LEVEL",
     "FINGERPRINT_VERSION",
     "RECORD_FIELDS",
+    "LEGACY_PRINCIPALS",
+    "LEGACY_INHERITANCE",
+    "LEGACY_INHERIT_FROM",
+    "LEGACY_IGNORED_ROLE",
+    "legacy_role",
 ]
 
 DEFAULT_MAX_BYTES: int
@@ -42,10 +48,17 @@ RECORD_FIELDS: tuple[str, ...]
 #: The tag of the fingerprints' canonical form: a store of fingerprints made by another
 #: version must compute them again.
 FINGERPRINT_VERSION: str
+#: The guide's Legacy Metadata Format: the meta names that give principals, with the scope
+#: and access each gives; those of inheritance; and the role suffix whose entry is ignored.
+LEGACY_PRINCIPALS: dict[str, tuple[str, str]]
+LEGACY_INHERITANCE: str
+LEGACY_INHERIT_FROM: str
+LEGACY_IGNORED_ROLE: str
 
 def url_problem(url: str) -> str | None: ...
 def datasource_problem(name: str) -> str | None: ...
 def mimetype_problem(mimetype: str) -> str | None: ...
+def legacy_role(name: str, content: str) -> str | None: ...
 def parse_last_modified(value: str | int | float) -> float: ...
 def fingerprint_jsonl(
     chunk: bytes | memoryview, *, source: int = 0, base: int = 0
@@ -57,6 +70,7 @@ def rows_json(data: object, kind: str = "feed") -> bytes: ...
 
 class FastfeedError(Exception): ...
 class FeedError(FastfeedError): ...
+class EmptyFullFeed(FastfeedError): ...
 
 class RecordError(FeedError):
     index: int
@@ -84,6 +98,7 @@ class FeedWriter:
         level: int = ...,
         workers: int = 0,
         acl_format: str = "per-url",
+        allow_empty_full: bool = False,
     ) -> Self: ...
     def add_batch(
         self, records: Iterable[Mapping[str, Any]]

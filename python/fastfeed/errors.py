@@ -4,7 +4,7 @@
     ├── FeedError            a feed cannot be built as asked (writer settings, a closed writer)
     │   └── RecordError      a bad record: `.index`, `.field`, `.reason`, `.kind`, `.written`
     ├── InputError           an input record that cannot be read or is refused, where it came from
-    ├── EmptyFullFeed        a full feed with no records, refused unless allowed
+    ├── EmptyFullFeed        a full feed with no records, refused unless allowed (the core's)
     ├── StateError           a sync state file cannot be used (not a state, another's, too new)
     ├── MassDelete           a sync would delete more than allowed: `.deleted`, `.held`
     ├── SettingsError        a setting is missing or out of range
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fastfeed._core import FastfeedError, FeedError, RecordError
+from fastfeed._core import EmptyFullFeed, FastfeedError, FeedError, RecordError
 
 if TYPE_CHECKING:
     from fastfeed.delivery.results import PushSummary
@@ -60,13 +60,6 @@ class InputError(FastfeedError):
         self.location = location
         self.reason = message
         self.skippable = skippable
-
-
-class EmptyFullFeed(FastfeedError):
-    """A full feed with nothing in it. Sent, it would remove every document of its datasource
-    (a full groups feed: every group) from the appliance; an empty input is far more often a
-    broken export than an empty source, so it takes the user's explicit word
-    (`allow_empty_full=True`, `--allow-empty-full`)."""
 
 
 class StateError(FastfeedError):

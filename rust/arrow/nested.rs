@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, BooleanArray};
 use arrow_buffer::NullBuffer;
-use arrow_schema::DataType;
+use arrow_schema::{DataType, IntervalUnit, TimeUnit, UnionMode};
 
 use crate::acl::{AclInput, Dialect, PrincipalInput};
 use crate::jsonl::{given_twice, Metadata};
@@ -24,28 +24,84 @@ pub(super) fn wrong_type(path: &str, array: &dyn Array, expected: &str) -> Strin
     )
 }
 
-/// A type as pyarrow and Polars users read it (`double`, `list<string>`), not as Rust's
-/// `Debug` writes it (`Float64`, `List(Utf8)`).
+/// A type as pyarrow users read it (`double`, `timestamp[ms, tz=UTC]`, `list_view<string>`),
+/// not as Rust's `Debug` writes it (`Float64`, `ListView(Field { .. })`); a nested type names
+/// its items' types, not their fields (`list<string>`).
 pub fn type_name(t: &DataType) -> String {
     let name = match t {
+        DataType::Null => "null",
         DataType::Boolean => "bool",
+        DataType::Int8 => "int8",
+        DataType::Int16 => "int16",
+        DataType::Int32 => "int32",
+        DataType::Int64 => "int64",
+        DataType::UInt8 => "uint8",
+        DataType::UInt16 => "uint16",
+        DataType::UInt32 => "uint32",
+        DataType::UInt64 => "uint64",
         DataType::Float16 => "halffloat",
         DataType::Float32 => "float",
         DataType::Float64 => "double",
+        DataType::Date32 => "date32[day]",
+        DataType::Date64 => "date64[ms]",
+        DataType::Interval(IntervalUnit::YearMonth) => "month_interval",
+        DataType::Interval(IntervalUnit::DayTime) => "day_time_interval",
+        DataType::Interval(IntervalUnit::MonthDayNano) => "month_day_nano_interval",
+        DataType::Binary => "binary",
+        DataType::LargeBinary => "large_binary",
+        DataType::BinaryView => "binary_view",
         DataType::Utf8 => "string",
         DataType::LargeUtf8 => "large_string",
         DataType::Utf8View => "string_view",
-        DataType::LargeBinary => "large_binary",
-        DataType::BinaryView => "binary_view",
         DataType::Struct(_) => "struct",
         DataType::Map(_, _) => "map",
-        DataType::List(item) | DataType::LargeList(item) => {
-            return format!("list<{}>", type_name(item.data_type()))
+        DataType::Union(_, UnionMode::Sparse) => "sparse_union",
+        DataType::Union(_, UnionMode::Dense) => "dense_union",
+        DataType::Timestamp(unit, None) => return format!("timestamp[{}]", unit_name(unit)),
+        DataType::Timestamp(unit, Some(zone)) => {
+            return format!("timestamp[{}, tz={zone}]", unit_name(unit))
+        }
+        DataType::Time32(unit) => return format!("time32[{}]", unit_name(unit)),
+        DataType::Time64(unit) => return format!("time64[{}]", unit_name(unit)),
+        DataType::Duration(unit) => return format!("duration[{}]", unit_name(unit)),
+        DataType::FixedSizeBinary(size) => return format!("fixed_size_binary[{size}]"),
+        DataType::Decimal32(precision, scale) => return format!("decimal32({precision}, {scale})"),
+        DataType::Decimal64(precision, scale) => return format!("decimal64({precision}, {scale})"),
+        DataType::Decimal128(precision, scale) => {
+            return format!("decimal128({precision}, {scale})")
+        }
+        DataType::Decimal256(precision, scale) => {
+            return format!("decimal256({precision}, {scale})")
+        }
+        DataType::List(item) => return format!("list<{}>", type_name(item.data_type())),
+        DataType::LargeList(item) => return format!("large_list<{}>", type_name(item.data_type())),
+        DataType::ListView(item) => return format!("list_view<{}>", type_name(item.data_type())),
+        DataType::LargeListView(item) => {
+            return format!("large_list_view<{}>", type_name(item.data_type()))
+        }
+        DataType::FixedSizeList(item, size) => {
+            return format!("fixed_size_list<{}>[{size}]", type_name(item.data_type()))
         }
         DataType::Dictionary(_, values) => return format!("dictionary<{}>", type_name(values)),
-        other => return format!("{other:?}").to_lowercase(),
+        DataType::RunEndEncoded(ends, values) => {
+            return format!(
+                "run_end_encoded<{}, {}>",
+                type_name(ends.data_type()),
+                type_name(values.data_type())
+            )
+        }
     };
     name.to_owned()
+}
+
+/// A time unit as pyarrow writes it in a type's name (`timestamp[ms]`).
+fn unit_name(unit: &TimeUnit) -> &'static str {
+    match unit {
+        TimeUnit::Second => "s",
+        TimeUnit::Millisecond => "ms",
+        TimeUnit::Microsecond => "us",
+        TimeUnit::Nanosecond => "ns",
+    }
 }
 
 /// A text column's reader, or why the column `path` is not one.

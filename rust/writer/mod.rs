@@ -82,6 +82,9 @@ pub struct FeedWriter {
     writing_failed: bool,
     /// Files finished by the rounds of a chunk that then failed, reported with the next batch.
     unreported: Vec<ManifestEntry>,
+    /// Why the set is refused if it is finished with no records, if it is
+    /// (`SetKind::refuse_empty`).
+    refuse_empty: Option<String>,
 }
 
 impl FeedWriter {
@@ -100,6 +103,7 @@ impl FeedWriter {
         opts: Options,
     ) -> Result<Self> {
         let kind = set.feed_kind(source, feedtype)?;
+        let refuse_empty = set.refuse_empty(source, kind.feedtype, opts.allow_empty_full);
         if opts.max_bytes == 0 || opts.max_bytes > HARD_MAX_BYTES {
             return Err(Error::Config(format!(
                 "max bytes must be between 1 and {HARD_MAX_BYTES} (the protocol refuses feeds of 1 GB)"
@@ -184,6 +188,7 @@ impl FeedWriter {
             written: 0,
             writing_failed: false,
             unreported: Vec::new(),
+            refuse_empty,
         })
     }
 
@@ -603,13 +608,19 @@ impl FeedWriter {
     }
 
     /// Writes what is queued, closes the last file and writes the manifest. Returns every
-    /// file, and those finished by this call.
+    /// file, and those finished by this call. A set of no records that is refused so
+    /// (`Options::allow_empty_full`) is `Error::EmptyFull`, and nothing is written (the writer
+    /// is dropped, as an abort drops it), whatever added nothing: every way in meets it here.
     pub fn finish(mut self) -> Result<(Vec<ManifestEntry>, Vec<ManifestEntry>)> {
+        // Ahead of the emptiness: chunks not waited for are records not counted yet.
         let waiting = self.started().len();
         if waiting > 0 {
             return Err(Error::Config(format!(
                 "{waiting} chunk(s) of JSON Lines were started and not waited for"
             )));
+        }
+        if let (0, Some(why)) = (self.records(), self.refuse_empty.take()) {
+            return Err(Error::EmptyFull(why));
         }
         self.send(Job::Finish)?;
         self.jobs = None;

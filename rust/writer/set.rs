@@ -20,6 +20,9 @@ pub struct Options {
     /// Encoding threads; 0 means one per core.
     pub workers: usize,
     pub acl_format: AclFormat,
+    /// Whether a full set with no records is written (its one empty file deletes every
+    /// document of the source when pushed) rather than refused when finished.
+    pub allow_empty_full: bool,
 }
 
 impl Default for Options {
@@ -31,6 +34,7 @@ impl Default for Options {
             level: DEFAULT_LEVEL,
             workers: 0,
             acl_format: AclFormat::PerUrl,
+            allow_empty_full: false,
         }
     }
 }
@@ -223,6 +227,32 @@ impl SetKind {
     /// Whether an empty full set still gets its one (empty) file.
     pub(super) fn empty_full_file(self) -> bool {
         self.form().empty_full_file
+    }
+
+    /// Why a set of `feedtype` for `source` is refused if it is finished with no records, if
+    /// it is: a full one would empty the source on the appliance, which an empty input far
+    /// more often means by mistake (a broken export), so it takes `allowed`; a full one with
+    /// no empty form is refused whatever is allowed.
+    pub(super) fn refuse_empty(
+        self,
+        source: &str,
+        feedtype: FeedType,
+        allowed: bool,
+    ) -> Option<String> {
+        if feedtype != FeedType::Full || (allowed && self.empty_full_file()) {
+            return None;
+        }
+        Some(if self.empty_full_file() {
+            format!(
+                "a full feed with no records would remove every document of '{source}'; nothing \
+                 was written. If that is what you want, build it with --allow-empty-full \
+                 (Python: allow_empty_full=True)"
+            )
+        } else {
+            "a full groups feed needs at least one membership (the groups DTD has no empty \
+             feed); nothing was written. Is the input the export you meant?"
+                .into()
+        })
     }
 
     /// Parses a line of JSON Lines (`index` names it in errors) and appends its encoding.

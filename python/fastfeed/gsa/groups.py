@@ -57,11 +57,7 @@ class GroupsWriter(SetWriter):
         **options: Unpack[WriterOptions],
     ) -> None:
         core = _core.FeedWriter(os.fspath(out_dir), groupsource, feedtype, kind="groups", **options)
-        refuse = (
-            "a full groups feed needs at least one membership (the groups DTD has no empty "
-            "feed); nothing was written. Is the input the export you meant?"
-        )
-        super().__init__(core, out_dir, on_file, on_warning, refuse if feedtype == "full" else None)
+        super().__init__(core, out_dir, on_file, on_warning)
 
     def add(self, membership: Membership) -> None:
         self.add_batch((membership,))

@@ -54,11 +54,11 @@ class FeedWriter(RecordWriter):
         on_warning: Callable[[FeedWarning], None] | None = None,
         **options: Unpack[FeedOptions],
     ) -> None:
-        core = _core.FeedWriter(os.fspath(out_dir), datasource, feedtype, **options)
-        empty = feedtype == "full" and not allow_empty_full
-        refuse = (
-            f"a full feed with no records would remove every document of {datasource!r}; "
-            "nothing was written. If that is what you want, build it with --allow-empty-full "
-            "(Python: allow_empty_full=True)"
+        core = _core.FeedWriter(
+            os.fspath(out_dir),
+            datasource,
+            feedtype,
+            allow_empty_full=allow_empty_full,
+            **options,
         )
-        super().__init__(core, out_dir, on_file, on_warning, refuse if empty else None)
+        super().__init__(core, out_dir, on_file, on_warning)

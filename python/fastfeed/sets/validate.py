@@ -70,33 +70,19 @@ def declares(tree: etree._ElementTree) -> bool:
 #: The root element of each kind of file, as `ManifestEntry.kind` names the kinds.
 ROOTS = {"feed": "gsafeed", "groups": "xmlgroups"}
 INHERITANCE_TYPES = ("child-overrides", "parent-overrides", "and-both-permit", "leaf-node")
-#: Legacy ACL meta names (guide: "Legacy Metadata Format") and the principals they give.
-LEGACY_PRINCIPALS = {
-    "google:aclusers": ("user", "permit"),
-    "google:aclgroups": ("group", "permit"),
-    "google:acldenyusers": ("user", "deny"),
-    "google:acldenygroups": ("group", "deny"),
-}
-#: Of google:aclusers, the only meta the guide says it of: "If a content string ends in =owner,
-#: =peeker, =reader, or =writer, that suffix is stripped from the user name. Furthermore, if a
-#: content string ends in =peeker, that ACL entry is ignored." (rust/acl.rs has the same list.)
-LEGACY_ROLE_SUFFIXES = ("=owner", "=peeker", "=reader", "=writer")
-LEGACY_IGNORED = "=peeker"
-LEGACY_INHERIT_FROM = "google:aclinheritfrom"
-LEGACY_INHERITANCE = "google:aclinheritancetype"
+#: Legacy ACL meta names (guide: "Legacy Metadata Format"), the principals they give, and the
+#: role suffix whose entry the appliance ignores: the core's, which writes them.
+LEGACY_PRINCIPALS: dict[str, tuple[str, str]] = _core.LEGACY_PRINCIPALS
+LEGACY_INHERIT_FROM: str = _core.LEGACY_INHERIT_FROM
+LEGACY_INHERITANCE: str = _core.LEGACY_INHERITANCE
+LEGACY_IGNORED: str = _core.LEGACY_IGNORED_ROLE
+#: The role suffix the appliance strips from a legacy ACL meta's content, or None.
+legacy_role = _core.legacy_role
 #: Every meta name that gives a record a legacy ACL.
 LEGACY_ACL_NAMES = frozenset({*LEGACY_PRINCIPALS, LEGACY_INHERIT_FROM, LEGACY_INHERITANCE})
 #: The guide: "A per-URL ACL can be defined either in the metadata portion of the feed, or in
 #: the document itself, but not in both places."
 ACL_TWICE = "a per-URL ACL both in an <acl> element and in google:acl* metadata"
-
-
-def legacy_role(name: str, content: str) -> str | None:
-    """The role suffix the appliance strips from a legacy ACL meta (`LEGACY_ROLE_SUFFIXES`),
-    once, or None if it strips none."""
-    if name != "google:aclusers":
-        return None
-    return next((s for s in LEGACY_ROLE_SUFFIXES if content.endswith(s)), None)
 
 
 def metadata_ignored(datasource: str | None, feedtype: str | None) -> bool:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Annotated, Protocol, Self, TypedDict, TypeVar, get_args, get_type_hints
 
 from fastfeed import _core
-from fastfeed.errors import EmptyFullFeed, RecordError
+from fastfeed.errors import RecordError
 from fastfeed.sets.manifest import ManifestEntry
 from fastfeed.sets.records import Record
 
@@ -143,18 +143,12 @@ class SetWriter:
         out_dir: str | os.PathLike[str],
         on_file: OnFile | None,
         on_warning: Callable[[FeedWarning], None] | None,
-        refuse_empty: str | None = None,
     ) -> None:
         self._core = core
-        # Why an empty set is refused, when it is.
-        self._refuse_empty = refuse_empty
         self.out_dir = os.fspath(out_dir)
         self._on_file = on_file
         self._on_warning = on_warning
         self._manifest: list[ManifestEntry] | None = None
-        # Whether a close refused the set as empty (and aborted the writer): closing again says
-        # so again, not that it was aborted.
-        self._refused_empty = False
 
     def add_jsonl(self, chunk: bytes | memoryview) -> int:
         """Adds the items of a chunk of JSON Lines (whole lines only), parsed in Rust on the
@@ -229,21 +223,16 @@ class SetWriter:
 
     def close(self) -> list[ManifestEntry]:
         """Finishes the last file, writes the manifest and returns it. Closing twice is harmless,
-        even after an `on_file` that raised here: the manifest was written, and is returned.
-        Closing again after a close that raised raises again: `EmptyFullFeed` again, or
-        `FeedError` naming the first failure (a file that could not be written); after `abort`,
-        `FeedError` saying it was aborted: there is no manifest. A writer an internal error
-        stopped raises `FeedError` saying so, never `EmptyFullFeed`: its count of records is not
-        read as 0 (nor are `records`, `bytes` and `files`)."""
+        even after an `on_file` that raised here: the manifest was written, and is returned. A
+        set the writer refuses empty (a full feed with no records) raises `EmptyFullFeed`, and
+        nothing is written, however its records were to come; chunks started and not waited for
+        raise `FeedError` saying so first (their records are not counted yet). Closing again
+        after a close that raised raises again: `EmptyFullFeed` again, or `FeedError` naming the
+        first failure (a file that could not be written); after `abort`, `FeedError` saying it
+        was aborted: there is no manifest. A writer an internal error stopped raises `FeedError`
+        saying so, never `EmptyFullFeed`: its count of records is not read as 0 (nor are
+        `records`, `bytes` and `files`)."""
         if self._manifest is None:
-            if self._refuse_empty is not None and self._core.records == 0:
-                if not self._refused_empty:
-                    # Counts stay readable once aborted: a call that takes nothing says first
-                    # what became of the writer (aborted...), which is what closing it says.
-                    self._core.take_refused(0)
-                    self.abort()
-                    self._refused_empty = True
-                raise EmptyFullFeed(self._refuse_empty)
             entries, finished = self._core.finish()
             # Kept before the files are said: the manifest is on disk, whatever `on_file` raises.
             self._manifest = [ManifestEntry(**e) for e in entries]

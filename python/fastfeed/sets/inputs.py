@@ -57,7 +57,7 @@ class MappedInput:
     kill the process at the first read past its new end (SIGBUS). The mapping is guarded:
     such a read finds zeros, and `changed()` says the file is no longer what was read. One
     cut short in the middle of a record (`name` in errors) is refused before any chunk is
-    taken (see `refuse_cut_short`)."""
+    taken (see `cut_short`)."""
 
     def __init__(self, stream: IO[bytes], name: str) -> None:
         self._stream = stream

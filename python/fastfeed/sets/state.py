@@ -140,6 +140,23 @@ class SyncState:
             if "meta" not in tables:
                 # Another program's database (a seedlist store...): not ours to add tables to.
                 raise StateError(f"{self.path} is not a sync state")
+            # Looked at before anything is written: a file refused is left as it was.
+            version, held = self._meta("schema"), self._meta("target") or ""
+        except sqlite3.DatabaseError as exc:
+            raise StateError(f"{self.path}: not a usable sync state: {exc}") from None
+        if version is None:  # made in place by an earlier fastfeed, and cut short
+            raise _no_state(self.path)
+        if version != str(SCHEMA_VERSION):
+            raise StateError(
+                f"{self.path}: not a sync state of this fastfeed (format {version}; this one "
+                f"reads format {SCHEMA_VERSION})"
+            )
+        if target is not None and held != target:
+            raise StateError(
+                f"{self.path} is the state of {held}, not of {target}: keep one state file per "
+                "appliance and datasource"
+            )
+        try:
             if target is not None:  # tables a later version added
                 self._db.executescript(_SCHEMA)
                 self._db.execute("PRAGMA journal_mode=WAL")
@@ -150,20 +167,6 @@ class SyncState:
             self._db.execute("PRAGMA secure_delete=ON")
         except sqlite3.DatabaseError as exc:
             raise StateError(f"{self.path}: not a usable sync state: {exc}") from None
-        version = self._meta("schema")
-        if version is None:  # made in place by an earlier fastfeed, and cut short
-            raise _no_state(self.path)
-        if version != str(SCHEMA_VERSION):
-            raise StateError(
-                f"{self.path}: not a sync state of this fastfeed (format {version}; this one "
-                f"reads format {SCHEMA_VERSION})"
-            )
-        held = self._meta("target") or ""
-        if target is not None and held != target:
-            raise StateError(
-                f"{self.path} is the state of {held}, not of {target}: keep one state file per "
-                "appliance and datasource"
-            )
         return held
 
     def close(self) -> None:

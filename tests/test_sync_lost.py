@@ -5,6 +5,7 @@ again: nothing it deleted is lost for good."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -15,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastfeed import sync
 from fastfeed.cli import main
 from fastfeed.emulator import Emulator, Fault
 from fastfeed.sets.journal import JOURNAL
 from fastfeed.sets.state import UNKNOWN, SyncState
-from test_sync import _CLI, _child_sync, write
+from test_sync import _CLI, _child_sync, doc, write
 
 pytestmark = pytest.mark.usefixtures("clean_env")
 
@@ -113,3 +115,55 @@ def test_a_sync_killed_mid_push_loses_no_delete_whatever_becomes_of_its_set(
     with SyncState(state, None) as st:
         held = {url: fp for url, fp, _ in st.documents()}
     assert set(held) == {r["url"] for r in RECORDS} and UNKNOWN not in held.values()
+
+
+def _gsa_argv(emulator: Emulator, tls: Any, src: str, state: Path, out: Path) -> list[str]:
+    return ["sync", src, "--datasource", "docs", "--state", str(state), "--out", str(out),
+            "--host", "127.0.0.1", "--port", str(emulator.port),
+            "--cacert", str(tls.ca_path)]  # fmt: skip
+
+
+@pytest.mark.parametrize("source", ["as it was", "as the lost set had it"])
+def test_a_lost_set_of_new_records_sends_them_as_new_and_their_deletes_delete_nothing_held(
+    emulator: Emulator,
+    push_settings: Callable[..., Any],
+    tls: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    source: str,
+) -> None:
+    """The appliance held none of a lost set's new records before it: deleting them deletes
+    nothing of what it held, so it is no mass delete; sent again, they are new. A dry run says
+    what the sync then does."""
+    state = tmp_path / "docs.state"
+    in100, in150 = [doc(n) for n in range(100)], [doc(n) for n in range(150)]
+    src100, src150 = write(tmp_path / "in100.jsonl", in100), write(tmp_path / "in150.jsonl", in150)
+    settings = push_settings(emulator, retries=1)
+    assert sync([src100], state, "docs", settings, out_dir=tmp_path / "s1").ok
+    emulator.add_fault(Fault.http_status(503, times=100))
+    left = tmp_path / "s2"
+    assert not sync([src150], state, "docs", settings, out_dir=left, max_records=10).ok
+    emulator.clear_faults()
+    shutil.rmtree(left)
+    records = in100 if source == "as it was" else in150
+    argv = _gsa_argv(emulator, tls, src100 if records is in100 else src150, state, tmp_path / "s3")
+    counts = {"new": 0, "changed": 0, "deleted": 50, "unchanged": 100, "held": 100, "unknown": 50}
+    if records is in150:
+        counts.update(new=50, deleted=0)
+    capsys.readouterr()
+
+    for dry_run in (True, False):
+        assert main([*argv, "--json", *(["--dry-run"] if dry_run else [])]) == 0
+        said = capsys.readouterr()
+        assert {k: v for k, v in json.loads(said.out).items() if k in counts} == counts
+        assert (
+            f"cannot finish the set {left} an interrupted sync left: it no longer exists."
+            in said.err
+        )
+        with SyncState(state, None) as st:
+            assert (st.pending_set, st.count()) == (
+                (left, 100) if dry_run else (None, len(records))
+            )
+    assert _index("gsa", emulator) == {r["url"] for r in records}
+    with SyncState(state, None) as st:
+        assert (st.unknown(), st.maybe_held()) == (0, 0)

@@ -163,6 +163,11 @@ class SyncSummary:
             f"{d.new:,} new, {d.changed:,} changed, {d.deleted:,} deleted, "
             f"{d.unchanged:,} unchanged"
         )
+        if d.unknown:
+            counts += (
+                f"; {plural(d.unknown, 'URL')} of them sent again, as the appliance may or may "
+                "not hold them (of a set given up, or of a file its feeder failed)"
+            )
         if self.outdated:
             counts += (
                 f" (the state's fingerprints were {self.outdated}, this fastfeed makes "
@@ -185,6 +190,7 @@ class SyncSummary:
             "deleted": d.deleted,
             "unchanged": d.unchanged,
             "held": d.held,
+            "unknown": d.unknown,
             "examples": d.examples,
             "dry_run": self.dry_run,
             "resumed": self.resumed,
@@ -220,9 +226,13 @@ def run_sync(
     state_path = Path(state)
     out = Path(out_dir)
     inputs = expand(inputs, base_url, state=state_path)
-    with locked(state_path), SyncState(state_path, receiver.target) as st:
+    with (
+        locked(state_path),
+        SyncState(state_path, receiver.target) as st,
+        st.rehearsal() if dry_run else contextlib.nullcontext(),
+    ):
         warn = on_warning or print_warning
-        resumed = 0 if dry_run else _finish_pending(st, receiver, progress, warn)
+        resumed = _finish_pending(st, receiver, progress, warn, dry_run=dry_run)
         # A sync killed before cleaning up left its work (a copy of standard input, maybe
         # large; a new state not yet in place) beside the state; only a sync holding the
         # state's lock may take it away.
@@ -253,8 +263,15 @@ def run_sync(
             diff = snapshot.compare(st, resend_all=resend_all)
             refused = ""
             try:
+                # Only the deletes of documents held count: a delete of a URL `MAYBE_HELD` (a
+                # lost set's new record, which the appliance may or may not hold) deletes
+                # nothing the source had when the appliance last said it held it.
                 check_deletes(
-                    diff.deleted, diff.held, snapshot.records, allow_deletes, receiver.collection
+                    diff.held_deleted,
+                    diff.held,
+                    snapshot.records,
+                    allow_deletes,
+                    receiver.collection,
                 )
             except MassDelete as exc:
                 if not dry_run:
@@ -488,11 +505,17 @@ def abandon_pending(st: SyncState, feed_set: Path) -> Abandoned:
 
 
 def _finish_pending(
-    st: SyncState, receiver: Receiver, progress: Progress | None, warn: Callable[[str], None]
+    st: SyncState,
+    receiver: Receiver,
+    progress: Progress | None,
+    warn: Callable[[str], None],
+    *,
+    dry_run: bool = False,
 ) -> int:
     """Sends what an interrupted sync left unaccepted, before comparing anew: its records are
     changes the appliance may not hold. Returns how many records it held. A set that cannot be
-    read is given up (`abandon_pending`), so that the comparison sends its records again."""
+    read is given up (`abandon_pending`), so that the comparison sends its records again. A dry
+    run (in `SyncState.rehearsal`) sends nothing, but gives up such a set as the sync would."""
     st.unconfirm_left()
     feed_set = st.pending_set
     if feed_set is None:
@@ -508,6 +531,8 @@ def _finish_pending(
             "it carried are compared as unknown, and sent again (records and deletes)"
         )
         return 0
+    if dry_run:
+        return 0  # its records not accepted are among the changes the comparison finds
     held = st.pending_count()
     pushed = _push_pending(st, feed_set, receiver, progress)
     left = st.pending_count()

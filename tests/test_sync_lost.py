@@ -20,6 +20,7 @@ from fastfeed import sync
 from fastfeed.cli import main
 from fastfeed.emulator import Emulator, Fault
 from fastfeed.sets.journal import JOURNAL
+from fastfeed.sets.manifest import MANIFEST
 from fastfeed.sets.state import UNKNOWN, SyncState
 from test_sync import _CLI, _child_sync, doc, write
 
@@ -123,6 +124,7 @@ def _gsa_argv(emulator: Emulator, tls: Any, src: str, state: Path, out: Path) ->
             "--cacert", str(tls.ca_path)]  # fmt: skip
 
 
+@pytest.mark.parametrize("lost", ["set removed", "manifest removed"])
 @pytest.mark.parametrize("source", ["as it was", "as the lost set had it"])
 def test_a_lost_set_of_new_records_sends_them_as_new_and_their_deletes_delete_nothing_held(
     emulator: Emulator,
@@ -130,6 +132,7 @@ def test_a_lost_set_of_new_records_sends_them_as_new_and_their_deletes_delete_no
     tls: Any,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
+    lost: str,
     source: str,
 ) -> None:
     """The appliance held none of a lost set's new records before it: deleting them deletes
@@ -144,7 +147,12 @@ def test_a_lost_set_of_new_records_sends_them_as_new_and_their_deletes_delete_no
     left = tmp_path / "s2"
     assert not sync([src150], state, "docs", settings, out_dir=left, max_records=10).ok
     emulator.clear_faults()
-    shutil.rmtree(left)
+    if lost == "set removed":
+        shutil.rmtree(left)
+        why = "it no longer exists"
+    else:
+        (left / MANIFEST).unlink()
+        why = f"its {MANIFEST} is gone (the sync wrote it before sending any file; removed since?)"
     records = in100 if source == "as it was" else in150
     argv = _gsa_argv(emulator, tls, src100 if records is in100 else src150, state, tmp_path / "s3")
     counts = {"new": 0, "changed": 0, "deleted": 50, "unchanged": 100, "held": 100, "unknown": 50}
@@ -156,10 +164,8 @@ def test_a_lost_set_of_new_records_sends_them_as_new_and_their_deletes_delete_no
         assert main([*argv, "--json", *(["--dry-run"] if dry_run else [])]) == 0
         said = capsys.readouterr()
         assert {k: v for k, v in json.loads(said.out).items() if k in counts} == counts
-        assert (
-            f"cannot finish the set {left} an interrupted sync left: it no longer exists."
-            in said.err
-        )
+        assert f"cannot finish the set {left} an interrupted sync left: {why}." in said.err
+        assert "fastfeed run" not in said.err
         with SyncState(state, None) as st:
             assert (st.pending_set, st.count()) == (
                 (left, 100) if dry_run else (None, len(records))

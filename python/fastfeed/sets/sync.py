@@ -51,7 +51,7 @@ from fastfeed.progress import Progress, plural
 from fastfeed.sets.build import check_out_dir, expand, write_set
 from fastfeed.sets.guard import AllowDeletes, check_deletes
 from fastfeed.sets.journal import Journal
-from fastfeed.sets.manifest import ManifestEntry, read_manifest
+from fastfeed.sets.manifest import MANIFEST, ManifestEntry, read_manifest
 from fastfeed.sets.snapshot import Snapshot
 from fastfeed.sets.state import BATCH, FINGERPRINT_VERSION, Diff, SyncState, in_use, work_prefix
 from fastfeed.sets.writer import FeedWarning, SetWriter, print_warning
@@ -504,6 +504,16 @@ def abandon_pending(st: SyncState, feed_set: Path) -> Abandoned:
     return Abandoned(accepted, st.unknown_pending(), unread)
 
 
+def _lost(feed_set: Path, exc: FastfeedError) -> str:
+    """Why the set an interrupted sync left cannot be finished, truly for a sync's set: built
+    whole before any of it is sent."""
+    if feed_set.is_dir():
+        if (feed_set / MANIFEST).exists():
+            return str(exc)
+        return f"its {MANIFEST} is gone (the sync wrote it before sending any file; removed since?)"
+    return "it no longer exists"
+
+
 def _finish_pending(
     st: SyncState,
     receiver: Receiver,
@@ -523,7 +533,7 @@ def _finish_pending(
     try:
         read_manifest(feed_set)
     except FastfeedError as exc:
-        why = "it no longer exists" if not feed_set.is_dir() else str(exc)
+        why = _lost(feed_set, exc)
         given_up = abandon_pending(st, feed_set)
         warn(
             f"cannot finish the set {feed_set} an interrupted sync left: {why}. Which of its "

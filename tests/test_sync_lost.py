@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import time
 from collections.abc import Callable
@@ -173,3 +174,78 @@ def test_a_lost_set_of_new_records_sends_them_as_new_and_their_deletes_delete_no
     assert _index("gsa", emulator) == {r["url"] for r in records}
     with SyncState(state, None) as st:
         assert (st.unknown(), st.maybe_held()) == (0, 0)
+
+
+def _as_an_earlier_fastfeed_left_it(state: Path, feed_set: str, urls: list[str]) -> None:
+    """Records a pending set as a fastfeed before the set's absolute path was recorded did:
+    before building it, named as given (`--out`, relative to the directory it ran in), with no
+    `pending_journal`."""
+    db = sqlite3.connect(state)
+    with db:
+        db.executemany("INSERT INTO pending VALUES (?, ?, ?)",
+                       [(n, url, "ab" * 16) for n, url in enumerate(urls)])  # fmt: skip
+        db.execute("INSERT INTO meta VALUES ('pending_set', ?)", (feed_set,))
+    db.close()
+
+
+@pytest.mark.parametrize("run_from", ["the directory it ran in", "another directory"])
+def test_an_earlier_fastfeeds_set_killed_while_building_is_known_unsent(
+    emulator: Emulator,
+    tls: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    run_from: str,
+) -> None:
+    """An earlier fastfeed pushed a set only once built: one without a manifest sent nothing,
+    and its URLs are not sent again. One not found from the directory a sync runs in is not said
+    to be gone."""
+    state = tmp_path / "docs.state"
+    in100 = [doc(n) for n in range(100)]
+    src100 = write(tmp_path / "in100.jsonl", in100)
+    assert main(_gsa_argv(emulator, tls, src100, state, tmp_path / "s1")) == 0
+    a, b = tmp_path / "a", tmp_path / "b"
+    feed_set = Path("fastfeed-feeds/docs-sync-20261126-080000")
+    (a / feed_set).mkdir(parents=True)
+    (a / feed_set / "docs-00001.xml").write_bytes(b"<?xml")  # the build killed in its first file
+    b.mkdir()
+    _as_an_earlier_fastfeed_left_it(state, str(feed_set), [doc(n)["url"] for n in range(100, 150)])
+    monkeypatch.chdir(a if run_from == "the directory it ran in" else b)
+    capsys.readouterr()
+
+    assert main([*_gsa_argv(emulator, tls, src100, state, tmp_path / "s2"), "--json"]) == 0
+    said = capsys.readouterr()
+    summary = json.loads(said.out)
+    if run_from == "the directory it ran in":
+        assert (summary["deleted"], summary["push"]) == (0, None)
+        assert "cannot finish" not in said.err
+    else:
+        # Which of its files were sent is not known: its URLs are deleted, harmlessly.
+        assert (summary["deleted"], summary["held"]) == (50, 100)
+        assert "no longer exists" not in said.err
+        assert (
+            f"cannot finish the set {feed_set} an interrupted sync left: an earlier fastfeed "
+            "named it relative to the directory that sync ran in, and it is not found from this "
+            f"one ({b}): that sync ran elsewhere, or it was removed."
+        ) in said.err
+    assert _index("gsa", emulator) == {r["url"] for r in in100}
+    with SyncState(state, None) as st:
+        assert (st.pending_set, st.count(), st.maybe_held()) == (None, 100, 0)
+
+
+def test_abandoning_an_earlier_fastfeeds_unbuilt_set_says_it_was_never_sent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An earlier fastfeed pushed its set only once built: one without a manifest was never
+    sent."""
+    state = tmp_path / "docs.state"
+    SyncState(state, "127.0.0.1:1 datasource docs").close()
+    feed_set = tmp_path / "s1"
+    feed_set.mkdir()
+    _as_an_earlier_fastfeed_left_it(state, str(feed_set), ["http://docs.example.com/1"])
+    capsys.readouterr()
+    assert main(["state", "abandon", str(state)]) == 0
+    said = capsys.readouterr().err
+    assert "never finished, so nothing of it was sent" in said
+    with SyncState(state, None) as st:
+        assert (st.pending_set, st.maybe_held()) == (None, 0)

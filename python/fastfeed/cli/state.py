@@ -182,6 +182,13 @@ def abandon_command(path: str) -> int:
             print(f"fastfeed state abandon: {path} has no unfinished set", file=sys.stderr)
             return ExitCode.OK
         given_up = abandon_pending(st, pending)
+    if given_up.unbuilt:
+        print(
+            f"fastfeed state abandon: abandoned {pending}: an earlier fastfeed's set whose build "
+            "never finished, so nothing of it was sent; nothing of it is left to send",
+            file=sys.stderr,
+        )
+        return ExitCode.OK
     said = []
     if given_up.unread:
         said.append(f"its push journal cannot be read ({given_up.unread})")

@@ -17,7 +17,8 @@ to serve another). Its tables:
   leaves them pending, and the next sync finishes that set first. A set given up before every
   file of it is known accepted (`unknown_pending`) leaves its URLs `UNKNOWN` (or `MAYBE_HELD`,
   those the appliance held none of before): any file not journalled may have arrived (in flight
-  when the sync was killed).
+  when the sync was killed). A state of an earlier fastfeed names no `pending_journal`: it
+  recorded its set before building it and pushed it only once built.
 * `confirming`: while a sync confirms (`--confirm`), the URL of each record committed, by its
   place in the set, so that a file the appliance's feeder then failed can be undone
   (`unconfirm`).

@@ -484,15 +484,22 @@ class Abandoned:
     unknown: int
     #: Why its journal could not be read ("" if it was): none of it is known accepted.
     unread: str = ""
+    #: An earlier fastfeed's set whose build never finished: nothing of it was sent.
+    unbuilt: bool = False
 
 
 def abandon_pending(st: SyncState, feed_set: Path) -> Abandoned:
     """Gives up `feed_set`, the set an interrupted sync left (`SyncState.pending_set`): commits
     the records of the files its journal says the appliance accepted (a sync killed mid-push had
     no time to), and holds the URLs of the others as unknown (`SyncState.unknown_pending`): any
-    file not journalled may have arrived."""
+    file not journalled may have arrived. But an earlier fastfeed recorded its set before
+    building it, and pushed it only once built, with its manifest: its set without one was
+    never sent, and is dropped (as that fastfeed did)."""
     held, unread = st.pending_count(), ""
     journal = st.pending_journal
+    if journal is None and feed_set.is_dir() and not (feed_set / MANIFEST).exists():
+        st.clear_pending()
+        return Abandoned(0, 0, unbuilt=True)
     if journal is None:
         unread = "an earlier fastfeed did not record which appliance it is the journal of"
     else:
@@ -505,13 +512,19 @@ def abandon_pending(st: SyncState, feed_set: Path) -> Abandoned:
 
 
 def _lost(feed_set: Path, exc: FastfeedError) -> str:
-    """Why the set an interrupted sync left cannot be finished, truly for a sync's set: built
-    whole before any of it is sent."""
+    """Why the set an interrupted sync left cannot be finished, truly for a sync's set (built
+    whole before any of it is sent) and for one an earlier fastfeed named relative to the
+    directory it ran in."""
     if feed_set.is_dir():
         if (feed_set / MANIFEST).exists():
             return str(exc)
         return f"its {MANIFEST} is gone (the sync wrote it before sending any file; removed since?)"
-    return "it no longer exists"
+    if feed_set.is_absolute():
+        return "it no longer exists"
+    return (
+        "an earlier fastfeed named it relative to the directory that sync ran in, and it is "
+        f"not found from this one ({Path.cwd()}): that sync ran elsewhere, or it was removed"
+    )
 
 
 def _finish_pending(
@@ -535,11 +548,13 @@ def _finish_pending(
     except FastfeedError as exc:
         why = _lost(feed_set, exc)
         given_up = abandon_pending(st, feed_set)
-        warn(
-            f"cannot finish the set {feed_set} an interrupted sync left: {why}. Which of its "
-            f"files the appliance accepted is not known, so {plural(given_up.unknown, 'URL')} "
-            "it carried are compared as unknown, and sent again (records and deletes)"
-        )
+        if not given_up.unbuilt:
+            warn(
+                f"cannot finish the set {feed_set} an interrupted sync left: {why}. Which of "
+                f"its files the appliance accepted is not known, so "
+                f"{plural(given_up.unknown, 'URL')} it carried are compared as unknown, and "
+                "sent again (records and deletes)"
+            )
         return 0
     if dry_run:
         return 0  # its records not accepted are among the changes the comparison finds

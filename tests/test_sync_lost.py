@@ -11,6 +11,7 @@ import shutil
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -233,19 +234,81 @@ def test_an_earlier_fastfeeds_set_killed_while_building_is_known_unsent(
         assert (st.pending_set, st.count(), st.maybe_held()) == (None, 100, 0)
 
 
-def test_abandoning_an_earlier_fastfeeds_unbuilt_set_says_it_was_never_sent(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+#: The command line, its set's build ended but the set not yet recorded: killed there.
+_KILLED_ONCE_BUILT = """
+import os, signal, sys
+import fastfeed.sets.sync as sets_sync
+from fastfeed.cli import main
+built = sets_sync.write_set
+def build_then_die(*args, **kwargs):
+    built(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)
+sets_sync.write_set = build_then_die
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("stopped", ["build failed", "killed once built"])
+def test_a_sync_stopped_before_its_set_is_recorded_leaves_the_state_as_it_was(
+    emulator: Emulator,
+    tls: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    stopped: str,
 ) -> None:
-    """An earlier fastfeed pushed its set only once built: one without a manifest was never
+    state = tmp_path / "docs.state"
+    in100 = [doc(n) for n in range(100)]
+    assert (
+        main(_gsa_argv(emulator, tls, write(tmp_path / "a.jsonl", in100), state, tmp_path / "s1"))
+        == 0
+    )
+    with SyncState(state, None) as st:
+        before = list(st.documents())
+    changed = write(tmp_path / "b.jsonl", [doc(n, content="new") for n in range(120)][5:])
+    argv = _gsa_argv(emulator, tls, changed, state, tmp_path / "s2")
+    if stopped == "build failed":
+
+        def fails(*args: object) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr("fastfeed.sets.sync.write_set", fails)
+        assert main(argv) != 0
+    else:
+        child = subprocess.run(
+            [sys.executable, "-c", _KILLED_ONCE_BUILT, *argv], capture_output=True
+        )
+        assert child.returncode == -signal.SIGKILL, child.stderr
+    with SyncState(state, None) as st:
+        assert (st.pending_set, st.pending_count()) == (None, 0)
+        assert list(st.documents()) == before
+    assert _index("gsa", emulator) == {r["url"] for r in in100}
+
+
+@pytest.mark.parametrize("built", [True, False])
+def test_abandoning_an_earlier_fastfeeds_set_says_what_is_known_of_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], built: bool
+) -> None:
+    """An earlier fastfeed did not record which appliance it pushed its set to: its journal
+    cannot say which files that one accepted; and one it never finished building it never
     sent."""
     state = tmp_path / "docs.state"
     SyncState(state, "127.0.0.1:1 datasource docs").close()
     feed_set = tmp_path / "s1"
     feed_set.mkdir()
+    if built:
+        (feed_set / MANIFEST).write_bytes(b"")
     _as_an_earlier_fastfeed_left_it(state, str(feed_set), ["http://docs.example.com/1"])
     capsys.readouterr()
     assert main(["state", "abandon", str(state)]) == 0
     said = capsys.readouterr().err
-    assert "never finished, so nothing of it was sent" in said
+    assert "cannot be read" not in said
+    if built:
+        assert (
+            f"abandoned {feed_set}: an earlier fastfeed made it and did not record which "
+            "appliance it pushed it to, so its push journal cannot say which files that one "
+            "accepted; the next sync sends again the 1 URL"
+        ) in said
+    else:
+        assert "never finished, so nothing of it was sent" in said
     with SyncState(state, None) as st:
-        assert (st.pending_set, st.maybe_held()) == (None, 0)
+        assert (st.pending_set, st.maybe_held()) == (None, int(built))

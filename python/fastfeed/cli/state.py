@@ -191,7 +191,7 @@ def abandon_command(path: str) -> int:
         return ExitCode.OK
     said = []
     if given_up.unread:
-        said.append(f"its push journal cannot be read ({given_up.unread})")
+        said.append(given_up.unread)
     elif given_up.accepted:
         said.append(
             f"recorded {plural(given_up.accepted, 'record')} its journal says were accepted"

@@ -482,7 +482,8 @@ class Abandoned:
     accepted: int
     #: The URLs of its other records, now held as unknown: the next sync sends them again.
     unknown: int
-    #: Why its journal could not be read ("" if it was): none of it is known accepted.
+    #: Why which of its files the appliance accepted is not known ("" if its journal says):
+    #: none of it is taken as accepted.
     unread: str = ""
     #: An earlier fastfeed's set whose build never finished: nothing of it was sent.
     unbuilt: bool = False
@@ -501,12 +502,15 @@ def abandon_pending(st: SyncState, feed_set: Path) -> Abandoned:
         st.clear_pending()
         return Abandoned(0, 0, unbuilt=True)
     if journal is None:
-        unread = "an earlier fastfeed did not record which appliance it is the journal of"
+        unread = (
+            "an earlier fastfeed made it and did not record which appliance it pushed it to, "
+            "so its push journal cannot say which files that one accepted"
+        )
     else:
         try:
             _commit(st, feed_set, journal, confirming=False)
         except FastfeedError as exc:
-            unread = str(exc)
+            unread = f"its push journal cannot be read ({exc})"
     accepted = held - st.pending_count()
     return Abandoned(accepted, st.unknown_pending(), unread)
 

@@ -306,6 +306,9 @@ where
     into_record(index, raw, contents)
 }
 
+/// The byte order mark, which some editors put at the start of a UTF-8 file.
+const BOM: &str = "\u{feff}";
+
 /// Parses a line holding one JSON object of type `T`, whose top-level `fields` name errors.
 pub(crate) fn parse_object<'a, T: Deserialize<'a>>(
     index: usize,
@@ -324,7 +327,7 @@ fn parse_part<'a, T: Deserialize<'a>>(
     line: &[u8],
     fields: &[&'static str],
 ) -> Result<T> {
-    if part.starts_with("\u{feff}".as_bytes()) {
+    if part.starts_with(BOM.as_bytes()) {
         return Err(Error::refused(
             RecordErrorKind::NotJson,
             index,
@@ -662,15 +665,24 @@ pub fn lines_in(chunk: &[u8], part: Range<usize>) -> (Vec<(usize, &[u8])>, usize
     (out, count)
 }
 
-/// Whether `line`, the last of an input that ends without a newline, is no complete JSON value:
-/// the input was cut short in the middle of a record (a copy or download cut, a full disk),
-/// and whatever followed is lost. A line that is whole needs no newline (many tools leave the
-/// last one out), and any other, whatever is wrong with it, is taken as cut: refused as a bad
-/// record, `--on-error skip` would build a feed short of it and of every record after the
-/// cut, which as a full feed deletes them. Read without keeping anything of the line.
+/// Whether `line`, the last of an input that ends without a newline, is a record cut short:
+/// the input ends in the middle of it (a copy or download cut, a full disk), and whatever
+/// followed is lost. Refused as a bad record, `--on-error skip` would build a feed short of it
+/// and of every record after the cut, which as a full feed deletes them. A line that is whole
+/// needs no newline (many tools leave the last one out). A line the checks before parsing
+/// refuse (a byte order mark, no object) is refused as it is with a newline, for that reason:
+/// it was no record cut short. Of the others, a cut one fails where the line ends (serde's
+/// early end, or a number cut after its "-" or "."); one that fails before its end is a bad
+/// record, named for what is wrong with it. Read without keeping anything of the line.
 pub fn cut_short(line: &[u8]) -> bool {
-    !line.iter().all(u8::is_ascii_whitespace)
-        && serde_json::from_slice::<serde::de::IgnoredAny>(line).is_err()
+    if line.starts_with(BOM.as_bytes())
+        || line.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{')
+    {
+        return false;
+    }
+    // One line: serde's column is the byte it failed at, counted from 1.
+    serde_json::from_slice::<serde::de::IgnoredAny>(line)
+        .is_err_and(|e| e.is_eof() || e.column() >= line.len())
 }
 
 #[cfg(test)]

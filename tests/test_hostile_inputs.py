@@ -352,11 +352,12 @@ def test_good_ports_and_mime_types_still_pass(tmp_path: Path) -> None:
     ],
     ids=["metadata-name-twice-refused-not-overwritten", "byte-order-mark-named-as-such"],
 )
+@pytest.mark.parametrize("end", [b"\n", b""], ids=["newline", "last-line-without-newline"])
 def test_a_line_json_reads_loosely_is_refused_saying_why(
-    line: bytes, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    line: bytes, said: str, end: bytes, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     source = tmp_path / "docs.jsonl"
-    source.write_bytes(line)
+    source.write_bytes(line.rstrip(b"\n") + end)
     assert main(build_args(str(source), tmp_path / "out")) == 1
     assert said in capsys.readouterr().err
 

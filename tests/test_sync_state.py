@@ -112,3 +112,18 @@ def test_a_full_disk_under_the_state_stops_the_sync_before_it_sends_saying_so(
     again = sync([write(tmp_path / "b.jsonl", more)], state, "docs", push_settings(emulator),
                  out_dir=tmp_path / "s3")  # fmt: skip
     assert again.ok and again.diff.new == 2900 and index(emulator) == expected(more)
+
+
+def test_a_refused_state_file_is_left_as_it_was(tmp_path: Path) -> None:
+    """A file of another program, or one cut short, is looked at before anything is written:
+    refused, it gains no table and no write-ahead log."""
+    state = tmp_path / "docs.state"
+    db = sqlite3.connect(state)
+    db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    db.commit()
+    db.close()
+    before = state.read_bytes()
+    with pytest.raises(StateError, match="holds no sync state"):
+        SyncState(state, "127.0.0.1:1 datasource docs")
+    assert state.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["docs.state"]

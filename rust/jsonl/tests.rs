@@ -152,7 +152,10 @@ fn a_last_line_cut_anywhere_is_cut_short_and_a_whole_one_is_not() {
     assert!(!cut_short(line));
     assert!(!cut_short(b"{} \r"));
     assert!(!cut_short(b"  "));
-    // A cut inside a number ("-", "1.") is a syntax error to serde, not an early end.
+    // A cut inside a number ("-", "1.") is a syntax error to serde, not an early end: it is
+    // at the line's last byte.
+    assert!(cut_short(br#"{"a":1."#));
+    assert!(cut_short(br#"{"a":-"#));
     for end in 1..line.len() {
         assert!(
             cut_short(&line[..end]),
@@ -160,6 +163,17 @@ fn a_last_line_cut_anywhere_is_cut_short_and_a_whole_one_is_not() {
             String::from_utf8_lossy(&line[..end])
         );
     }
+}
+
+#[test]
+fn a_last_line_refused_before_its_end_is_refused_for_what_is_wrong_not_as_cut() {
+    // Refused as with a newline: the byte order mark, a line that is no object.
+    assert!(!cut_short(
+        "\u{feff}{\"url\": \"http://a.example.com/\"".as_bytes()
+    ));
+    assert!(!cut_short(b"[1, 2"));
+    // A bad value before the line ends is the record's error, named.
+    assert!(!cut_short(br#"{"a": nul, "b": 1}"#));
 }
 
 #[test]

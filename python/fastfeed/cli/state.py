@@ -12,7 +12,7 @@ from fastfeed.cli.commands import group, option
 from fastfeed.cli.options import json_option
 from fastfeed.cli.reports import ExitCode
 from fastfeed.progress import plural
-from fastfeed.sets.state import SyncState
+from fastfeed.sets.state import MAYBE_HELD, SyncState
 from fastfeed.sets.sync import abandon_pending, locked
 
 HELP = """\
@@ -69,6 +69,7 @@ def show_command(path: str, url: tuple[str, ...], as_json: bool) -> int:
             "target": st.target,
             "documents": st.count(),
             "unknown": st.unknown(),
+            "maybe_held": st.maybe_held(),
             "last_sync": st.last_sync,
             "pending_set": None if pending is None else str(pending),
             "pending_records": st.pending_count(),
@@ -89,11 +90,19 @@ def show_command(path: str, url: tuple[str, ...], as_json: bool) -> int:
             f"  unknown:        {info['unknown']:,} URLs whose file the feeder failed, or of a "
             "set given up (the next sync sends them again)"
         )
+    if info["maybe_held"]:
+        print(
+            f"  maybe held:     {info['maybe_held']:,} URLs of a set given up that the appliance "
+            "held none of before: it may hold them or not (the next sync sends them again, as "
+            "new records or deletes)"
+        )
     if pending is not None:
         print(f"  unfinished:     {info['pending_records']:,} records of {pending} (sync again)")
     for u, held in urls.items():
         if held is None:
             print(f"  {u}: not held")
+        elif held[0] == MAYBE_HELD:
+            print(f"  {u}: maybe held (of a set given up, {_when(held[1])})")
         else:
             print(f"  {u}: {held[0]}, accepted {_when(held[1])}")
     return ExitCode.OK
@@ -173,9 +182,16 @@ def abandon_command(path: str) -> int:
             print(f"fastfeed state abandon: {path} has no unfinished set", file=sys.stderr)
             return ExitCode.OK
         given_up = abandon_pending(st, pending)
+    if given_up.unbuilt:
+        print(
+            f"fastfeed state abandon: abandoned {pending}: an earlier fastfeed's set whose build "
+            "never finished, so nothing of it was sent; nothing of it is left to send",
+            file=sys.stderr,
+        )
+        return ExitCode.OK
     said = []
     if given_up.unread:
-        said.append(f"its push journal cannot be read ({given_up.unread})")
+        said.append(given_up.unread)
     elif given_up.accepted:
         said.append(
             f"recorded {plural(given_up.accepted, 'record')} its journal says were accepted"

@@ -15,8 +15,10 @@ to serve another). Its tables:
   sync killed while building leaves none). When the push journal says a file was accepted, its
   records move to `documents` (`commit_records`), in one transaction; a sync killed at any point
   leaves them pending, and the next sync finishes that set first. A set given up before every
-  file of it is known accepted (`unknown_pending`) leaves its URLs `UNKNOWN`: any file not
-  journalled may have arrived (in flight when the sync was killed).
+  file of it is known accepted (`unknown_pending`) leaves its URLs `UNKNOWN` (or `MAYBE_HELD`,
+  those the appliance held none of before): any file not journalled may have arrived (in flight
+  when the sync was killed). A state of an earlier fastfeed names no `pending_journal`: it
+  recorded its set before building it and pushed it only once built.
 * `confirming`: while a sync confirms (`--confirm`), the URL of each record committed, by its
   place in the set, so that a file the appliance's feeder then failed can be undone
   (`unconfirm`).
@@ -75,6 +77,13 @@ CREATE TABLE IF NOT EXISTS confirming (seq INTEGER PRIMARY KEY, url TEXT NOT NUL
 #: known accepted): it matches no record, so the next sync sends the URL again, as a record or a
 #: delete.
 UNKNOWN = ""
+#: The fingerprint of a URL the appliance held no version of before a set given up carried its
+#: record (`unknown_pending`): it may hold it now (a file in flight) or not. The next sync sends
+#: it again as `UNKNOWN`'s, but as a new record, and a delete of it (harmless if the appliance
+#: does not hold it) is not one of the documents held, which the mass-delete guard protects:
+#: taken as held, the URLs of a large lost set of new records made a sync of the source as it
+#: was refuse, as if it deleted that much of the index.
+MAYBE_HELD = "?"
 
 
 @dataclass
@@ -85,14 +94,24 @@ class Diff:
     changed: int = 0
     unchanged: int = 0
     deleted: int = 0
-    #: URLs the state held before the sync.
+    #: URLs the state held before the sync (not those `MAYBE_HELD`).
     held: int = 0
+    #: Of the records and deletes to send, those of URLs whose version the appliance holds is
+    #: not known (`UNKNOWN`, `MAYBE_HELD`): sent again whatever it holds.
+    unknown: int = 0
+    #: Of the deletes, those of URLs `MAYBE_HELD`: not of the documents held.
+    unheld_deleted: int = 0
     #: A few URLs of each kind, to show.
     examples: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def to_send(self) -> int:
         return self.new + self.changed + self.deleted
+
+    @property
+    def held_deleted(self) -> int:
+        """The deletes of documents held: what the mass-delete guard counts."""
+        return self.deleted - self.unheld_deleted
 
 
 @dataclass(frozen=True)
@@ -140,6 +159,23 @@ class SyncState:
             if "meta" not in tables:
                 # Another program's database (a seedlist store...): not ours to add tables to.
                 raise StateError(f"{self.path} is not a sync state")
+            # Looked at before anything is written: a file refused is left as it was.
+            version, held = self._meta("schema"), self._meta("target") or ""
+        except sqlite3.DatabaseError as exc:
+            raise StateError(f"{self.path}: not a usable sync state: {exc}") from None
+        if version is None:  # made in place by an earlier fastfeed, and cut short
+            raise _no_state(self.path)
+        if version != str(SCHEMA_VERSION):
+            raise StateError(
+                f"{self.path}: not a sync state of this fastfeed (format {version}; this one "
+                f"reads format {SCHEMA_VERSION})"
+            )
+        if target is not None and held != target:
+            raise StateError(
+                f"{self.path} is the state of {held}, not of {target}: keep one state file per "
+                "appliance and datasource"
+            )
+        try:
             if target is not None:  # tables a later version added
                 self._db.executescript(_SCHEMA)
                 self._db.execute("PRAGMA journal_mode=WAL")
@@ -150,20 +186,6 @@ class SyncState:
             self._db.execute("PRAGMA secure_delete=ON")
         except sqlite3.DatabaseError as exc:
             raise StateError(f"{self.path}: not a usable sync state: {exc}") from None
-        version = self._meta("schema")
-        if version is None:  # made in place by an earlier fastfeed, and cut short
-            raise _no_state(self.path)
-        if version != str(SCHEMA_VERSION):
-            raise StateError(
-                f"{self.path}: not a sync state of this fastfeed (format {version}; this one "
-                f"reads format {SCHEMA_VERSION})"
-            )
-        held = self._meta("target") or ""
-        if target is not None and held != target:
-            raise StateError(
-                f"{self.path} is the state of {held}, not of {target}: keep one state file per "
-                "appliance and datasource"
-            )
         return held
 
     def close(self) -> None:
@@ -175,8 +197,25 @@ class SyncState:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    #: Whether what is written is to be undone (`rehearsal`).
+    _rehearsing = False
+
     def _transaction(self) -> _Transaction:
-        return _Transaction(self._db)
+        return _Transaction(self._db, nested=self._rehearsing)
+
+    @contextlib.contextmanager
+    def rehearsal(self) -> Iterator[None]:
+        """What is written to the state in this block is seen as written, then undone: a dry
+        run does to the state what the sync would before comparing (a set lost given up), so
+        that it finds what the sync would, and leaves the state as it was."""
+        self._db.execute("BEGIN IMMEDIATE")
+        self._rehearsing = True
+        try:
+            yield
+        finally:
+            self._rehearsing = False
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
 
     def _meta(self, key: str) -> str | None:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -188,12 +227,21 @@ class SyncState:
     # What the appliance holds.
 
     def count(self) -> int:
-        return int(self._db.execute("SELECT count(*) FROM documents").fetchone()[0])
+        """The documents held (not the URLs `MAYBE_HELD`)."""
+        query = "SELECT count(*) FROM documents WHERE fingerprint != ?"
+        return int(self._db.execute(query, (MAYBE_HELD,)).fetchone()[0])
 
     def unknown(self) -> int:
         """URLs held as `UNKNOWN`: the next sync sends them again."""
+        return self._count_of(UNKNOWN)
+
+    def maybe_held(self) -> int:
+        """URLs `MAYBE_HELD`: the next sync sends them again, or deletes them."""
+        return self._count_of(MAYBE_HELD)
+
+    def _count_of(self, fingerprint: str) -> int:
         query = "SELECT count(*) FROM documents WHERE fingerprint = ?"
-        return int(self._db.execute(query, (UNKNOWN,)).fetchone()[0])
+        return int(self._db.execute(query, (fingerprint,)).fetchone()[0])
 
     def fingerprint(self, url: str) -> tuple[str, float] | None:
         """The fingerprint of `url`'s accepted record and when it was accepted."""
@@ -213,13 +261,13 @@ class SyncState:
         the next sync sends them again (as new), and the file keeps no trace of them (it is
         rewritten: a state of 1 M URLs, 0.6 s). Returns how many it held."""
         with self._transaction():
-            before = self.count()
             if urls is None:
-                self._db.execute("DELETE FROM documents")
+                forgotten = self._db.execute("DELETE FROM documents").rowcount
                 self._drop_pending()
             else:
-                self._db.executemany("DELETE FROM documents WHERE url = ?", ((u,) for u in urls))
-            forgotten = before - self.count()
+                forgotten = self._db.executemany(
+                    "DELETE FROM documents WHERE url = ?", ((u,) for u in urls)
+                ).rowcount
         # No trace of them left in the file: pages freed earlier may hold them (a pushed set's,
         # `_free_pending`), which only rewriting the file without free pages removes; and the
         # WAL's earlier frames, which the checkpoint empties.
@@ -272,7 +320,8 @@ class SyncState:
         self._db.execute(
             "CREATE TEMP TABLE snapshot (url TEXT NOT NULL, fingerprint BLOB NOT NULL)"
         )
-        self._db.execute("BEGIN")
+        if not self._rehearsing:  # a rehearsal's transaction holds the rows as well
+            self._db.execute("BEGIN")
 
     def add_snapshot(self, rows: str) -> None:
         """Adds records, in snapshot order: a JSON array of [url, fingerprint], as the core's
@@ -292,7 +341,7 @@ class SyncState:
         when `repeats` (the snapshot's URL hashes repeat) is it searched for, by a unique index:
         indexing every URL was a sixth of the time of a sync that finds nothing to send."""
         db, snapshot, seq = self._db, self._snapshot, self._seq
-        if snapshot != "main.pending":
+        if snapshot != "main.pending" and not self._rehearsing:
             db.execute("COMMIT")
         if repeats:
             try:
@@ -303,31 +352,39 @@ class SyncState:
                     f"HAVING count(*) > 1 ORDER BY max({seq}) LIMIT 1"
                 ).fetchone()
                 raise DuplicateUrl(url, first, second) from None
-        diff = Diff(held=self.count())
-        new, changed, unchanged = db.execute(
-            "SELECT sum(d.url IS NULL), sum(d.fingerprint != s.fingerprint), "
+        maybe = self.maybe_held()
+        diff = Diff(held=self.count(), unknown=self.unknown() + maybe)
+        # A URL `MAYBE_HELD` is new: the appliance held none of it before (see `MAYBE_HELD`).
+        new, maybe_new, changed, unchanged = db.execute(
+            "SELECT sum(d.url IS NULL), sum(d.fingerprint = :maybe), "
+            "sum(d.fingerprint != s.fingerprint AND d.fingerprint != :maybe), "
             "sum(d.fingerprint = s.fingerprint) "
-            f"FROM {snapshot} s LEFT JOIN documents d ON d.url = s.url"
+            f"FROM {snapshot} s LEFT JOIN documents d ON d.url = s.url",
+            {"maybe": MAYBE_HELD},
         ).fetchone()
         diff.new, diff.changed, diff.unchanged = (
-            int(new or 0),
+            int(new or 0) + int(maybe_new or 0),
             int(changed or 0),
             int(unchanged or 0),
         )
-        # Snapshot URLs are unique: the held ones it did not find are deleted.
-        diff.deleted = diff.held - diff.changed - diff.unchanged
+        # Snapshot URLs are unique: the URLs held (or maybe) that it did not find are deleted.
+        diff.unheld_deleted = maybe - int(maybe_new or 0)
+        diff.deleted = diff.held - diff.changed - diff.unchanged + diff.unheld_deleted
         if diff.deleted:
             self._index_urls()
         examples = {
             "new": (diff.new, f"SELECT s.url FROM {snapshot} s WHERE NOT EXISTS "
-                    "(SELECT 1 FROM documents d WHERE d.url = s.url) LIMIT 3"),
+                    "(SELECT 1 FROM documents d WHERE d.url = s.url AND d.fingerprint != :maybe) "
+                    "LIMIT 3"),
             "changed": (diff.changed, f"SELECT s.url FROM {snapshot} s JOIN documents d "
-                        "ON d.url = s.url WHERE d.fingerprint != s.fingerprint LIMIT 3"),
+                        "ON d.url = s.url WHERE d.fingerprint != s.fingerprint "
+                        "AND d.fingerprint != :maybe LIMIT 3"),
             "deleted": (diff.deleted, "SELECT url FROM documents d WHERE NOT EXISTS "
                         f"(SELECT 1 FROM {snapshot} s WHERE s.url = d.url) LIMIT 3"),
         }  # fmt: skip
         diff.examples = {
-            k: [r[0] for r in db.execute(q)] if n else [] for k, (n, q) in examples.items()
+            k: [r[0] for r in db.execute(q, {"maybe": MAYBE_HELD})] if n else []
+            for k, (n, q) in examples.items()
         }
         if resend_all:
             diff.changed += diff.unchanged
@@ -524,12 +581,15 @@ class SyncState:
         """Gives up the pending set, whose records left are of files not known to be accepted
         (`fastfeed state abandon`, or a set that cannot be read). Any of them may have arrived
         all the same (in flight when the sync was killed; a request whose answer was lost), so
-        each of their URLs becomes held with the `UNKNOWN` fingerprint: the next sync sends it
-        again, as the record the snapshot has or as a delete. Returns how many URLs."""
+        each of their URLs becomes held with the `UNKNOWN` fingerprint, or `MAYBE_HELD` if the
+        appliance held none of it before: the next sync sends it again, as the record the
+        snapshot has or as a delete. Returns how many URLs."""
         with self._transaction():
             count = self._db.execute(
-                "INSERT OR REPLACE INTO documents SELECT url, ?, ? FROM pending",
-                (UNKNOWN, time.time()),
+                "INSERT OR REPLACE INTO documents SELECT p.url, "
+                "CASE WHEN d.url IS NULL OR d.fingerprint = :maybe THEN :maybe ELSE :unknown END, "
+                ":now FROM pending p LEFT JOIN documents d ON d.url = p.url",
+                {"maybe": MAYBE_HELD, "unknown": UNKNOWN, "now": time.time()},
             ).rowcount
             self._drop_pending()
         return count
@@ -666,17 +726,22 @@ def _failed(state: Path, exc: sqlite3.OperationalError) -> str:
 
 class _Transaction:
     """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on an exception (unless SQLite rolled it back
-    already, as it does on a full disk: a ROLLBACK then would hide why)."""
+    already, as it does on a full disk: a ROLLBACK then would hide why). `nested` in a
+    transaction already begun (`SyncState.rehearsal`): a savepoint, released or rolled back to."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
+    def __init__(self, db: sqlite3.Connection, *, nested: bool = False) -> None:
+        self._db, self._nested = db, nested
 
     def __enter__(self) -> sqlite3.Connection:
-        self._db.execute("BEGIN IMMEDIATE")
+        self._db.execute("SAVEPOINT nested" if self._nested else "BEGIN IMMEDIATE")
         return self._db
 
     def __exit__(self, kind: object, *rest: object) -> None:
         if kind is None:
-            self._db.execute("COMMIT")
+            self._db.execute("RELEASE nested" if self._nested else "COMMIT")
         elif self._db.in_transaction:
-            self._db.execute("ROLLBACK")
+            if self._nested:
+                self._db.execute("ROLLBACK TO nested")
+                self._db.execute("RELEASE nested")
+            else:
+                self._db.execute("ROLLBACK")

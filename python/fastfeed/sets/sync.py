@@ -51,7 +51,7 @@ from fastfeed.progress import Progress, plural
 from fastfeed.sets.build import check_out_dir, expand, write_set
 from fastfeed.sets.guard import AllowDeletes, check_deletes
 from fastfeed.sets.journal import Journal
-from fastfeed.sets.manifest import ManifestEntry, read_manifest
+from fastfeed.sets.manifest import MANIFEST, ManifestEntry, read_manifest
 from fastfeed.sets.snapshot import Snapshot
 from fastfeed.sets.state import BATCH, FINGERPRINT_VERSION, Diff, SyncState, in_use, work_prefix
 from fastfeed.sets.writer import FeedWarning, SetWriter, print_warning
@@ -163,6 +163,11 @@ class SyncSummary:
             f"{d.new:,} new, {d.changed:,} changed, {d.deleted:,} deleted, "
             f"{d.unchanged:,} unchanged"
         )
+        if d.unknown:
+            counts += (
+                f"; {plural(d.unknown, 'URL')} of them sent again, as the appliance may or may "
+                "not hold them (of a set given up, or of a file its feeder failed)"
+            )
         if self.outdated:
             counts += (
                 f" (the state's fingerprints were {self.outdated}, this fastfeed makes "
@@ -185,6 +190,7 @@ class SyncSummary:
             "deleted": d.deleted,
             "unchanged": d.unchanged,
             "held": d.held,
+            "unknown": d.unknown,
             "examples": d.examples,
             "dry_run": self.dry_run,
             "resumed": self.resumed,
@@ -220,9 +226,13 @@ def run_sync(
     state_path = Path(state)
     out = Path(out_dir)
     inputs = expand(inputs, base_url, state=state_path)
-    with locked(state_path), SyncState(state_path, receiver.target) as st:
+    with (
+        locked(state_path),
+        SyncState(state_path, receiver.target) as st,
+        st.rehearsal() if dry_run else contextlib.nullcontext(),
+    ):
         warn = on_warning or print_warning
-        resumed = 0 if dry_run else _finish_pending(st, receiver, progress, warn)
+        resumed = _finish_pending(st, receiver, progress, warn, dry_run=dry_run)
         # A sync killed before cleaning up left its work (a copy of standard input, maybe
         # large; a new state not yet in place) beside the state; only a sync holding the
         # state's lock may take it away.
@@ -253,8 +263,15 @@ def run_sync(
             diff = snapshot.compare(st, resend_all=resend_all)
             refused = ""
             try:
+                # Only the deletes of documents held count: a delete of a URL `MAYBE_HELD` (a
+                # lost set's new record, which the appliance may or may not hold) deletes
+                # nothing the source had when the appliance last said it held it.
                 check_deletes(
-                    diff.deleted, diff.held, snapshot.records, allow_deletes, receiver.collection
+                    diff.held_deleted,
+                    diff.held,
+                    snapshot.records,
+                    allow_deletes,
+                    receiver.collection,
                 )
             except MassDelete as exc:
                 if not dry_run:
@@ -465,34 +482,67 @@ class Abandoned:
     accepted: int
     #: The URLs of its other records, now held as unknown: the next sync sends them again.
     unknown: int
-    #: Why its journal could not be read ("" if it was): none of it is known accepted.
+    #: Why which of its files the appliance accepted is not known ("" if its journal says):
+    #: none of it is taken as accepted.
     unread: str = ""
+    #: An earlier fastfeed's set whose build never finished: nothing of it was sent.
+    unbuilt: bool = False
 
 
 def abandon_pending(st: SyncState, feed_set: Path) -> Abandoned:
     """Gives up `feed_set`, the set an interrupted sync left (`SyncState.pending_set`): commits
     the records of the files its journal says the appliance accepted (a sync killed mid-push had
     no time to), and holds the URLs of the others as unknown (`SyncState.unknown_pending`): any
-    file not journalled may have arrived."""
+    file not journalled may have arrived. But an earlier fastfeed recorded its set before
+    building it, and pushed it only once built, with its manifest: its set without one was
+    never sent, and is dropped (as that fastfeed did)."""
     held, unread = st.pending_count(), ""
     journal = st.pending_journal
+    if journal is None and feed_set.is_dir() and not (feed_set / MANIFEST).exists():
+        st.clear_pending()
+        return Abandoned(0, 0, unbuilt=True)
     if journal is None:
-        unread = "an earlier fastfeed did not record which appliance it is the journal of"
+        unread = (
+            "an earlier fastfeed made it and did not record which appliance it pushed it to, "
+            "so its push journal cannot say which files that one accepted"
+        )
     else:
         try:
             _commit(st, feed_set, journal, confirming=False)
         except FastfeedError as exc:
-            unread = str(exc)
+            unread = f"its push journal cannot be read ({exc})"
     accepted = held - st.pending_count()
     return Abandoned(accepted, st.unknown_pending(), unread)
 
 
+def _lost(feed_set: Path, exc: FastfeedError) -> str:
+    """Why the set an interrupted sync left cannot be finished, truly for a sync's set (built
+    whole before any of it is sent) and for one an earlier fastfeed named relative to the
+    directory it ran in."""
+    if feed_set.is_dir():
+        if (feed_set / MANIFEST).exists():
+            return str(exc)
+        return f"its {MANIFEST} is gone (the sync wrote it before sending any file; removed since?)"
+    if feed_set.is_absolute():
+        return "it no longer exists"
+    return (
+        "an earlier fastfeed named it relative to the directory that sync ran in, and it is "
+        f"not found from this one ({Path.cwd()}): that sync ran elsewhere, or it was removed"
+    )
+
+
 def _finish_pending(
-    st: SyncState, receiver: Receiver, progress: Progress | None, warn: Callable[[str], None]
+    st: SyncState,
+    receiver: Receiver,
+    progress: Progress | None,
+    warn: Callable[[str], None],
+    *,
+    dry_run: bool = False,
 ) -> int:
     """Sends what an interrupted sync left unaccepted, before comparing anew: its records are
     changes the appliance may not hold. Returns how many records it held. A set that cannot be
-    read is given up (`abandon_pending`), so that the comparison sends its records again."""
+    read is given up (`abandon_pending`), so that the comparison sends its records again. A dry
+    run (in `SyncState.rehearsal`) sends nothing, but gives up such a set as the sync would."""
     st.unconfirm_left()
     feed_set = st.pending_set
     if feed_set is None:
@@ -500,14 +550,18 @@ def _finish_pending(
     try:
         read_manifest(feed_set)
     except FastfeedError as exc:
-        why = "it no longer exists" if not feed_set.is_dir() else str(exc)
+        why = _lost(feed_set, exc)
         given_up = abandon_pending(st, feed_set)
-        warn(
-            f"cannot finish the set {feed_set} an interrupted sync left: {why}. Which of its "
-            f"files the appliance accepted is not known, so {plural(given_up.unknown, 'URL')} "
-            "it carried are compared as unknown, and sent again (records and deletes)"
-        )
+        if not given_up.unbuilt:
+            warn(
+                f"cannot finish the set {feed_set} an interrupted sync left: {why}. Which of "
+                f"its files the appliance accepted is not known, so "
+                f"{plural(given_up.unknown, 'URL')} it carried are compared as unknown, and "
+                "sent again (records and deletes)"
+            )
         return 0
+    if dry_run:
+        return 0  # its records not accepted are among the changes the comparison finds
     held = st.pending_count()
     pushed = _push_pending(st, feed_set, receiver, progress)
     left = st.pending_count()

@@ -665,24 +665,24 @@ pub fn lines_in(chunk: &[u8], part: Range<usize>) -> (Vec<(usize, &[u8])>, usize
     (out, count)
 }
 
-/// Whether `line`, the last of an input that ends without a newline, is a record cut short:
+/// Whether `line`, the last of an input that ends without a newline, may be a record cut short:
 /// the input ends in the middle of it (a copy or download cut, a full disk), and whatever
 /// followed is lost. Refused as a bad record, `--on-error skip` would build a feed short of it
 /// and of every record after the cut, which as a full feed deletes them. A line that is whole
-/// needs no newline (many tools leave the last one out). A line the checks before parsing
-/// refuse (a byte order mark, no object) is refused as it is with a newline, for that reason:
-/// it was no record cut short. Of the others, a cut one fails where the line ends (serde's
-/// early end, or a number cut after its "-" or "."); one that fails before its end is a bad
-/// record, named for what is wrong with it. Read without keeping anything of the line.
+/// JSON needs no newline (many tools leave the last one out), and is refused, if it is, for what
+/// is wrong with it (a byte order mark, no object), as with a newline. Any other is taken as cut,
+/// whatever else is wrong with it: a cut can follow a fault (a bad value, a raw tab in a string)
+/// or fall inside a byte order mark, and only the end of the line says it broke off. Read
+/// without keeping anything of the line.
 pub fn cut_short(line: &[u8]) -> bool {
-    if line.starts_with(BOM.as_bytes())
-        || line.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{')
-    {
-        return false;
+    let bom = BOM.as_bytes();
+    let json = line.strip_prefix(bom).unwrap_or(line);
+    if json.is_empty() {
+        // A byte order mark alone is whole; a part of one, the start of a file cut there.
+        return line.len() < bom.len() && bom.starts_with(line) && !line.is_empty();
     }
-    // One line: serde's column is the byte it failed at, counted from 1.
-    serde_json::from_slice::<serde::de::IgnoredAny>(line)
-        .is_err_and(|e| e.is_eof() || e.column() >= line.len())
+    !json.iter().all(u8::is_ascii_whitespace)
+        && serde_json::from_slice::<serde::de::IgnoredAny>(json).is_err()
 }
 
 #[cfg(test)]

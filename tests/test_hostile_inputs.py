@@ -460,10 +460,35 @@ def test_an_input_cut_in_a_record_stops_the_build_even_skipping(
         source = pipe_of(data)
     assert main(build_args(source, tmp_path / "out", "--on-error", "skip")) == 1
     err = capsys.readouterr().err
-    assert f"{source}:{line}: the input ends in the middle of a record, at byte {len(data)}" in err
+    said = f"{source}:{line}: the input ends in a line that is no whole record, at byte"
+    assert f"{said} {len(data)}" in err
     assert "was it cut short" in err and "--on-error skip" not in err
     assert not (tmp_path / "out" / "manifest.jsonl").exists()
     assert not (tmp_path / "out" / "rejected.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    "last",
+    [
+        b'\xef\xbb\xbf{"url": "http://a.example.com/b1", "content": "cut here',
+        b"\xef\xbb",
+        b'{"url": "http://a.example.com/b1", "n": nul, "content": "ab',
+        b'{"url": "http://a.example.com/b1", "content": "a\tb", "c": "d',
+    ],
+    ids=["after-a-byte-order-mark", "in-a-byte-order-mark", "after-a-bad-value", "after-a-tab"],
+)
+def test_a_cut_after_a_fault_stops_the_build_even_skipping(
+    last: bytes, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Taken for a bad record for the fault before the cut, the line was skipped: the full
+    feed of the other inputs then deleted every document of the one cut short."""
+    whole, cut = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    whole.write_bytes(b'{"url": "http://a.example.com/a1", "content": "x"}\n')
+    cut.write_bytes(last)
+    args = build_args(str(whole), tmp_path / "out", "--on-error", "skip")
+    assert main([*args, str(cut)]) == 1
+    assert f"{cut}:1: the input ends in a line that is no whole record" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
 
 
 def test_a_cut_input_stops_the_api_builds_and_a_sync(tmp_path: Path) -> None:
@@ -472,7 +497,7 @@ def test_a_cut_input_stops_the_api_builds_and_a_sync(tmp_path: Path) -> None:
     data, line = cut_in_a_record(3)
     source = tmp_path / "docs.jsonl"
     source.write_bytes(data)
-    cut = f"{source}:{line}: the input ends in the middle of a record"
+    cut = f"{source}:{line}: the input ends in a line that is no whole record"
     with pytest.raises(fastfeed.InputError, match=cut) as stopped:
         fastfeed.build([str(source)], tmp_path / "a", "docs", "full", on_error="skip")
     assert not stopped.value.skippable
@@ -480,7 +505,7 @@ def test_a_cut_input_stops_the_api_builds_and_a_sync(tmp_path: Path) -> None:
         fastfeed.build_thunderstone([str(source)], tmp_path / "b", "docs", on_error="skip")
     groups = tmp_path / "groups.jsonl"
     groups.write_bytes(b'{"group": "g", "members": [{"name": "u", "scope": "user"}]}\n{"gro')
-    with pytest.raises(fastfeed.InputError, match=f"{groups}:2: the input ends in the middle"):
+    with pytest.raises(fastfeed.InputError, match=f"{groups}:2: the input ends in a line"):
         fastfeed.build_groups([str(groups)], tmp_path / "c", "ldap", "full", on_error="skip")
     settings = fastfeed.PushSettings(host="127.0.0.1", port=9)  # never reached
     with pytest.raises(fastfeed.InputError, match=cut):

@@ -166,14 +166,20 @@ fn a_last_line_cut_anywhere_is_cut_short_and_a_whole_one_is_not() {
 }
 
 #[test]
-fn a_last_line_refused_before_its_end_is_refused_for_what_is_wrong_not_as_cut() {
-    // Refused as with a newline: the byte order mark, a line that is no object.
-    assert!(!cut_short(
-        "\u{feff}{\"url\": \"http://a.example.com/\"".as_bytes()
-    ));
-    assert!(!cut_short(b"[1, 2"));
-    // A bad value before the line ends is the record's error, named.
-    assert!(!cut_short(br#"{"a": nul, "b": 1}"#));
+fn a_last_line_whole_is_refused_for_what_is_wrong_and_any_other_is_cut() {
+    // Whole JSON: refused, if it is, as with a newline (the byte order mark, no object).
+    let with_bom = "\u{feff}{\"url\": \"http://a.example.com/\"}";
+    assert!(!cut_short(with_bom.as_bytes()));
+    assert!(!cut_short(b"[1, 2]"));
+    assert!(!cut_short("\u{feff}".as_bytes()));
+    // Not whole: cut, whatever else is wrong before the end (the cut may follow the fault).
+    // (The byte order mark alone, its first 3 bytes, is whole.)
+    for end in (1..3).chain(4..with_bom.len()) {
+        assert!(cut_short(&with_bom.as_bytes()[..end]), "{end}");
+    }
+    assert!(cut_short(b"[1, 2"));
+    assert!(cut_short(br#"{"a": nul, "content": "ab"#));
+    assert!(cut_short(b"{\"a\": \"tab\there\", \"b\": \"c"));
 }
 
 #[test]

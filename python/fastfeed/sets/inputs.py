@@ -191,14 +191,14 @@ def stream_chunks(
 
 
 def cut_short(size: int) -> str:
-    """Why an input of `size` bytes whose last line, without a newline, is no complete JSON
-    value (see `_core.cut_short`) is refused: it was cut short, and what followed the cut is
+    """Why an input of `size` bytes whose last line, without a newline, is no whole JSON (see
+    `_core.cut_short`) is refused: it may have been cut short, and what followed the cut is
     lost. An input error, never a record to skip: a feed short of the records after the cut,
     pushed as a full feed, deletes them."""
     return (
-        f"the input ends in the middle of a record, at byte {size} with no newline: was it cut "
-        "short (a copy or download that stopped, a full disk)? Give the whole input (a last "
-        "line that is whole needs no newline)"
+        f"the input ends in a line that is no whole record, at byte {size} with no newline: was "
+        "it cut short (a copy or download that stopped, a full disk)? Give the whole input (a "
+        "last line that is whole JSON needs no newline)"
     )
 
 

@@ -128,7 +128,7 @@ def _gsa_argv(emulator: Emulator, tls: Any, src: str, state: Path, out: Path) ->
 
 @pytest.mark.parametrize("lost", ["set removed", "manifest removed"])
 @pytest.mark.parametrize("source", ["as it was", "as the lost set had it"])
-def test_a_lost_set_of_new_records_sends_them_as_new_and_their_deletes_delete_nothing_held(
+def test_a_lost_set_of_new_records_sends_them_as_new_and_guards_their_deletes(
     emulator: Emulator,
     push_settings: Callable[..., Any],
     tls: Any,
@@ -137,9 +137,9 @@ def test_a_lost_set_of_new_records_sends_them_as_new_and_their_deletes_delete_no
     lost: str,
     source: str,
 ) -> None:
-    """The appliance held none of a lost set's new records before it: deleting them deletes
-    nothing of what it held, so it is no mass delete; sent again, they are new. A dry run says
-    what the sync then does."""
+    """The appliance held none of a lost set's new records before it: sent again, they are new;
+    deleted, they count as held for the mass-delete guard, for the appliance may hold them all.
+    A dry run says what the sync then does."""
     state = tmp_path / "docs.state"
     in100, in150 = [doc(n) for n in range(100)], [doc(n) for n in range(150)]
     src100, src150 = write(tmp_path / "in100.jsonl", in100), write(tmp_path / "in150.jsonl", in150)
@@ -154,6 +154,7 @@ def test_a_lost_set_of_new_records_sends_them_as_new_and_their_deletes_delete_no
         why = "it no longer exists"
     else:
         (left / MANIFEST).unlink()
+        (left / JOURNAL).unlink(missing_ok=True)  # nothing accepted; none is made (a dry run)
         why = f"its {MANIFEST} is gone (the sync wrote it before sending any file; removed since?)"
     records = in100 if source == "as it was" else in150
     argv = _gsa_argv(emulator, tls, src100 if records is in100 else src150, state, tmp_path / "s3")
@@ -162,19 +163,55 @@ def test_a_lost_set_of_new_records_sends_them_as_new_and_their_deletes_delete_no
         counts.update(new=50, deleted=0)
     capsys.readouterr()
 
+    if records is in100:
+        # 50 deletes of the 150 URLs the appliance may hold: more than the default 10%.
+        for dry_run in (True, False):
+            assert main([*argv, *(["--dry-run"] if dry_run else [])]) == 3
+            said = capsys.readouterr().err
+            assert f"cannot finish the set {left} an interrupted sync left: {why}." in said
+            assert "would delete 50 of the 150 documents" in said
+        with SyncState(state, None) as st:  # given up by the sync refused, and nothing sent
+            assert (st.pending_set, st.count(), st.maybe_held()) == (None, 100, 50)
+        argv = [*argv, "--allow-deletes", "50"]
     for dry_run in (True, False):
         assert main([*argv, "--json", *(["--dry-run"] if dry_run else [])]) == 0
         said = capsys.readouterr()
         assert {k: v for k, v in json.loads(said.out).items() if k in counts} == counts
-        assert f"cannot finish the set {left} an interrupted sync left: {why}." in said.err
-        assert "fastfeed run" not in said.err
-        with SyncState(state, None) as st:
-            assert (st.pending_set, st.count()) == (
-                (left, 100) if dry_run else (None, len(records))
-            )
+        if records is in150:
+            assert f"cannot finish the set {left} an interrupted sync left: {why}." in said.err
+            assert "fastfeed run" not in said.err
+            with SyncState(state, None) as st:
+                assert (st.pending_set, st.count()) == ((left, 100) if dry_run else (None, 150))
     assert _index("gsa", emulator) == {r["url"] for r in records}
     with SyncState(state, None) as st:
         assert (st.unknown(), st.maybe_held()) == (0, 0)
+    assert not (left / JOURNAL).exists()
+
+
+def test_an_empty_snapshot_after_a_lost_first_sync_deletes_nothing_unasked(
+    emulator: Emulator,
+    push_settings: Callable[..., Any],
+    tls: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Every URL of a lost first sync is maybe held, and the appliance may hold them all (the
+    files arrived, the answers lost): an empty export must not delete them without a word."""
+    state = tmp_path / "docs.state"
+    src = write(tmp_path / "in.jsonl", [doc(n) for n in range(20)])
+    emulator.add_fault(Fault.http_status(503, times=100))
+    left = tmp_path / "s1"
+    assert not sync([src], state, "docs", push_settings(emulator, retries=1), out_dir=left).ok
+    emulator.clear_faults()
+    shutil.rmtree(left)
+    empty = write(tmp_path / "empty.jsonl", [])
+    capsys.readouterr()
+    assert main(_gsa_argv(emulator, tls, empty, state, tmp_path / "s2")) == 3
+    said = capsys.readouterr().err
+    assert "would delete 20 of the 20 documents" in said
+    assert "none when the snapshot is empty" in said
+    with SyncState(state, None) as st:
+        assert (st.pending_set, st.count(), st.maybe_held()) == (None, 0, 20)
 
 
 def _as_an_earlier_fastfeed_left_it(state: Path, feed_set: str, urls: list[str]) -> None:
@@ -214,21 +251,27 @@ def test_an_earlier_fastfeeds_set_killed_while_building_is_known_unsent(
     monkeypatch.chdir(a if run_from == "the directory it ran in" else b)
     capsys.readouterr()
 
-    assert main([*_gsa_argv(emulator, tls, src100, state, tmp_path / "s2"), "--json"]) == 0
-    said = capsys.readouterr()
-    summary = json.loads(said.out)
+    argv = [*_gsa_argv(emulator, tls, src100, state, tmp_path / "s2"), "--json"]
     if run_from == "the directory it ran in":
-        assert (summary["deleted"], summary["push"]) == (0, None)
+        assert main(argv) == 0
+        said = capsys.readouterr()
+        assert (json.loads(said.out)["deleted"], json.loads(said.out)["push"]) == (0, None)
         assert "cannot finish" not in said.err
     else:
-        # Which of its files were sent is not known: its URLs are deleted, harmlessly.
-        assert (summary["deleted"], summary["held"]) == (50, 100)
+        # Which of its files were sent is not known: its URLs, maybe held, are deleted, which
+        # deletes a third of what the appliance may hold: that takes the user's word.
+        assert main(argv) == 3
+        said = capsys.readouterr()
         assert "no longer exists" not in said.err
         assert (
             f"cannot finish the set {feed_set} an interrupted sync left: an earlier fastfeed "
             "named it relative to the directory that sync ran in, and it is not found from this "
             f"one ({b}): that sync ran elsewhere, or it was removed."
         ) in said.err
+        assert "would delete 50 of the 150 documents" in said.err
+        assert main([*argv, "--allow-deletes", "50"]) == 0
+        summary = json.loads(capsys.readouterr().out)
+        assert (summary["deleted"], summary["held"]) == (50, 100)
     assert _index("gsa", emulator) == {r["url"] for r in in100}
     with SyncState(state, None) as st:
         assert (st.pending_set, st.count(), st.maybe_held()) == (None, 100, 0)

@@ -79,10 +79,9 @@ CREATE TABLE IF NOT EXISTS confirming (seq INTEGER PRIMARY KEY, url TEXT NOT NUL
 UNKNOWN = ""
 #: The fingerprint of a URL the appliance held no version of before a set given up carried its
 #: record (`unknown_pending`): it may hold it now (a file in flight) or not. The next sync sends
-#: it again as `UNKNOWN`'s, but as a new record, and a delete of it (harmless if the appliance
-#: does not hold it) is not one of the documents held, which the mass-delete guard protects:
-#: taken as held, the URLs of a large lost set of new records made a sync of the source as it
-#: was refuse, as if it deleted that much of the index.
+#: it again as `UNKNOWN`'s, but as a new record; a delete of it is sent too, and counted by the
+#: mass-delete guard as one of the documents held: the appliance may hold them all (the files
+#: arrived, their answers lost), and an empty or partial export must not delete them unasked.
 MAYBE_HELD = "?"
 
 
@@ -96,22 +95,17 @@ class Diff:
     deleted: int = 0
     #: URLs the state held before the sync (not those `MAYBE_HELD`).
     held: int = 0
+    #: URLs `MAYBE_HELD` before the sync: the mass-delete guard counts them as held.
+    maybe_held: int = 0
     #: Of the records and deletes to send, those of URLs whose version the appliance holds is
     #: not known (`UNKNOWN`, `MAYBE_HELD`): sent again whatever it holds.
     unknown: int = 0
-    #: Of the deletes, those of URLs `MAYBE_HELD`: not of the documents held.
-    unheld_deleted: int = 0
     #: A few URLs of each kind, to show.
     examples: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def to_send(self) -> int:
         return self.new + self.changed + self.deleted
-
-    @property
-    def held_deleted(self) -> int:
-        """The deletes of documents held: what the mass-delete guard counts."""
-        return self.deleted - self.unheld_deleted
 
 
 @dataclass(frozen=True)
@@ -353,7 +347,7 @@ class SyncState:
                 ).fetchone()
                 raise DuplicateUrl(url, first, second) from None
         maybe = self.maybe_held()
-        diff = Diff(held=self.count(), unknown=self.unknown() + maybe)
+        diff = Diff(held=self.count(), maybe_held=maybe, unknown=self.unknown() + maybe)
         # A URL `MAYBE_HELD` is new: the appliance held none of it before (see `MAYBE_HELD`).
         new, maybe_new, changed, unchanged = db.execute(
             "SELECT sum(d.url IS NULL), sum(d.fingerprint = :maybe), "
@@ -368,8 +362,7 @@ class SyncState:
             int(unchanged or 0),
         )
         # Snapshot URLs are unique: the URLs held (or maybe) that it did not find are deleted.
-        diff.unheld_deleted = maybe - int(maybe_new or 0)
-        diff.deleted = diff.held - diff.changed - diff.unchanged + diff.unheld_deleted
+        diff.deleted = diff.held + maybe - diff.changed - diff.unchanged - int(maybe_new or 0)
         if diff.deleted:
             self._index_urls()
         examples = {

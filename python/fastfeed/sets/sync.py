@@ -50,7 +50,7 @@ from fastfeed.errors import FastfeedError, InputError, MassDelete, PushError, Se
 from fastfeed.progress import Progress, plural
 from fastfeed.sets.build import check_out_dir, expand, write_set
 from fastfeed.sets.guard import AllowDeletes, check_deletes
-from fastfeed.sets.journal import Journal
+from fastfeed.sets.journal import JOURNAL, Journal
 from fastfeed.sets.manifest import MANIFEST, ManifestEntry, read_manifest
 from fastfeed.sets.snapshot import Snapshot
 from fastfeed.sets.state import BATCH, FINGERPRINT_VERSION, Diff, SyncState, in_use, work_prefix
@@ -263,12 +263,10 @@ def run_sync(
             diff = snapshot.compare(st, resend_all=resend_all)
             refused = ""
             try:
-                # Only the deletes of documents held count: a delete of a URL `MAYBE_HELD` (a
-                # lost set's new record, which the appliance may or may not hold) deletes
-                # nothing the source had when the appliance last said it held it.
+                # URLs `MAYBE_HELD` count as held: the appliance may hold every one of them.
                 check_deletes(
-                    diff.held_deleted,
-                    diff.held,
+                    diff.deleted,
+                    diff.held + diff.maybe_held,
                     snapshot.records,
                     allow_deletes,
                     receiver.collection,
@@ -458,6 +456,10 @@ def _records(feed_set: Path) -> Iterator[tuple[ManifestEntry, int, int]]:
 
 
 def _commit(st: SyncState, feed_set: Path, target: str, confirming: bool) -> None:
+    if not (feed_set / JOURNAL).is_file():
+        # Nothing journalled, so nothing known accepted: and a set given up (by a dry run too)
+        # is looked at, never written to.
+        return
     with Journal(feed_set, target) as journal:
         accepted = [
             (first, end) for entry, first, end in _records(feed_set) if journal.is_accepted(entry)

@@ -675,12 +675,8 @@ pub fn lines_in(chunk: &[u8], part: Range<usize>) -> (Vec<(usize, &[u8])>, usize
 /// or fall inside a byte order mark, and only the end of the line says it broke off. Read
 /// without keeping anything of the line.
 pub fn cut_short(line: &[u8]) -> bool {
-    let bom = BOM.as_bytes();
-    let json = line.strip_prefix(bom).unwrap_or(line);
-    if json.is_empty() {
-        // A byte order mark alone is whole; a part of one, the start of a file cut there.
-        return line.len() < bom.len() && bom.starts_with(line) && !line.is_empty();
-    }
+    // A part of a byte order mark is no JSON: the start of a file cut there.
+    let json = line.strip_prefix(BOM.as_bytes()).unwrap_or(line);
     !json.iter().all(u8::is_ascii_whitespace)
         && serde_json::from_slice::<serde::de::IgnoredAny>(json).is_err()
 }

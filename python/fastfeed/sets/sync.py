@@ -190,6 +190,7 @@ class SyncSummary:
             "deleted": d.deleted,
             "unchanged": d.unchanged,
             "held": d.held,
+            "maybe_held": d.maybe_held,
             "unknown": d.unknown,
             "examples": d.examples,
             "dry_run": self.dry_run,
@@ -508,6 +509,8 @@ def abandon_pending(st: SyncState, feed_set: Path) -> Abandoned:
             "an earlier fastfeed made it and did not record which appliance it pushed it to, "
             "so its push journal cannot say which files that one accepted"
         )
+    elif not (feed_set / JOURNAL).is_file():
+        unread = f"it has no {JOURNAL} (gone, or its push never started)"
     else:
         try:
             _commit(st, feed_set, journal, confirming=False)

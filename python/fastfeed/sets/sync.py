@@ -457,10 +457,6 @@ def _records(feed_set: Path) -> Iterator[tuple[ManifestEntry, int, int]]:
 
 
 def _commit(st: SyncState, feed_set: Path, target: str, confirming: bool) -> None:
-    if not (feed_set / JOURNAL).is_file():
-        # Nothing journalled, so nothing known accepted: and a set given up (by a dry run too)
-        # is looked at, never written to.
-        return
     with Journal(feed_set, target) as journal:
         accepted = [
             (first, end) for entry, first, end in _records(feed_set) if journal.is_accepted(entry)
@@ -510,6 +506,8 @@ def abandon_pending(st: SyncState, feed_set: Path) -> Abandoned:
             "so its push journal cannot say which files that one accepted"
         )
     elif not (feed_set / JOURNAL).is_file():
+        # Said so, and not opened: opening makes one, and a set given up (by a dry run too) is
+        # looked at, never written to.
         unread = f"it has no {JOURNAL} (gone, or its push never started)"
     else:
         try:
